@@ -1,0 +1,1 @@
+"""A reproducible Transformer NMT pipeline: download, clean, BPE, binarize, train, decode, score, report."""

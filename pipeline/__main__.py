@@ -1,0 +1,3 @@
+from pipeline.cli import cli
+
+cli(prog_name="python -m pipeline")

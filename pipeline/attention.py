@@ -1,0 +1,115 @@
+"""Multi-head attention on torch's fused kernels, with a key/value cache.
+
+Training and decoding use `F.scaled_dot_product_attention` (flash and
+memory-efficient kernels on GPU). Only when a caller asks for the weights
+(`record` set, see `Transformer.recording_attention`) is attention computed
+explicitly, so inspection never slows the training path.
+
+Shapes: B batch, T query length, K key length, D d_model, H heads, Dh = D / H.
+Masks follow pipeline/masks.py: boolean, True = may attend.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass
+class KVCache:
+    """Keys and values of one attention module during incremental decoding.
+
+    Self-attention grows them by one position a step; cross-attention
+    computes them once from the encoder output and keeps them.
+    """
+
+    k: torch.Tensor | None = None  # (B, H, K, Dh)
+    v: torch.Tensor | None = None  # (B, H, K, Dh)
+
+    def reorder(self, index: torch.Tensor) -> None:
+        """Keep batch rows `index` (B',): beam search's survivors, in order."""
+        if self.k is not None:
+            self.k = self.k.index_select(0, index)
+            self.v = self.v.index_select(0, index)
+
+
+class MultiHeadAttention(nn.Module):
+    """Self-attention (one fused QKV projection) or cross-attention (Q, and fused KV)."""
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float, self_attention: bool):
+        super().__init__()
+        self.h, self.d_head = n_heads, d_model // n_heads
+        self.self_attention = self_attention
+        if self_attention:
+            self.qkv = nn.Linear(d_model, 3 * d_model)
+        else:
+            self.q = nn.Linear(d_model, d_model)
+            self.kv = nn.Linear(d_model, 2 * d_model)
+        self.out = nn.Linear(d_model, d_model)
+        self.dropout = dropout
+        self.record: list[torch.Tensor] | None = None  # set to a list to collect weights
+
+    def _split(self, x: torch.Tensor) -> torch.Tensor:
+        B, L, _ = x.shape
+        return x.view(B, L, self.h, self.d_head).transpose(1, 2)  # (B, H, L, Dh)
+
+    def _project(
+        self, x: torch.Tensor, memory: torch.Tensor | None, cache: KVCache | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Queries, keys and values (B, H, *, Dh), extending or reusing the cache."""
+        if self.self_attention:
+            q, k, v = map(self._split, self.qkv(x).chunk(3, dim=-1))
+            if cache is not None:
+                if cache.k is not None:
+                    k = torch.cat([cache.k, k], dim=2)  # (B, H, K+T, Dh)
+                    v = torch.cat([cache.v, v], dim=2)
+                cache.k, cache.v = k, v
+            return q, k, v
+        q = self._split(self.q(x))
+        if cache is not None and cache.k is not None:
+            return q, cache.k, cache.v
+        k, v = map(self._split, self.kv(memory).chunk(2, dim=-1))
+        if cache is not None:
+            cache.k, cache.v = k, v
+        return q, k, v
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        *,
+        memory: torch.Tensor | None = None,
+        causal: bool = False,
+        cache: KVCache | None = None,
+    ) -> torch.Tensor:
+        """x (B, T, D), memory (B, S, D) for cross-attention, mask (B|1, 1, T|1, K) -> (B, T, D).
+
+        `causal` asks for a lower-triangular mask over a fresh (uncached) sequence;
+        it is not combined with `mask`.
+        """
+        q, k, v = self._project(x, memory, cache)
+        dropout = self.dropout if self.training else 0.0
+        if self.record is not None:
+            if causal:
+                mask = torch.ones(q.size(2), k.size(2), dtype=torch.bool, device=q.device).tril()
+            y, weights = attention_with_weights(q, k, v, mask)
+            self.record.append(weights.detach())
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=causal)
+        B, H, T, Dh = y.shape
+        return self.out(y.transpose(1, 2).reshape(B, T, H * Dh))  # (B, T, D)
+
+
+def attention_with_weights(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """softmax(q k^T / sqrt(Dh)) v, explicitly: -> (B, H, T, Dh) and weights (B, H, T, K)."""
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, H, T, K)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    return weights @ v, weights

@@ -1,0 +1,14 @@
+"""`python -m pipeline <stage>`: one click command per stage, as dvc.yaml runs them."""
+
+import click
+
+from pipeline import binarize, bpe, clean, decode, download, report, score, train, translate
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def cli() -> None:
+    """Transformer NMT pipeline: each command is one DVC stage (see dvc.yaml)."""
+
+
+for _module in (download, clean, bpe, binarize, train, decode, score, report, translate):
+    cli.add_command(_module.command)

@@ -1,0 +1,62 @@
+"""Atomic outputs: a stage's output either is whole or is not there.
+
+A later stage (or DVC) must never take a half-written file for a whole one,
+so every output is written beside its final path and renamed into place.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """Yield a temporary path beside `path`; on success rename it over `path`.
+
+    Works for a file or a directory written at the yielded path. On an
+    exception the temporary is removed and `path` keeps what it had.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    target = tmp / path.name
+    try:
+        yield target
+        if target.is_dir() and path.exists():
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+        if target.is_file():
+            _fsync(target)
+        os.replace(target, path)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def write_text(path: str | Path, text: str) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+def write_json(path: str | Path, obj: Any) -> None:
+    write_text(path, json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
+
+
+def write_lines(path: str | Path, lines: list[str]) -> None:
+    """One line per item, each ending in a newline (an empty list gives an empty file)."""
+    write_text(path, "".join(line + "\n" for line in lines))
+
+
+def read_lines(path: str | Path) -> list[str]:
+    """Lines of a UTF-8 text file this pipeline wrote, without their newlines."""
+    text = Path(path).read_text(encoding="utf-8")
+    return text.split("\n")[:-1] if text.endswith("\n") else (text.split("\n") if text else [])
+
+
+def _fsync(path: Path) -> None:
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())

@@ -1,0 +1,388 @@
+"""The Transformer (Vaswani et al. 2017), and a decoder-only variant, as settings of one model.
+
+Read bottom-up: embeddings and positions, the residual sublayer (pre- or
+post-LN), the feed-forward block, the layers, then the two models and
+`build_model`, the one place a model is assembled from params.
+
+Symbols: B batch, S source length, T target length, L whole sequence,
+D d_model, V vocabulary. Masks follow pipeline/masks.py (True = may attend).
+
+Initialization, as fairseq and the tensor2tensor reference do it: every
+projection xavier-uniform (each of the fused Q, K, V blocks on its own) with
+zero bias; embeddings N(0, D^-0.5), so that scaled by sqrt(D) they start at
+unit scale; the padding row zero. LayerNorms start as the identity.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass, field
+from typing import Iterator
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from pipeline.attention import KVCache, MultiHeadAttention
+from pipeline.masks import causal_padding_mask, padding_mask
+from pipeline.params import ModelParams
+from pipeline.tokens import BOS, PAD, SEP
+
+# --- embeddings and positions -------------------------------------------------------
+
+
+class SinusoidalPositions(nn.Module):
+    """Fixed sin/cos position encodings (section 3.5); any length."""
+
+    def __init__(self, d_model: int, max_positions: int):
+        super().__init__()
+        self.d_model = d_model
+        self.register_buffer("table", self._table(max_positions), persistent=False)
+
+    def _table(self, n: int) -> torch.Tensor:
+        pos = torch.arange(n, dtype=torch.float32)[:, None]  # (n, 1)
+        freq = torch.exp(torch.arange(0, self.d_model, 2) * (-math.log(10000.0) / self.d_model))
+        table = torch.zeros(n, self.d_model)
+        table[:, 0::2] = torch.sin(pos * freq)
+        table[:, 1::2] = torch.cos(pos * freq[: self.d_model // 2])
+        return table  # (n, D)
+
+    def forward(self, positions: torch.Tensor) -> torch.Tensor:
+        """positions (...) int -> (..., D)."""
+        needed = int(positions.max()) + 1 if positions.numel() else 0
+        if needed > self.table.size(0):
+            self.table = self._table(needed).to(self.table.device)
+        return self.table[positions]
+
+
+class LearnedPositions(nn.Module):
+    """A trained table of max_positions rows; refuses longer sequences."""
+
+    def __init__(self, d_model: int, max_positions: int):
+        super().__init__()
+        self.table = nn.Embedding(max_positions, d_model)
+
+    def forward(self, positions: torch.Tensor) -> torch.Tensor:
+        """positions (...) int -> (..., D)."""
+        if positions.numel() and int(positions.max()) >= self.table.num_embeddings:
+            raise ValueError(
+                f"a sequence of {int(positions.max()) + 1} positions exceeds the learned position table "
+                f"(model.max_positions={self.table.num_embeddings}); raise model.max_positions or "
+                "shorten the input"
+            )
+        return self.table(positions)
+
+
+class Embedder(nn.Module):
+    """Token embedding (optionally shared), scaled by sqrt(D), plus positions, then dropout."""
+
+    def __init__(self, tokens: nn.Embedding, cfg: ModelParams):
+        super().__init__()
+        self.tokens = tokens
+        self.scale = math.sqrt(cfg.d_model) if cfg.scale_embeddings else 1.0
+        positions = SinusoidalPositions if cfg.positions == "sinusoidal" else LearnedPositions
+        self.positions = positions(cfg.d_model, cfg.max_positions)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """ids (B, L), positions (B, L) or (L,) -> (B, L, D)."""
+        return self.dropout(self.tokens(ids) * self.scale + self.positions(positions))
+
+
+# --- layers -----------------------------------------------------------------------
+
+
+class Residual(nn.Module):
+    """A sublayer with its residual connection and LayerNorm, pre-LN or post-LN (the paper's)."""
+
+    def __init__(self, d_model: int, dropout: float, pre_norm: bool):
+        super().__init__()
+        self.norm = nn.LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.pre_norm = pre_norm
+
+    def forward(self, x: torch.Tensor, sublayer) -> torch.Tensor:
+        if self.pre_norm:
+            return x + self.dropout(sublayer(self.norm(x)))
+        return self.norm(x + self.dropout(sublayer(x)))
+
+
+class FeedForward(nn.Module):
+    """Position-wise FFN: D -> d_ff -> D."""
+
+    def __init__(self, cfg: ModelParams):
+        super().__init__()
+        self.up = nn.Linear(cfg.d_model, cfg.d_ff)
+        self.down = nn.Linear(cfg.d_ff, cfg.d_model)
+        self.activation = nn.ReLU() if cfg.activation == "relu" else nn.GELU()
+        self.dropout = nn.Dropout(cfg.activation_dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(self.dropout(self.activation(self.up(x))))
+
+
+class EncoderLayer(nn.Module):
+    """Bidirectional self-attention, then the FFN."""
+
+    def __init__(self, cfg: ModelParams):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout, self_attention=True)
+        self.ffn = FeedForward(cfg)
+        pre = cfg.norm == "pre"
+        self.sub = nn.ModuleList(Residual(cfg.d_model, cfg.dropout, pre) for _ in range(2))
+
+    def forward(self, x: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
+        """x (B, S, D), src_mask (B, 1, 1, S) -> (B, S, D)."""
+        x = self.sub[0](x, lambda y: self.self_attn(y, src_mask))
+        return self.sub[1](x, self.ffn)
+
+
+@dataclass
+class LayerCache:
+    self_attn: KVCache = field(default_factory=KVCache)
+    cross_attn: KVCache = field(default_factory=KVCache)
+
+
+class DecoderLayer(nn.Module):
+    """Causal self-attention, cross-attention on the encoder output, then the FFN.
+
+    Without cross-attention it is a GPT-style block, the decoder-only model's layer.
+    """
+
+    def __init__(self, cfg: ModelParams, cross_attention: bool = True):
+        super().__init__()
+        d, h, p = cfg.d_model, cfg.n_heads, cfg.attention_dropout
+        self.self_attn = MultiHeadAttention(d, h, p, self_attention=True)
+        self.cross_attn = MultiHeadAttention(d, h, p, self_attention=False) if cross_attention else None
+        self.ffn = FeedForward(cfg)
+        pre = cfg.norm == "pre"
+        self.sub = nn.ModuleList(Residual(d, cfg.dropout, pre) for _ in range(3 if cross_attention else 2))
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        self_mask: torch.Tensor | None,
+        memory: torch.Tensor | None = None,
+        memory_mask: torch.Tensor | None = None,
+        cache: LayerCache | None = None,
+    ) -> torch.Tensor:
+        """x (B, T, D), memory (B, S, D), memory_mask (B, 1, 1, S) -> (B, T, D).
+
+        self_mask None means plain causal attention over x (no cache, no padding
+        before a real token); with a cache, T is the new positions only.
+        """
+        causal = self_mask is None and cache is None
+        self_cache = cache.self_attn if cache else None
+        x = self.sub[0](x, lambda y: self.self_attn(y, self_mask, causal=causal, cache=self_cache))
+        if self.cross_attn is not None:
+            cross_cache = cache.cross_attn if cache else None
+            x = self.sub[1](x, lambda y: self.cross_attn(y, memory_mask, memory=memory, cache=cross_cache))
+        return self.sub[-1](x, self.ffn)
+
+
+# --- incremental decoding state ---------------------------------------------------------
+
+
+@dataclass
+class DecoderState:
+    """What a model carries from one decoding step to the next, for B rows (sentences x beams)."""
+
+    caches: list[LayerCache]
+    positions: torch.Tensor  # (B,) position of the next token
+    memory_mask: torch.Tensor | None = None  # (B, 1, 1, S), encoder-decoder
+    keep: torch.Tensor | None = None  # (B, L) real tokens so far, decoder-only
+
+    def reorder(self, index: torch.Tensor) -> None:
+        """Keep rows `index` (B',) in that order: expands a batch to beams, or follows survivors."""
+        for cache in self.caches:
+            cache.self_attn.reorder(index)
+            cache.cross_attn.reorder(index)
+        self.positions = self.positions.index_select(0, index)
+        if self.memory_mask is not None:
+            self.memory_mask = self.memory_mask.index_select(0, index)
+        if self.keep is not None:
+            self.keep = self.keep.index_select(0, index)
+
+
+# --- the models ---------------------------------------------------------------------
+
+
+class Seq2SeqBase(nn.Module):
+    """What both architectures share: the output projection, and the decoding interface.
+
+    forward(src (B, S), tgt_in (B, T)) -> logits (B, T, V)   teacher forcing
+    start(src (B, S)) -> DecoderState                        before the first step
+    step(tokens (B, 1), state) -> logits (B, V)               one position, cached
+    start_token: the id fed at the first step
+    """
+
+    start_token = BOS
+
+    def _init_output(self, cfg: ModelParams, tgt_embedding: nn.Embedding, tie: bool) -> None:
+        vocab = tgt_embedding.num_embeddings
+        self.out_weight = tgt_embedding.weight if tie else nn.Parameter(torch.empty(vocab, cfg.d_model))
+        self.out_bias = nn.Parameter(torch.zeros(vocab)) if cfg.output_bias else None
+
+    def project(self, h: torch.Tensor) -> torch.Tensor:
+        """(..., D) -> (..., V) logits."""
+        return F.linear(h, self.out_weight, self.out_bias)
+
+    @contextlib.contextmanager
+    def recording_attention(self) -> Iterator[dict[str, list[torch.Tensor]]]:
+        """Collect attention weights (B, H, T, K), per module name and call, while inside."""
+        records: dict[str, list[torch.Tensor]] = {}
+        modules = [(n, m) for n, m in self.named_modules() if isinstance(m, MultiHeadAttention)]
+        for name, module in modules:
+            module.record = records.setdefault(name, [])
+        try:
+            yield records
+        finally:
+            for _, module in modules:
+                module.record = None
+
+    def reset_parameters(self) -> None:
+        d_model = self.cfg.d_model
+        for module in self.modules():
+            if isinstance(module, MultiHeadAttention):
+                fused = module.qkv if module.self_attention else module.kv
+                for block in fused.weight.chunk(fused.out_features // d_model):
+                    nn.init.xavier_uniform_(block)
+                if not module.self_attention:
+                    nn.init.xavier_uniform_(module.q.weight)
+                nn.init.xavier_uniform_(module.out.weight)
+            elif isinstance(module, FeedForward):
+                nn.init.xavier_uniform_(module.up.weight)
+                nn.init.xavier_uniform_(module.down.weight)
+            elif isinstance(module, LearnedPositions):
+                nn.init.normal_(module.table.weight, std=d_model**-0.5)  # as fairseq
+            elif isinstance(module, nn.Embedding) and module.padding_idx == PAD:
+                nn.init.normal_(module.weight, std=d_model**-0.5)
+                with torch.no_grad():
+                    module.weight[PAD].zero_()
+            if isinstance(module, nn.Linear) and module.bias is not None:
+                nn.init.zeros_(module.bias)
+        if not any(self.out_weight is m.weight for m in self.modules() if isinstance(m, nn.Embedding)):
+            nn.init.normal_(self.out_weight, std=d_model**-0.5)
+
+
+class Transformer(Seq2SeqBase):
+    """The encoder-decoder of Vaswani et al. 2017, pre-LN or post-LN."""
+
+    def __init__(self, cfg: ModelParams, src_vocab: int, tgt_vocab: int):
+        super().__init__()
+        self.cfg = cfg
+        tgt_tokens = nn.Embedding(tgt_vocab, cfg.d_model, padding_idx=PAD)
+        src_tokens = tgt_tokens if cfg.tie_embeddings == "all" else nn.Embedding(src_vocab, cfg.d_model, padding_idx=PAD)
+        self.src_embed = Embedder(src_tokens, cfg)
+        self.tgt_embed = Embedder(tgt_tokens, cfg)
+        self.encoder = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_encoder_layers))
+        self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_decoder_layers))
+        # pre-LN leaves the residual stream unnormalized: each stack ends in a LayerNorm.
+        pre = cfg.norm == "pre"
+        self.encoder_norm = nn.LayerNorm(cfg.d_model) if pre else nn.Identity()
+        self.decoder_norm = nn.LayerNorm(cfg.d_model) if pre else nn.Identity()
+        self._init_output(cfg, tgt_tokens, tie=cfg.tie_embeddings != "none")
+        self.reset_parameters()
+
+    def encode(self, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """src (B, S) -> memory (B, S, D), src_mask (B, 1, 1, S)."""
+        src_mask = padding_mask(src)
+        x = self.src_embed(src, torch.arange(src.size(1), device=src.device))
+        for layer in self.encoder:
+            x = layer(x, src_mask)
+        return self.encoder_norm(x), src_mask
+
+    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
+        """src (B, S), tgt_in (B, T) -> logits (B, T, V)."""
+        memory, src_mask = self.encode(src)
+        x = self.tgt_embed(tgt_in, torch.arange(tgt_in.size(1), device=tgt_in.device))
+        for layer in self.decoder:
+            x = layer(x, None, memory, src_mask)
+        return self.project(self.decoder_norm(x))
+
+    def start(self, src: torch.Tensor) -> DecoderState:
+        """Encode src (B, S) and compute each layer's cross-attention keys and values once."""
+        memory, src_mask = self.encode(src)
+        caches = [LayerCache() for _ in self.decoder]
+        for layer, cache in zip(self.decoder, caches):
+            k, v = layer.cross_attn.kv(memory).chunk(2, dim=-1)
+            cache.cross_attn.k, cache.cross_attn.v = layer.cross_attn._split(k), layer.cross_attn._split(v)
+        positions = torch.zeros(src.size(0), dtype=torch.long, device=src.device)
+        return DecoderState(caches, positions, memory_mask=src_mask)
+
+    def step(self, tokens: torch.Tensor, state: DecoderState) -> torch.Tensor:
+        """tokens (B, 1) -> logits (B, V) for the next position; extends the caches."""
+        x = self.tgt_embed(tokens, state.positions[:, None])  # (B, 1, D)
+        for layer, cache in zip(self.decoder, state.caches):
+            x = layer(x, None, None, state.memory_mask, cache)
+        state.positions = state.positions + 1
+        return self.project(self.decoder_norm(x))[:, -1]
+
+
+class DecoderOnly(Seq2SeqBase):
+    """A causal Transformer LM (GPT-style blocks, fused QKV) over `source <sep> target`.
+
+    Batches are right-padded per side, so the source padding sits inside the
+    sequence: it is masked as keys, and positions count real tokens only, which
+    keeps every output independent of how much padding a batch needed.
+    """
+
+    start_token = SEP
+
+    def __init__(self, cfg: ModelParams, vocab: int):
+        super().__init__()
+        self.cfg = cfg
+        tokens = nn.Embedding(vocab, cfg.d_model, padding_idx=PAD)
+        self.embed = Embedder(tokens, cfg)
+        self.blocks = nn.ModuleList(DecoderLayer(cfg, cross_attention=False) for _ in range(cfg.n_decoder_layers))
+        self.norm = nn.LayerNorm(cfg.d_model) if cfg.norm == "pre" else nn.Identity()
+        self._init_output(cfg, tokens, tie=cfg.tie_embeddings != "none")
+        self.reset_parameters()
+
+    def _run(self, ids: torch.Tensor, keep: torch.Tensor, caches: list[LayerCache] | None) -> torch.Tensor:
+        """ids (B, L), keep (B, L) -> hidden states (B, L, D)."""
+        positions = (keep.long().cumsum(1) - 1).clamp(min=0)  # (B, L): padding does not advance
+        x = self.embed(ids, positions)
+        mask = causal_padding_mask(keep)
+        for i, block in enumerate(self.blocks):
+            x = block(x, mask, cache=caches[i] if caches else None)
+        return self.norm(x)
+
+    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
+        """src (B, S), tgt_in (B, T) starting with BOS -> logits (B, T, V) for the target part only."""
+        ids = torch.cat([src, torch.full_like(tgt_in[:, :1], SEP), tgt_in[:, 1:]], dim=1)  # (B, S+T)
+        h = self._run(ids, ids != PAD, None)
+        return self.project(h[:, src.size(1) :])
+
+    def start(self, src: torch.Tensor) -> DecoderState:
+        """Run the source prefix (B, S) through the blocks, filling the caches."""
+        caches = [LayerCache() for _ in self.blocks]
+        keep = src != PAD
+        self._run(src, keep, caches)
+        return DecoderState(caches, keep.long().sum(1), keep=keep)
+
+    def step(self, tokens: torch.Tensor, state: DecoderState) -> torch.Tensor:
+        """tokens (B, 1) -> logits (B, V) for the next position; extends the caches."""
+        state.keep = torch.cat([state.keep, torch.ones_like(tokens, dtype=torch.bool)], dim=1)  # (B, L+1)
+        x = self.embed(tokens, state.positions[:, None])  # (B, 1, D)
+        mask = state.keep[:, None, None, :]  # (B, 1, 1, L+1)
+        for block, cache in zip(self.blocks, state.caches):
+            x = block(x, mask, cache=cache)
+        state.positions = state.positions + 1
+        return self.project(self.norm(x))[:, -1]
+
+
+def build_model(cfg: ModelParams, src_vocab: int, tgt_vocab: int) -> Seq2SeqBase:
+    """The one place a model is assembled from params."""
+    if cfg.arch == "decoder_only":
+        assert src_vocab == tgt_vocab, "params validation guarantees a joint vocabulary"
+        return DecoderOnly(cfg, tgt_vocab)
+    if cfg.tie_embeddings == "all" and src_vocab != tgt_vocab:
+        raise ValueError("tie_embeddings 'all' needs one joint vocabulary")
+    return Transformer(cfg, src_vocab, tgt_vocab)
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Trainable parameters, each shared tensor counted once."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
