@@ -1,0 +1,235 @@
+"""Training data: memory-mapped token arrays, token-budget batches, padded tensors.
+
+Shapes: B sentences in a batch, S source length, T target length (both
+including the EOS or BOS that is added here; the stored ids have neither).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from pipeline.errors import UserError
+from pipeline.tokens import BOS, EOS, PAD
+
+_DTYPES = {2: np.dtype("<u2"), 4: np.dtype("<i4")}  # itemsize -> dtype, as binarize writes them
+
+
+class TokenArray:
+    """Sentences of one {split}.{side}.bin/.idx pair; only the index is in memory."""
+
+    def __init__(self, prefix: str | Path) -> None:
+        self.prefix = Path(prefix)
+        bin_path, idx_path = Path(f"{self.prefix}.bin"), Path(f"{self.prefix}.idx")
+        for path in (bin_path, idx_path):
+            if not path.is_file():
+                raise UserError(f"{path}: missing; run the binarize stage (`python -m pipeline binarize`)")
+        self.offsets = np.fromfile(idx_path, dtype="<i8")  # (n+1,)
+        n_tokens = int(self.offsets[-1]) if len(self.offsets) else -1
+        n_bytes = bin_path.stat().st_size
+        itemsize = n_bytes // n_tokens if n_tokens > 0 else 2
+        if n_tokens < 0 or self.offsets[0] != 0 or itemsize not in _DTYPES or itemsize * n_tokens != n_bytes:
+            raise UserError(f"{self.prefix}.bin/.idx: sizes do not match (corrupt?); rerun binarize")
+        # np.memmap cannot map an empty file; an empty array reads the same.
+        self.tokens = (
+            np.memmap(bin_path, dtype=_DTYPES[itemsize], mode="r")
+            if n_tokens > 0
+            else np.zeros(0, dtype=_DTYPES[itemsize])
+        )
+        self.lengths = np.diff(self.offsets)  # (n,) int64
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        """Sentence i's ids, a read-only view into the mapped file."""
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"sentence {i} out of range for {len(self)} sentences")
+        i %= len(self)
+        return self.tokens[self.offsets[i] : self.offsets[i + 1]]
+
+    # A pickled np.memmap carries its whole content; send only the path and reopen.
+    def __getstate__(self) -> dict:
+        return {"prefix": self.prefix}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["prefix"])
+
+
+@dataclass
+class ParallelData:
+    """Line-aligned source and target sentences of one split."""
+
+    src: TokenArray
+    tgt: TokenArray
+
+    @classmethod
+    def load(cls, bin_dir: str | Path, split: str) -> "ParallelData":
+        bin_dir = Path(bin_dir)
+        data = cls(TokenArray(bin_dir / f"{split}.src"), TokenArray(bin_dir / f"{split}.tgt"))
+        if len(data.src) != len(data.tgt):
+            raise UserError(
+                f"{bin_dir}: {split}.src has {len(data.src)} sentences but {split}.tgt has "
+                f"{len(data.tgt)}; rerun the binarize stage"
+            )
+        return data
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+
+# --- batching ------------------------------------------------------------------
+
+
+def token_batches(
+    src_lens: np.ndarray,
+    tgt_lens: np.ndarray,
+    max_tokens: int,
+    *,
+    shuffle: bool,
+    seed: int,
+    epoch: int,
+) -> list[np.ndarray]:
+    """Split sentence indices into batches of at most max_tokens padded tokens.
+
+    As fairseq: sort by (source, target) length, so a batch holds sentences of
+    about one length and little padding, then cut greedily so that
+    B * max(S, T) <= max_tokens, with S and T counting the added EOS/BOS. A
+    sentence longer than max_tokens on its own gets a batch of its own. With
+    shuffle, equal lengths are ordered at random and the batch order is
+    shuffled, from a generator seeded by (seed, epoch): reproducible, and
+    different every epoch. Without, batches come in sorted order (seed and
+    epoch unused).
+    """
+    src = np.asarray(src_lens, dtype=np.int64) + 1  # + EOS
+    tgt = np.asarray(tgt_lens, dtype=np.int64) + 1  # + BOS in tgt_in, + EOS in tgt_out
+    assert src.shape == tgt.shape, "src_lens and tgt_lens must have one entry per sentence"
+    # One int64 key sorts by src then tgt; its stable argsort took 0.08 s per million
+    # sentences, against 0.27 s for np.lexsort with a random tie-break key.
+    key = (src << 32) | tgt
+    if shuffle:
+        rng = np.random.default_rng([seed, epoch])
+        order = rng.permutation(len(key))
+        order = order[np.argsort(key[order], kind="stable")]  # ties keep the random order
+    else:
+        order = np.argsort(key, kind="stable")
+    batches = np.split(order, _greedy_cuts(np.maximum(src, tgt)[order], max_tokens))
+    if shuffle:
+        batches = [batches[i] for i in rng.permutation(len(batches))]
+    return batches
+
+
+def _greedy_cuts(widths: np.ndarray, max_tokens: int) -> list[int]:
+    """Positions where a new batch starts, so that size * its widest <= max_tokens."""
+    # A plain loop: the running maximum depends on where the last cut fell, which
+    # numpy cannot express; it takes ~0.07 s per million sentences.
+    cuts: list[int] = []
+    size, widest = 0, 0
+    for i, width in enumerate(widths.tolist()):
+        widest = max(widest, width)
+        if size and (size + 1) * widest > max_tokens:
+            cuts.append(i)
+            size, widest = 0, width
+        size += 1
+    return cuts
+
+
+def shard(batches: list[np.ndarray], rank: int, world_size: int) -> list[np.ndarray]:
+    """This rank's share of the batches: every world_size-th, from `rank`.
+
+    Every rank gets the same number (data-parallel ranks step in lockstep), so
+    the last len(batches) % world_size batches are dropped. They are a
+    different few each shuffled epoch, so no sentence is lost for good; for
+    shuffle=False (evaluation) prefer not sharding, or accept the loss.
+    Interleaving (not contiguous blocks) gives ranks at one step batches of
+    similar length when the list is sorted.
+    """
+    assert 0 <= rank < world_size, f"rank {rank} outside world_size {world_size}"
+    usable = len(batches) - len(batches) % world_size
+    return batches[rank:usable:world_size]
+
+
+def epoch_batches(
+    data: ParallelData,
+    max_tokens: int,
+    *,
+    shuffle: bool,
+    seed: int,
+    epoch: int,
+    rank: int = 0,
+    world_size: int = 1,
+) -> list[np.ndarray]:
+    """This rank's batches of sentence indices for one epoch; a list, so resuming can skip k."""
+    batches = token_batches(
+        data.src.lengths, data.tgt.lengths, max_tokens, shuffle=shuffle, seed=seed, epoch=epoch
+    )
+    return shard(batches, rank, world_size)
+
+
+# --- padded tensors ------------------------------------------------------------
+
+
+@dataclass
+class Batch:
+    """One training batch; PAD fills the ends of shorter rows."""
+
+    src: torch.Tensor  # (B, S) int64: tokens + EOS
+    tgt_in: torch.Tensor  # (B, T) int64: BOS + tokens (decoder input)
+    tgt_out: torch.Tensor  # (B, T) int64: tokens + EOS (what the decoder must predict)
+    n_src_tokens: int  # non-PAD entries of src
+    n_tgt_tokens: int  # non-PAD entries of tgt_out
+    indices: np.ndarray  # (B,) sentence ids in the split
+
+    def __len__(self) -> int:
+        return self.src.shape[0]
+
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> "Batch":
+        """A copy with the tensors on `device` (non_blocking needs pinned memory to overlap)."""
+        return replace(
+            self,
+            src=self.src.to(device, non_blocking=non_blocking),
+            tgt_in=self.tgt_in.to(device, non_blocking=non_blocking),
+            tgt_out=self.tgt_out.to(device, non_blocking=non_blocking),
+        )
+
+
+def collate(data: ParallelData, indices: Sequence[int] | np.ndarray) -> Batch:
+    """Pad the sentences `indices` of `data` into a Batch."""
+    indices = np.asarray(indices, dtype=np.int64)
+    src_seqs = [data.src[i] for i in indices]
+    tgt_seqs = [data.tgt[i] for i in indices]
+    src_lens, tgt_lens = data.src.lengths[indices], data.tgt.lengths[indices]
+    return Batch(
+        src=_pad(src_seqs, src_lens, bos=False, eos=True),
+        tgt_in=_pad(tgt_seqs, tgt_lens, bos=True, eos=False),
+        tgt_out=_pad(tgt_seqs, tgt_lens, bos=False, eos=True),
+        n_src_tokens=int(src_lens.sum()) + len(indices),
+        n_tgt_tokens=int(tgt_lens.sum()) + len(indices),
+        indices=indices,
+    )
+
+
+def collate_src(seqs: Sequence[Sequence[int]]) -> torch.Tensor:
+    """Source ids for decoding: each row ids + EOS, right-padded with PAD: (B, S) int64."""
+    lens = np.fromiter(map(len, seqs), dtype=np.int64, count=len(seqs))
+    return _pad([np.asarray(s, dtype=np.int64) for s in seqs], lens, bos=False, eos=True)
+
+
+def _pad(seqs: Sequence[np.ndarray], lens: np.ndarray, *, bos: bool, eos: bool) -> torch.Tensor:
+    """Rows of [BOS] + seq + [EOS] (each optional), right-padded with PAD: (B, L) int64."""
+    start = int(bos)
+    out = np.full((len(seqs), int(lens.max(initial=0)) + bos + eos), PAD, dtype=np.int64)  # (B, L)
+    cols = np.arange(out.shape[1])[None, :]  # (1, L)
+    body = (cols >= start) & (cols < start + lens[:, None])  # (B, L)
+    if len(seqs):
+        # Boolean-mask assignment fills row by row, so the concatenated ids land in order.
+        out[body] = np.concatenate(seqs)
+    if bos:
+        out[:, 0] = BOS
+    if eos:
+        out[np.arange(len(seqs)), start + lens] = EOS
+    return torch.from_numpy(out)

@@ -1,0 +1,121 @@
+"""The subword vocabulary: one joint sentencepiece model, or one per side.
+
+Ids never include BOS/EOS: the model's input code adds them (see data.py), so
+an encoded sentence is exactly its subword pieces.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import sentencepiece as spm
+
+from pipeline import tokens
+from pipeline.errors import UserError
+
+JOINT_MODEL = "spm.model"
+SRC_MODEL, TGT_MODEL = "src.model", "tgt.model"
+
+_SPECIALS = {
+    tokens.PAD_PIECE: tokens.PAD,
+    tokens.UNK_PIECE: tokens.UNK,
+    tokens.BOS_PIECE: tokens.BOS,
+    tokens.EOS_PIECE: tokens.EOS,
+    tokens.SEP_PIECE: tokens.SEP,
+}
+# Dropped from decoded text. UNK stays: sentencepiece writes it as " ⁇ ", and a
+# hypothesis should show that a word was unknown rather than silently lose it.
+_DROP_ON_DECODE = frozenset({tokens.PAD, tokens.BOS, tokens.EOS, tokens.SEP})
+
+
+class Vocab:
+    """Encoder/decoder for both sides; `joint` when one model serves both."""
+
+    def __init__(self, src_model: Path, tgt_model: Path | None = None) -> None:
+        self._files = [Path(src_model)] + ([Path(tgt_model)] if tgt_model is not None else [])
+        self._src = _load_checked(Path(src_model))
+        self._tgt = self._src if tgt_model is None else _load_checked(Path(tgt_model))
+
+    @classmethod
+    def from_files(cls, src_model: Path, tgt_model: Path | None = None) -> "Vocab":
+        """A joint vocab from one model file, or a separate one from two."""
+        return cls(src_model, tgt_model)
+
+    @classmethod
+    def load(cls, bpe_dir: str | Path) -> "Vocab":
+        """Find spm.model (joint) or src.model + tgt.model (separate) in `bpe_dir`."""
+        bpe_dir = Path(bpe_dir)
+        joint = bpe_dir / JOINT_MODEL
+        src, tgt = bpe_dir / SRC_MODEL, bpe_dir / TGT_MODEL
+        if joint.is_file() and (src.is_file() or tgt.is_file()):
+            raise UserError(
+                f"{bpe_dir}: holds both {JOINT_MODEL} and {SRC_MODEL}/{TGT_MODEL}, so it is unclear "
+                f"which to use; delete the stale one(s) and rerun the bpe stage"
+            )
+        if joint.is_file():
+            return cls(joint)
+        if src.is_file() and tgt.is_file():
+            return cls(src, tgt)
+        raise UserError(
+            f"{bpe_dir}: no sentencepiece model found; expected {JOINT_MODEL} (bpe.joint: true) "
+            f"or {SRC_MODEL} and {TGT_MODEL} (bpe.joint: false); run `python -m pipeline bpe` first"
+        )
+
+    @property
+    def joint(self) -> bool:
+        return len(self._files) == 1
+
+    @property
+    def src_size(self) -> int:
+        return self._src.get_piece_size()
+
+    @property
+    def tgt_size(self) -> int:
+        return self._tgt.get_piece_size()
+
+    def model_files(self) -> list[Path]:
+        """The model file(s) this vocab was loaded from, to copy beside a checkpoint."""
+        return list(self._files)
+
+    def encode_src(self, lines: Sequence[str]) -> list[list[int]]:
+        return self._src.encode(list(lines), out_type=int)
+
+    def encode_tgt(self, lines: Sequence[str]) -> list[list[int]]:
+        return self._tgt.encode(list(lines), out_type=int)
+
+    def decode_src(self, ids: Iterable[int]) -> str:
+        return _decode(self._src, ids)
+
+    def decode_tgt(self, ids: Iterable[int]) -> str:
+        """Detokenized text of target ids; PAD, BOS, EOS and SEP are dropped."""
+        return _decode(self._tgt, ids)
+
+    def src_pieces(self, ids: Iterable[int]) -> list[str]:
+        return [self._src.id_to_piece(int(i)) for i in ids]
+
+    def tgt_pieces(self, ids: Iterable[int]) -> list[str]:
+        return [self._tgt.id_to_piece(int(i)) for i in ids]
+
+
+def _decode(sp: spm.SentencePieceProcessor, ids: Iterable[int]) -> str:
+    return sp.decode([int(i) for i in ids if int(i) not in _DROP_ON_DECODE])
+
+
+def _load_checked(path: Path) -> spm.SentencePieceProcessor:
+    """Load a model and refuse one whose special tokens differ from pipeline.tokens."""
+    if not path.is_file():
+        raise UserError(f"{path}: no such sentencepiece model; run `python -m pipeline bpe` first")
+    try:
+        sp = spm.SentencePieceProcessor(model_file=str(path))
+    except (RuntimeError, OSError) as e:
+        raise UserError(f"{path}: not a readable sentencepiece model ({e}); rerun `python -m pipeline bpe`")
+    for piece, want in _SPECIALS.items():
+        got = sp.piece_to_id(piece)
+        # piece_to_id maps an absent piece to unk_id, so check the reverse too.
+        if got != want or sp.id_to_piece(want) != piece:
+            raise UserError(
+                f"{path}: special token {piece} has id {got}, but this pipeline needs {want}; "
+                f"the model was not trained by `python -m pipeline bpe`, so retrain it with that command"
+            )
+    return sp

@@ -1,0 +1,136 @@
+"""Stage binarize: ids on disk equal the encoder's, offsets, dtype, meta.json."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from pipeline import binarize as binarize_stage
+from pipeline import tokens
+from pipeline.bpe import train_bpe
+from pipeline.data import TokenArray
+from pipeline.errors import UserError
+from pipeline.params import BpeParams
+from pipeline.vocab import Vocab
+
+SPLITS, SIDES = ("train", "val", "test"), ("src", "tgt")
+DE = "der die das ein hund katze mann läuft springt über straße weiß".split()
+EN = "the a dog cat man runs jumps over street white".split()
+
+
+def write_clean(clean: Path) -> None:
+    """Synthetic splits; val holds an empty line and a character unseen in train (-> UNK)."""
+    rng = random.Random(2)
+    clean.mkdir(parents=True)
+    for split, n in (("train", 250), ("val", 23), ("test", 17)):
+        src = [" ".join(rng.choices(DE, k=rng.randint(1, 15))) for _ in range(n)]
+        tgt = [" ".join(rng.choices(EN, k=rng.randint(1, 15))) for _ in range(n)]
+        if split == "val":
+            src[3], tgt[5] = "", "Ω dog"
+        (clean / f"{split}.src").write_text("".join(s + "\n" for s in src), encoding="utf-8")
+        (clean / f"{split}.tgt").write_text("".join(t + "\n" for t in tgt), encoding="utf-8")
+
+
+def read_lines(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8").split("\n")[:-1]
+
+
+@pytest.fixture(scope="module", params=[True, False], ids=["joint", "separate"])
+def corpus(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("binarize")
+    write_clean(root / "clean")
+    params = BpeParams(joint=request.param, vocab_size=70, character_coverage=1.0, byte_fallback=False)
+    train_bpe(params, root / "clean", root / "bpe")
+    return root
+
+
+def run_command(root: Path, out: str = "bin") -> Path:
+    result = CliRunner().invoke(
+        binarize_stage.command,
+        ["--clean", str(root / "clean"), "--bpe", str(root / "bpe"), "--out", str(root / out)],
+    )
+    assert result.exit_code == 0, result.output
+    return root / out
+
+
+def test_ids_on_disk_equal_the_encoders_output(corpus: Path) -> None:
+    out = run_command(corpus)
+    vocab = Vocab.load(corpus / "bpe")
+    encoders = {"src": vocab.encode_src, "tgt": vocab.encode_tgt}
+    for split in SPLITS:
+        for side in SIDES:
+            expected = encoders[side](read_lines(corpus / "clean" / f"{split}.{side}"))
+            offsets = np.fromfile(out / f"{split}.{side}.idx", dtype="<i8")
+            flat = np.fromfile(out / f"{split}.{side}.bin", dtype="<u2")
+            assert len(offsets) == len(expected) + 1 and offsets[0] == 0
+            assert np.all(np.diff(offsets) >= 0) and offsets[-1] == len(flat)
+            assert [flat[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:])] == expected
+            array = TokenArray(out / f"{split}.{side}")
+            assert [array[i].tolist() for i in range(len(array))] == expected
+
+
+def test_meta_json_counts(corpus: Path) -> None:
+    out = run_command(corpus)
+    meta = json.loads((out / "meta.json").read_text(encoding="utf-8"))
+    vocab = Vocab.load(corpus / "bpe")
+    assert meta["dtype"] == "uint16" and meta["joint"] == vocab.joint
+    assert (meta["src_vocab_size"], meta["tgt_vocab_size"]) == (vocab.src_size, vocab.tgt_size)
+    hashes = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in vocab.model_files()}
+    assert meta["bpe_models"] == hashes
+    encoders = {"src": vocab.encode_src, "tgt": vocab.encode_tgt}
+    for split in SPLITS:
+        stats = meta["splits"][split]
+        for side in SIDES:
+            ids = encoders[side](read_lines(corpus / "clean" / f"{split}.{side}"))
+            assert stats["sentences"] == len(ids)
+            assert stats[f"{side}_tokens"] == sum(map(len, ids))
+            assert stats[f"{side}_max_len"] == max(map(len, ids))
+            assert stats[f"{side}_unk"] == sum(seq.count(tokens.UNK) for seq in ids)
+    assert meta["splits"]["val"]["tgt_unk"] >= 1 and meta["splits"]["train"]["tgt_unk"] == 0
+    assert TokenArray(out / "val.src").lengths[3] == 0  # an empty line stays a (zero-length) sentence
+
+
+def test_output_is_the_same_whatever_the_chunk_size(corpus: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    whole = run_command(corpus, "whole")
+    monkeypatch.setattr(binarize_stage, "CHUNK_LINES", 7)
+    chunked = run_command(corpus, "chunked")
+    for path in sorted(whole.iterdir()):
+        assert path.read_bytes() == (chunked / path.name).read_bytes(), path.name
+
+
+def test_dtype_choice() -> None:
+    assert binarize_stage.token_dtype(100) == np.uint16
+    assert binarize_stage.token_dtype(2**16) == np.uint16  # ids 0..65535 fit
+    assert binarize_stage.token_dtype(2**16 + 1) == np.int32
+
+
+def test_int32_output_reads_back(corpus: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(binarize_stage, "token_dtype", lambda size: np.dtype("<i4"))
+    meta = binarize_stage.binarize(corpus / "clean", corpus / "bpe", corpus / "bin32")
+    assert meta["dtype"] == "int32"
+    array = TokenArray(corpus / "bin32/train.src")
+    assert array.tokens.dtype == np.int32
+    (expected,) = Vocab.load(corpus / "bpe").encode_src(read_lines(corpus / "clean/train.src")[:1])
+    assert array[0].tolist() == expected
+
+
+def test_misaligned_sides_are_refused_and_nothing_is_written(corpus: Path, tmp_path: Path) -> None:
+    clean = tmp_path / "clean"
+    clean.mkdir()
+    for split in SPLITS:
+        for side in SIDES:
+            lines = read_lines(corpus / "clean" / f"{split}.{side}")
+            lines = lines[:-1] if (split, side) == ("test", "tgt") else lines
+            (clean / f"{split}.{side}").write_text("".join(s + "\n" for s in lines), encoding="utf-8")
+    with pytest.raises(UserError, match="test.src has 17 lines but test.tgt has 16"):
+        binarize_stage.binarize(clean, corpus / "bpe", tmp_path / "bin")
+    assert not (tmp_path / "bin").exists()
+    (clean / "val.src").unlink()
+    with pytest.raises(UserError, match="val.src: missing"):
+        binarize_stage.binarize(clean, corpus / "bpe", tmp_path / "bin")

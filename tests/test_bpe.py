@@ -1,0 +1,156 @@
+"""Stage bpe: special ids, training split only, joint/separate, determinism, errors."""
+
+from __future__ import annotations
+
+import gzip
+import random
+from pathlib import Path
+
+import pytest
+import sentencepiece as spm
+import yaml
+from click.testing import CliRunner
+
+from pipeline import bpe as bpe_stage
+from pipeline import tokens
+from pipeline.errors import UserError
+from pipeline.params import BpeParams
+
+REPO = Path(__file__).resolve().parents[1]
+MULTI30K = REPO.parent / "shared/corpora/raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw"
+
+DE = "der die das ein eine hund katze mann frau kind läuft springt über straße groß weiß".split()
+EN = "the a an dog cat man woman child runs jumps over street big white".split()
+
+
+def write_corpus(clean: Path, n_train: int = 400, seed: int = 0) -> None:
+    """A synthetic clean/ dir; 'ß' is German-only, 'Ω' appears only outside train."""
+    rng = random.Random(seed)
+    clean.mkdir(parents=True, exist_ok=True)
+    for split, n in (("train", n_train), ("val", 30), ("test", 30)):
+        src = [" ".join(rng.choices(DE, k=rng.randint(2, 12))) for _ in range(n)]
+        tgt = [" ".join(rng.choices(EN, k=rng.randint(2, 12))) for _ in range(n)]
+        if split != "train":
+            src[0], tgt[0] = "Ω " + src[0], "Ω " + tgt[0]
+        (clean / f"{split}.src").write_text("".join(s + "\n" for s in src), encoding="utf-8")
+        (clean / f"{split}.tgt").write_text("".join(t + "\n" for t in tgt), encoding="utf-8")
+
+
+def bpe_params(joint: bool = True, vocab_size: int = 100) -> BpeParams:
+    return BpeParams(joint=joint, vocab_size=vocab_size, character_coverage=1.0, byte_fallback=False)
+
+
+def write_params(path: Path, **bpe: object) -> Path:
+    raw = yaml.safe_load((REPO / "params.yaml").read_text(encoding="utf-8"))
+    raw["bpe"].update(bpe)
+    path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    return path
+
+
+def processor(path: Path) -> spm.SentencePieceProcessor:
+    return spm.SentencePieceProcessor(model_file=str(path))
+
+
+def test_command_trains_joint_model_with_exact_special_ids(tmp_path: Path) -> None:
+    write_corpus(tmp_path / "clean")
+    params = write_params(tmp_path / "params.yaml", vocab_size=100, joint=True)
+    result = CliRunner().invoke(
+        bpe_stage.command,
+        ["--params", str(params), "--clean", str(tmp_path / "clean"), "--out", str(tmp_path / "bpe")],
+    )
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in (tmp_path / "bpe").iterdir()) == ["spm.model", "spm.vocab"]
+    sp = processor(tmp_path / "bpe/spm.model")
+    assert sp.get_piece_size() == 100
+    assert [sp.id_to_piece(i) for i in range(tokens.N_SPECIAL)] == [
+        tokens.PAD_PIECE, tokens.UNK_PIECE, tokens.BOS_PIECE, tokens.EOS_PIECE, tokens.SEP_PIECE
+    ]
+    assert (sp.pad_id(), sp.unk_id(), sp.bos_id(), sp.eos_id()) == (
+        tokens.PAD, tokens.UNK, tokens.BOS, tokens.EOS
+    )
+    assert tokens.SEP in sp.encode("hund <sep> dog")  # user-defined: matched in text, never split
+    vocab_rows = (tmp_path / "bpe/spm.vocab").read_text(encoding="utf-8").splitlines()
+    assert [row.split("\t")[0] for row in vocab_rows] == [sp.id_to_piece(i) for i in range(100)]
+
+
+def test_trains_on_the_training_split_only(tmp_path: Path) -> None:
+    write_corpus(tmp_path / "clean")
+    bpe_stage.train_bpe(bpe_params(), tmp_path / "clean", tmp_path / "bpe")
+    sp = processor(tmp_path / "bpe/spm.model")
+    # character_coverage 1.0 keeps every training character, so only a non-train one is unknown.
+    assert tokens.UNK not in sp.encode("straße über weiß the dog")
+    assert tokens.UNK in sp.encode("Ω")
+
+
+def test_separate_models_each_learn_their_own_side(tmp_path: Path) -> None:
+    write_corpus(tmp_path / "clean")
+    vocab = bpe_stage.train_bpe(bpe_params(joint=False, vocab_size=60), tmp_path / "clean", tmp_path / "bpe")
+    names = sorted(p.name for p in (tmp_path / "bpe").iterdir())
+    assert names == ["src.model", "src.vocab", "tgt.model", "tgt.vocab"]
+    assert not vocab.joint and vocab.src_size == vocab.tgt_size == 60
+    src, tgt = processor(tmp_path / "bpe/src.model"), processor(tmp_path / "bpe/tgt.model")
+    assert tokens.UNK not in src.encode("straße") and tokens.UNK in tgt.encode("straße")
+    for sp in (src, tgt):
+        assert sp.piece_to_id(tokens.SEP_PIECE) == tokens.SEP and sp.pad_id() == tokens.PAD
+
+
+@pytest.mark.parametrize("joint", [True, False])
+def test_same_input_gives_byte_identical_models(tmp_path: Path, joint: bool) -> None:
+    write_corpus(tmp_path / "clean")
+    bpe_stage.train_bpe(bpe_params(joint), tmp_path / "clean", tmp_path / "a")
+    bpe_stage.train_bpe(bpe_params(joint), tmp_path / "clean", tmp_path / "b")
+    names = sorted(p.name for p in (tmp_path / "a").iterdir())
+    assert names == sorted(p.name for p in (tmp_path / "b").iterdir())
+    for name in names:
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
+
+
+def test_rerun_replaces_the_output_dir(tmp_path: Path) -> None:
+    write_corpus(tmp_path / "clean")
+    bpe_stage.train_bpe(bpe_params(joint=False), tmp_path / "clean", tmp_path / "bpe")
+    vocab = bpe_stage.train_bpe(bpe_params(joint=True), tmp_path / "clean", tmp_path / "bpe")
+    assert vocab.joint
+    assert sorted(p.name for p in (tmp_path / "bpe").iterdir()) == ["spm.model", "spm.vocab"]
+
+
+def test_vocab_too_large_names_the_key_and_a_size_that_fits(tmp_path: Path) -> None:
+    write_corpus(tmp_path / "clean")
+    params = write_params(tmp_path / "params.yaml", vocab_size=5000)
+    result = CliRunner().invoke(
+        bpe_stage.command,
+        ["--params", str(params), "--clean", str(tmp_path / "clean"), "--out", str(tmp_path / "bpe")],
+    )
+    assert result.exit_code == 1
+    assert "bpe.vocab_size=5000" in result.output and "Traceback" not in result.output
+    fits = int(result.output.split("set bpe.vocab_size to ")[1].split()[0])
+    assert not (tmp_path / "bpe").exists()  # nothing half-written
+    bpe_stage.train_bpe(bpe_params(vocab_size=fits), tmp_path / "clean", tmp_path / "bpe")  # the hint works
+    with pytest.raises(UserError, match="bpe.vocab_size"):
+        bpe_stage.train_bpe(bpe_params(vocab_size=fits + 1), tmp_path / "clean", tmp_path / "bpe2")
+
+
+def test_missing_or_empty_training_text_is_a_user_error(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="train.src: missing"):
+        bpe_stage.train_bpe(bpe_params(), tmp_path / "clean", tmp_path / "bpe")
+    (tmp_path / "clean").mkdir()
+    (tmp_path / "clean/train.src").write_text("", encoding="utf-8")
+    (tmp_path / "clean/train.tgt").write_text("", encoding="utf-8")
+    with pytest.raises(UserError, match="no training sentences"):
+        bpe_stage.train_bpe(bpe_params(), tmp_path / "clean", tmp_path / "bpe")
+
+
+def test_real_multi30k_default_vocab_covers_val(tmp_path: Path) -> None:
+    """The default bpe params on the real Multi30k train (about 1 s); no UNK on val."""
+    if not MULTI30K.is_dir():
+        pytest.skip(f"corpus mirror not found at {MULTI30K}")
+    clean = tmp_path / "clean"
+    clean.mkdir()
+    for split in ("train", "val"):
+        for side, lang in (("src", "de"), ("tgt", "en")):
+            text = gzip.open(MULTI30K / f"{split}.{lang}.gz", "rt", encoding="utf-8").read()
+            (clean / f"{split}.{side}").write_text(text, encoding="utf-8")
+    defaults = yaml.safe_load((REPO / "params.yaml").read_text(encoding="utf-8"))["bpe"]
+    vocab = bpe_stage.train_bpe(BpeParams(**defaults), clean, tmp_path / "bpe")
+    assert vocab.src_size == defaults["vocab_size"]
+    val = (clean / "val.src").read_text(encoding="utf-8").splitlines()
+    assert all(tokens.UNK not in ids for ids in vocab.encode_src(val))

@@ -1,0 +1,227 @@
+"""Tests of the clean stage: the normalization rules, the training filters, untouched eval splits."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import unicodedata
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipeline import clean, files, params
+from pipeline.errors import UserError
+
+REPO = Path(__file__).resolve().parents[1]
+BASE = params.load(REPO / "params.yaml")
+CLEAN = dataclasses.replace(BASE.clean, max_words=5, max_ratio=3.0, dedupe=True)
+EVAL = {"val": (["v"], ["v"]), "test": (["t"], ["t"])}
+
+
+def write_raw(raw: Path, splits: dict[str, tuple[list[str], list[str]]]) -> Path:
+    for split, (src, tgt) in splits.items():
+        files.write_lines(raw / f"{split}.src", src)
+        files.write_lines(raw / f"{split}.tgt", tgt)
+    return raw
+
+
+# --- normalize ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "line, expected",
+    [
+        ("Cafe\u0301", "Café"),  # NFC composes
+        ("\u212b", "\u00c5"),  # ANGSTROM SIGN is canonically Å
+        ("ﬁ ①", "ﬁ ①"),  # but compatibility characters stay (NFC, not NFKC)
+        ("a\tb", "a b"),  # whitespace controls separate words
+        ("a\x0bb\x0cc\rd\x1ce\x85f", "a b c d e f"),
+        ("a\x00b\x07c\x1bd\x7fe\x9bf", "abcdef"),  # other controls are deleted
+        ("\ufeffa\u200bb\u00adc\u200ed\u2066e\u2069", "abcde"),  # BOM, ZWSP, soft hyphen, bidi marks
+        ("\u0645\u06cc\u200c\u0634\u0648\u062f", "\u0645\u06cc\u200c\u0634\u0648\u062f"),  # ZWNJ is spelling
+        ("👩\u200d💻", "👩\u200d💻"),  # ZWJ joins an emoji sequence
+        ("e\u200b\u0301", "\u00e9"),  # deleting first lets NFC compose across a deleted character
+        ("  a \u00a0\u3000 b\u2028c  ", "a b c"),  # Unicode whitespace collapses; ends are stripped
+        ("\t \u200b ", ""),
+    ],
+)
+def test_normalize_rules(line, expected):
+    assert clean.normalize(line) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.characters(codec="utf-8"), max_size=40))
+def test_normalize_output_is_clean_and_stable(line):
+    out = clean.normalize(line)
+    assert clean.normalize(out) == out
+    assert unicodedata.is_normalized("NFC", out)
+    assert out == out.strip() and "  " not in out
+    assert not any(c.isspace() and c != " " for c in out)
+    assert not any(unicodedata.category(c) == "Cc" for c in out)
+    assert not any(unicodedata.category(c) == "Cf" for c in out if c not in "\u200c\u200d")
+
+
+# --- clean_pairs -------------------------------------------------------------------
+
+
+def test_each_drop_reason_is_counted_by_the_first_rule_that_applies():
+    pairs = [
+        ("ein Hund", "a dog"),  # kept
+        ("", "a dog"),  # empty
+        ("\u200b ", "x"),  # empty once normalized
+        ("ein sehr sehr sehr langer Satz", "a long one"),  # too_long: 6 words > 5
+        ("", "one two three four five six"),  # empty comes before too_long
+        ("ja", "yes indeed"),  # ratio: 10 / 2 > 3
+        ("a", "abcd"),  # ratio: 4 / 1
+        ("ab", "abcdef"),  # ratio exactly 3: kept
+        ("ein  Hund", "a dog"),  # duplicate once normalized
+        ("ein Hund", "the dog"),  # not a duplicate: tgt differs
+    ]
+    src, tgt = zip(*pairs)
+    out_src, out_tgt, stats = clean.clean_pairs(src, tgt, CLEAN, train=True)
+    assert list(zip(out_src, out_tgt)) == [("ein Hund", "a dog"), ("ab", "abcdef"), ("ein Hund", "the dog")]
+    assert stats.dropped == {"empty": 3, "too_long": 1, "ratio": 2, "duplicate": 1}
+    assert (stats.lines_in, stats.lines_out) == (10, 3)
+
+
+def test_empty_side_does_not_divide_by_zero_in_the_ratio():
+    assert clean.drop_reason("abc", "", CLEAN) == "empty"
+    assert clean.drop_reason("ab", "a", dataclasses.replace(CLEAN, max_ratio=2.0)) is None
+
+
+def test_dedupe_keeps_the_first_and_can_be_turned_off():
+    src = ["b", "a", "a", "b", "a"]
+    tgt = ["B", "A", "A", "B", "other"]
+    loose = dataclasses.replace(CLEAN, max_ratio=10.0)
+    out_src, out_tgt, stats = clean.clean_pairs(src, tgt, loose, train=True)
+    assert list(zip(out_src, out_tgt)) == [("b", "B"), ("a", "A"), ("a", "other")]
+    assert stats.dropped["duplicate"] == 2
+    kept, _, stats = clean.clean_pairs(src, tgt, dataclasses.replace(loose, dedupe=False), train=True)
+    assert kept == src and stats.dropped["duplicate"] == 0
+
+
+def test_a_pair_dropped_for_another_reason_is_not_remembered_as_seen():
+    src, tgt, stats = clean.clean_pairs(["a", "a"], ["abcdefgh", "abcdefgh"], CLEAN, train=True)
+    assert src == [] and stats.dropped == {"empty": 0, "too_long": 0, "ratio": 2, "duplicate": 0}
+
+
+def test_eval_splits_are_normalized_but_never_filtered():
+    src = ["  x\ty ", "", "a", "a", "one two three four five six seven"]
+    tgt = ["X", "", "abcdefghij", "abcdefghij", "1"]
+    out_src, out_tgt, stats = clean.clean_pairs(src, tgt, CLEAN, train=False)
+    assert out_src == ["x y", "", "a", "a", "one two three four five six seven"]
+    assert out_tgt == tgt
+    assert stats.lines_out == 5 and sum(stats.dropped.values()) == 0
+    assert stats.normalized["src"] == clean.SideStats(control_chars=1, nfc=0, whitespace=1)
+
+
+def test_normalization_changes_are_counted_per_side_and_step():
+    src = ["a\tb", "e\u0301", "a  b", "ok", "\u200bx  y\u0301"]
+    _, _, stats = clean.clean_pairs(src, ["t"] * 5, CLEAN, train=False)
+    assert stats.normalized["src"] == clean.SideStats(control_chars=2, nfc=2, whitespace=2)
+    assert stats.normalized["tgt"] == clean.SideStats()
+
+
+def test_a_one_megabyte_line_is_dropped_from_train_and_kept_in_test(tmp_path):
+    huge = "wort " * 200_000  # 1 MB, 200,000 words
+    raw = write_raw(
+        tmp_path / "raw",
+        {
+            "train": (["kurz", huge], ["short", "long"]),
+            "val": (["v"], ["v"]),
+            "test": ([huge, "kurz"], ["long", "short"]),
+        },
+    )
+    stats = clean.clean(CLEAN, raw, tmp_path / "clean")
+    assert stats["train"]["dropped"]["too_long"] == 1
+    assert files.read_lines(tmp_path / "clean" / "train.src") == ["kurz"]
+    test_src = files.read_lines(tmp_path / "clean" / "test.src")
+    assert len(test_src) == 2 and test_src[0] == huge.strip()
+
+
+# --- the stage -------------------------------------------------------------------
+
+
+def test_clean_writes_every_split_and_its_stats(tmp_path):
+    raw = write_raw(
+        tmp_path / "raw",
+        {
+            "train": (["Ein  Hund", "", "Ein Hund", "Zwei Katzen"], ["A dog", "x", "A dog", "Two cats"]),
+            "val": (["", "Cafe\u0301"], ["", "caf\u00e9"]),
+            "test": (["a\tb", "", "c"], ["A", "B", ""]),
+        },
+    )
+    out = tmp_path / "clean"
+    stats = clean.clean(CLEAN, raw, out)
+
+    assert files.read_lines(out / "train.src") == ["Ein Hund", "Zwei Katzen"]
+    assert files.read_lines(out / "train.tgt") == ["A dog", "Two cats"]
+    assert files.read_lines(out / "val.src") == ["", "Café"]  # the empty line stays
+    assert files.read_lines(out / "test.src") == ["a b", "", "c"]
+    assert files.read_lines(out / "test.tgt") == ["A", "B", ""]
+
+    assert json.loads((out / "stats.json").read_text(encoding="utf-8")) == stats
+    assert stats["train"] == {
+        "lines_in": 4,
+        "lines_out": 2,
+        "dropped": {"empty": 1, "too_long": 0, "ratio": 0, "duplicate": 1},
+        "normalized": {
+            "src": {"control_chars": 0, "nfc": 0, "whitespace": 1},
+            "tgt": {"control_chars": 0, "nfc": 0, "whitespace": 0},
+        },
+    }
+    assert stats["val"]["lines_in"] == stats["val"]["lines_out"] == 2
+    assert stats["val"]["normalized"]["src"]["nfc"] == 1
+    assert stats["test"]["lines_out"] == 3 and stats["test"]["normalized"]["src"]["control_chars"] == 1
+    assert stats["unicode_version"] == unicodedata.unidata_version
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["clean", "raw"]  # no temporaries left
+
+
+def test_nothing_left_of_train_is_an_error_and_writes_nothing(tmp_path):
+    raw = write_raw(tmp_path / "raw", {"train": (["", "a"], ["x", "abcdefgh"]), **EVAL})
+    counts = r"\(empty 1, too_long 0, ratio 1, duplicate 0\)"
+    with pytest.raises(UserError, match=rf"dropped all 2 training pairs {counts}"):
+        clean.clean(CLEAN, raw, tmp_path / "clean")
+    assert not (tmp_path / "clean").exists()
+
+
+def test_missing_or_misaligned_raw_files_are_user_errors(tmp_path):
+    raw = write_raw(tmp_path / "raw", {"train": (["a"], ["b"]), "val": (["v"], ["v"])})
+    with pytest.raises(UserError, match="test.src: no such file; run the download stage"):
+        clean.clean(CLEAN, raw, tmp_path / "clean")
+    write_raw(raw, {"test": (["a", "b"], ["c"])})
+    with pytest.raises(UserError, match="test.src has 2 lines but .*test.tgt has 1"):
+        clean.clean(CLEAN, raw, tmp_path / "clean")
+
+
+def test_command(tmp_path):
+    raw = write_raw(tmp_path / "raw", {"train": (["a b", "a b"], ["c d", "c d"]), **EVAL})
+    params_file = tmp_path / "params.yaml"
+    params_file.write_text(yaml.safe_dump(dataclasses.replace(BASE, clean=CLEAN).to_dict()), encoding="utf-8")
+    args = ["--params", str(params_file), "--raw", str(raw), "--out", str(tmp_path / "clean")]
+    result = CliRunner().invoke(clean.command, args)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == f"wrote {tmp_path / 'clean'}: train 1 of 2 pairs kept"
+
+    args = ["--params", str(params_file), "--raw", str(tmp_path / "none"), "--out", str(tmp_path / "out")]
+    result = CliRunner().invoke(clean.command, args)
+    assert result.exit_code == 1
+    missing = tmp_path / "none" / "train.src"
+    assert result.stderr.strip() == f"Error: {missing}: no such file; run the download stage first"
+
+
+def test_real_sized_corpus_is_fast(tmp_path):
+    """29,000 pairs, as Multi30k's train, clean in well under the couple of seconds allowed."""
+    import time
+
+    src = [f"Ein  Mann\tin einem roten Hemd fährt Fahrrad Nummer {i} ." for i in range(29_000)]
+    tgt = [f"A man in a red shirt rides bicycle number {i} ." for i in range(29_000)]
+    clean._control_table()  # built once per process; not what this measures
+    start = time.perf_counter()
+    out_src, _, stats = clean.clean_pairs(src, tgt, BASE.clean, train=True)
+    assert time.perf_counter() - start < 2.0
+    assert len(out_src) == 29_000 and stats.normalized["src"].control_chars == 29_000

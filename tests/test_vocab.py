@@ -1,0 +1,117 @@
+"""Vocab: finding the model(s), special-id check, encode/decode, pieces."""
+
+from __future__ import annotations
+
+import io
+import pickle
+import random
+from pathlib import Path
+
+import pytest
+import sentencepiece as spm
+
+from pipeline import tokens
+from pipeline.bpe import train_bpe
+from pipeline.errors import UserError
+from pipeline.params import BpeParams
+from pipeline.vocab import Vocab
+
+WORDS = "der die das hund katze läuft über straße the dog cat runs over street".split()
+
+
+def write_clean(clean: Path) -> list[str]:
+    rng = random.Random(1)
+    lines = [" ".join(rng.choices(WORDS, k=rng.randint(2, 10))) for _ in range(300)]
+    clean.mkdir()
+    for side in ("src", "tgt"):
+        (clean / f"train.{side}").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return lines
+
+
+@pytest.fixture(scope="module")
+def bpe_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("vocab")
+    write_clean(root / "clean")
+    dirs = {}
+    for joint in (True, False):
+        params = BpeParams(joint=joint, vocab_size=80, character_coverage=1.0, byte_fallback=False)
+        dirs["joint" if joint else "separate"] = root / ("joint" if joint else "separate")
+        train_bpe(params, root / "clean", dirs["joint" if joint else "separate"])
+    return dirs
+
+
+def test_load_joint_and_separate(bpe_dirs: dict[str, Path]) -> None:
+    joint = Vocab.load(bpe_dirs["joint"])
+    assert joint.joint and joint.src_size == joint.tgt_size == 80
+    assert joint.model_files() == [bpe_dirs["joint"] / "spm.model"]
+    separate = Vocab.load(bpe_dirs["separate"])
+    assert not separate.joint
+    assert separate.model_files() == [bpe_dirs["separate"] / "src.model", bpe_dirs["separate"] / "tgt.model"]
+    assert Vocab.from_files(*separate.model_files()).model_files() == separate.model_files()
+
+
+def test_load_without_models_names_dir_and_expected_files(tmp_path: Path) -> None:
+    with pytest.raises(UserError) as e:
+        Vocab.load(tmp_path)
+    assert str(tmp_path) in e.value.message
+    assert all(name in e.value.message for name in ("spm.model", "src.model", "tgt.model"))
+    (tmp_path / "src.model").write_bytes(b"")  # one side alone is not enough
+    with pytest.raises(UserError, match="no sentencepiece model"):
+        Vocab.load(tmp_path)
+
+
+def test_load_refuses_joint_and_separate_models_together(bpe_dirs: dict[str, Path], tmp_path: Path) -> None:
+    for name in ("spm.model", "src.model", "tgt.model"):
+        source = bpe_dirs["joint"] / "spm.model"
+        (tmp_path / name).write_bytes(source.read_bytes())
+    with pytest.raises(UserError, match="both"):
+        Vocab.load(tmp_path)
+
+
+def test_foreign_model_with_other_special_ids_is_refused(tmp_path: Path) -> None:
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(  # sentencepiece's defaults: unk=0, bos=1, eos=2, no pad
+        sentence_iterator=iter(WORDS * 20), model_writer=model, model_type="bpe", vocab_size=40, minloglevel=2
+    )
+    (tmp_path / "spm.model").write_bytes(model.getvalue())
+    with pytest.raises(UserError, match="<pad>.*retrain"):
+        Vocab.load(tmp_path)
+    (tmp_path / "spm.model").write_bytes(b"not a model")
+    with pytest.raises(UserError, match="not a readable sentencepiece model"):
+        Vocab.load(tmp_path)
+
+
+@pytest.mark.parametrize("kind", ["joint", "separate"])
+def test_encode_decode_round_trip_gives_normalized_text(bpe_dirs: dict[str, Path], kind: str) -> None:
+    vocab = Vocab.load(bpe_dirs[kind])
+    lines = ["der hund läuft über die straße", "  the  cat runs   over ", "katze"]
+    normalized = [" ".join(line.split()) for line in lines]  # sentencepiece folds runs of spaces
+    src_ids, tgt_ids = vocab.encode_src(lines), vocab.encode_tgt(lines)
+    assert [vocab.decode_src(ids) for ids in src_ids] == normalized
+    assert [vocab.decode_tgt(ids) for ids in tgt_ids] == normalized
+    for ids in src_ids + tgt_ids:
+        assert ids and all(tokens.N_SPECIAL <= i < vocab.src_size for i in ids)  # never BOS/EOS/PAD
+
+
+def test_decode_drops_special_ids_but_shows_unknowns(bpe_dirs: dict[str, Path]) -> None:
+    vocab = Vocab.load(bpe_dirs["joint"])
+    (ids,) = vocab.encode_tgt(["the dog runs"])
+    framed = [tokens.BOS, *ids[:1], tokens.SEP, *ids[1:], tokens.EOS, tokens.PAD, tokens.PAD]
+    assert vocab.decode_tgt(framed) == "the dog runs"
+    assert "⁇" in vocab.decode_tgt([*ids, tokens.UNK])
+
+
+def test_pieces_spell_the_sentence(bpe_dirs: dict[str, Path]) -> None:
+    vocab = Vocab.load(bpe_dirs["separate"])
+    (ids,) = vocab.encode_src(["die katze läuft"])
+    pieces = vocab.src_pieces(ids)
+    assert len(pieces) == len(ids)
+    assert "".join(pieces).replace("▁", " ").strip() == "die katze läuft"
+    assert vocab.tgt_pieces([tokens.PAD, tokens.EOS]) == [tokens.PAD_PIECE, tokens.EOS_PIECE]
+
+
+def test_vocab_pickles(bpe_dirs: dict[str, Path]) -> None:
+    vocab = Vocab.load(bpe_dirs["separate"])
+    copy = pickle.loads(pickle.dumps(vocab))
+    assert copy.encode_tgt(["the dog"]) == vocab.encode_tgt(["the dog"])
+    assert copy.model_files() == vocab.model_files() and not copy.joint
