@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -40,12 +41,13 @@ def load(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str
     path = Path(path)
     if not path.is_file():
         raise UserError(f"{path}: no such checkpoint; train a model first (dvc repro train)")
+    if not zipfile.is_zipfile(path):  # torch.save writes a zip; anything else is damaged or foreign
+        raise UserError(f"{path}: truncated or corrupt checkpoint (not a torch zip archive); retrain or restore it")
     try:
         obj = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise UserError(
-            f"{path}: refused, it holds more than tensors and plain values ({first[:160]}); "
+            f"{path}: refused, it holds more than tensors and plain values ({_refusal_reason(e)}); "
             "only load checkpoints you trust, and re-save them as plain state dicts"
         )
     except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as e:
@@ -53,6 +55,14 @@ def load(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str
     if not isinstance(obj, dict):
         raise UserError(f"{path}: not a checkpoint of this pipeline (a {type(obj).__name__}, not a dict)")
     return obj
+
+
+def _refusal_reason(e: pickle.UnpicklingError) -> str:
+    """The line of torch's weights_only message that names what was refused, without terminal codes."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(e))
+    found = re.search(r"WeightsUnpickler error: ([^\n]+)", text)
+    reason = found.group(1) if found else (text.strip().splitlines() or [type(e).__name__])[0]
+    return reason.split(" was not an allowed global")[0].strip()[:160]
 
 
 def model_payload(model: Seq2SeqBase, params: P.Params, src_vocab: int, tgt_vocab: int, step: int) -> dict:

@@ -52,7 +52,7 @@ class SinusoidalPositions(nn.Module):
         """positions (...) int -> (..., D)."""
         needed = int(positions.max()) + 1 if positions.numel() else 0
         if needed > self.table.size(0):
-            self.table = self._table(needed).to(self.table.device)
+            self.table = self._table(needed).to(self.table)  # keeps device and dtype
         return self.table[positions]
 
 
