@@ -1,0 +1,465 @@
+"""Report stage: one Markdown page with scores, training, data, params, curves and samples.
+
+The page is rebuilt from scratch from the other stages' outputs each time;
+`render_report` is a pure function of `ReportInputs`, the figures are drawn
+by `plot_learning_curves` and `plot_bleu_by_length`. Tables are made here
+(pandas' `to_markdown` needs tabulate, which the project does not depend on).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import click
+import matplotlib
+import pandas as pd
+
+from pipeline import files
+from pipeline import params as P
+from pipeline.errors import UserError
+from pipeline.score import bleu_by_length, sentence_chrf
+from pipeline.stage import load_params, params_option
+from pipeline.tracking import RUN_FILE, Tracker
+
+matplotlib.use("Agg")  # files only: no display on servers and in DVC runs
+import matplotlib.pyplot as plt  # noqa: E402 - after choosing the backend
+
+LENGTH_BUCKETS = (10, 20, 30, 40)  # source words; fixed so reports of different runs compare
+N_SAMPLES = 3
+MIN_SAMPLE_WORDS = 4  # chrF of very short sentences says little; keep them out of best/worst
+CURVES_PNG = "learning_curves.png"
+LENGTH_PNG = "bleu_by_length.png"
+DPI = 110
+SCORE_NAMES = {"bleu": "BLEU", "chrf": "chrF", "ter": "TER"}
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One test sentence shown in the report; `line` counts from 1."""
+
+    line: int
+    chrf: float
+    src: str
+    ref: str
+    hyp: str
+
+
+@dataclass(frozen=True)
+class ReportInputs:
+    """Everything the page shows, already read and computed."""
+
+    params: dict[str, Any]
+    metrics: dict[str, Any]
+    summary: Optional[dict[str, Any]] = None
+    clean_stats: Optional[dict[str, Any]] = None
+    length_rows: list[dict[str, Any]] = field(default_factory=list)
+    samples: dict[str, list[Sample]] = field(default_factory=dict)  # best, worst, first
+    figures: dict[str, str] = field(default_factory=dict)  # curves, length -> link relative to the page
+    run_id: Optional[str] = None
+
+
+# --- Markdown ------------------------------------------------------------------
+
+_MARKDOWN_SPECIAL = "\\`*|<>"  # not "_": GitHub ignores it inside words, where it is common
+
+
+def escape_cell(value: Any) -> str:
+    """Text safe inside a Markdown table cell: one line, Markdown characters escaped."""
+    text = " ".join(str(value).split())
+    return "".join("\\" + c if c in _MARKDOWN_SPECIAL else c for c in text)
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]], align: str = "") -> str:
+    """A GitHub Markdown table; `align` has one letter per column (l or r), default left."""
+    align = align.ljust(len(header), "l")
+    rule = ["---:" if a == "r" else "---" for a in align]
+    lines = [_row(header), _row(rule, escape=False)]
+    lines += [_row(r) for r in rows]
+    return "\n".join(lines)
+
+
+def frame_table(frame: pd.DataFrame, align: str = "") -> str:
+    """A DataFrame as a Markdown table (columns as header, index dropped)."""
+    rows = [[_fmt(v) for v in row] for row in frame.itertuples(index=False)]
+    return markdown_table([str(c) for c in frame.columns], rows, align)
+
+
+def _row(cells: Sequence[Any], escape: bool = True) -> str:
+    return "| " + " | ".join(escape_cell(c) if escape else str(c) for c in cells) + " |"
+
+
+def _fmt(value: Any, digits: int = 2) -> str:
+    """Numbers for tables: floats with `digits` decimals, ints with thousands separators."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(str(v) for v in value)
+    return str(value)
+
+
+# --- sections -----------------------------------------------------------------------
+
+
+def render_report(inputs: ReportInputs) -> str:
+    """The whole report page as Markdown."""
+    sections = [
+        _title(inputs),
+        _scores(inputs.metrics),
+        _training(inputs.summary, inputs.figures.get("curves")),
+        _lengths(inputs.length_rows, inputs.figures.get("length")),
+        _samples(inputs.samples),
+        _cleaning(inputs.clean_stats),
+        _params(inputs.params),
+    ]
+    return "\n\n".join(s.strip() for s in sections) + "\n"
+
+
+def _title(inputs: ReportInputs) -> str:
+    data = inputs.params.get("data", {})
+    pair = f"{data.get('src_lang', '?')}→{data.get('tgt_lang', '?')}"
+    corpus = data.get("corpus", "?")
+    if corpus == "multi30k" and data.get("multi30k_test"):
+        corpus = f"multi30k, test set {data['multi30k_test']}"
+    lines = [f"# Translation report: {pair} ({corpus})"]
+    if inputs.run_id:
+        lines.append(f"\nMLflow run: `{inputs.run_id}`")
+    return "\n".join(lines)
+
+
+def _scores(metrics: dict[str, Any]) -> str:
+    splits = [s for s in ("val", "test") if s in metrics] + [s for s in metrics if s not in ("val", "test")]
+    rows = [
+        [split, *(_fmt(metrics[split].get(m)) for m in SCORE_NAMES), _fmt(metrics[split].get("n_lines"))]
+        for split in splits
+    ]
+    out = ["## Scores", "", markdown_table(["split", *SCORE_NAMES.values(), "lines"], rows, "lrrrr")]
+    signatures: dict[str, list[str]] = {}
+    for split in splits:
+        for metric, sig in metrics[split].get("signature", {}).items():
+            if sig not in signatures.setdefault(metric, []):
+                signatures[metric].append(sig)
+    if signatures:
+        out += ["", "sacreBLEU signatures:", ""]
+        out += [f"- {SCORE_NAMES.get(m, m)}: `{s}`" for m, sigs in signatures.items() for s in sigs]
+    return "\n".join(out)
+
+
+def _training(summary: Optional[dict[str, Any]], curves: Optional[str]) -> str:
+    out = ["## Training", ""]
+    if summary is None:
+        out.append("No training summary (reports/train/summary.json) was found.")
+    else:
+        rows = [
+            ["parameters", _count(summary.get("n_params"))],
+            ["training time", _duration(summary.get("train_seconds"))],
+            ["tokens/s", _fmt(summary.get("tokens_per_s"), 0)],
+            ["device", _fmt(summary.get("device"))],
+            ["precision", _fmt(summary.get("precision"))],
+            ["steps", _fmt(summary.get("steps"))],
+            ["epochs", _fmt(summary.get("epochs"))],
+            ["best step", _fmt(summary.get("best_step"))],
+            ["best val BLEU", _fmt(summary.get("best_val_bleu"))],
+            ["stopped", _fmt(summary.get("stopped"))],
+        ]
+        out.append(markdown_table(["", "value"], rows, "lr"))
+    if curves:
+        out += ["", f"![Learning curves: loss, validation BLEU and learning rate by step]({curves})"]
+    return "\n".join(out)
+
+
+def _count(n: Any) -> str:
+    if not isinstance(n, int):
+        return _fmt(n)
+    return f"{n / 1e6:.2f} M ({n:,})" if n >= 1e5 else f"{n:,}"
+
+
+def _duration(seconds: Any) -> str:
+    if not isinstance(seconds, (int, float)):
+        return _fmt(seconds)
+    s = int(round(seconds))
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d} ({seconds:,.1f} s)"
+
+
+def _lengths(rows: list[dict[str, Any]], chart: Optional[str]) -> str:
+    if not rows:
+        return "## BLEU by source length\n\nNo test translations to analyse."
+    table = markdown_table(
+        ["source words", "lines", "BLEU"],
+        [[r["bucket"], _fmt(r["n_lines"]), _fmt(r["bleu"])] for r in rows],
+        "lrr",
+    )
+    out = ["## BLEU by source length (test)", "", table]
+    if chart:
+        out += ["", f"![BLEU by source length]({chart})"]
+    return "\n".join(out)
+
+
+def _samples(samples: dict[str, list[Sample]]) -> str:
+    titles = {
+        "best": f"Best {N_SAMPLES} by sentence chrF (references of {MIN_SAMPLE_WORDS}+ words)",
+        "worst": f"Worst {N_SAMPLES} by sentence chrF (references of {MIN_SAMPLE_WORDS}+ words)",
+        "first": f"First {N_SAMPLES} lines of test",
+    }
+    out = ["## Sample translations (test)"]
+    if not any(samples.values()):
+        return out[0] + "\n\nNo test translations to show."
+    for kind, title in titles.items():
+        rows = [[s.line, _fmt(s.chrf, 1), s.src, s.ref, s.hyp] for s in samples.get(kind, [])]
+        if rows:
+            header = ["line", "chrF", "source", "reference", "hypothesis"]
+            out += ["", f"### {title}", "", markdown_table(header, rows, "rr")]
+    return "\n".join(out)
+
+
+def _cleaning(stats: Optional[dict[str, Any]]) -> str:
+    if not stats:
+        return "## Data cleaning\n\nNo cleaning statistics were found."
+    return "## Data cleaning\n\n" + stats_table(stats)
+
+
+def stats_table(stats: dict[str, Any]) -> str:
+    """Per-split counters as one row per split; anything else as key/value rows."""
+    if all(isinstance(v, dict) for v in stats.values()):
+        flat = {split: P.flatten(v) for split, v in stats.items()}
+        columns = list(dict.fromkeys(k for v in flat.values() for k in v))
+        rows = [[split, *(_fmt(v.get(c)) for c in columns)] for split, v in flat.items()]
+        return markdown_table(["split", *columns], rows, "l" + "r" * len(columns))
+    rows = [[k, _fmt(v)] for k, v in P.flatten(stats).items()]
+    return markdown_table(["", "value"], rows, "lr")
+
+
+def _params(params: dict[str, Any]) -> str:
+    out = ["## Params", "", "<details><summary>params.yaml, as resolved</summary>"]
+    for section, values in params.items():
+        flat = P.flatten(values) if isinstance(values, dict) else {section: values}
+        rows = [[k, _yaml_value(v)] for k, v in flat.items()]
+        out += ["", f"**{section}**", "", markdown_table(["key", "value"], rows)]
+    out += ["", "</details>"]
+    return "\n".join(out)
+
+
+def _yaml_value(value: Any) -> str:
+    """A param as params.yaml spells it (null, true, 0.001, [0.9, 0.98])."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)
+
+
+# --- figures ------------------------------------------------------------------------
+
+
+def plot_learning_curves(steps: Optional[pd.DataFrame], valid: Optional[pd.DataFrame], path: Path) -> None:
+    """Three panels by step: train and val loss; val BLEU; learning rate. PNG at `path`."""
+    fig, (ax_loss, ax_bleu, ax_lr) = plt.subplots(1, 3, figsize=(12, 3.5))
+    has_steps = steps is not None and not steps.empty
+    has_valid = valid is not None and not valid.empty
+
+    if has_steps:
+        ax_loss.plot(steps["step"], steps["loss"], label="train", linewidth=1.2)
+    if has_valid and valid["val_loss"].notna().any():
+        ax_loss.plot(valid["step"], valid["val_loss"], "o-", label="val", markersize=3)
+    _finish(ax_loss, "Loss", "loss", has_steps or has_valid)
+    if has_steps or has_valid:
+        ax_loss.legend(frameon=False)
+
+    has_bleu = has_valid and "val_bleu" in valid and valid["val_bleu"].notna().any()
+    if has_bleu:
+        ax_bleu.plot(valid["step"], valid["val_bleu"], "o-", color="tab:green", markersize=3)
+    _finish(ax_bleu, "Validation BLEU", "BLEU", has_bleu)
+
+    if has_steps:
+        ax_lr.plot(steps["step"], steps["lr"], color="tab:orange", linewidth=1.2)
+        ax_lr.ticklabel_format(axis="y", style="sci", scilimits=(-2, 3))
+    _finish(ax_lr, "Learning rate", "lr", has_steps)
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+
+
+def plot_bleu_by_length(rows: list[dict[str, Any]], path: Path) -> None:
+    """Bar chart of BLEU per source-length bucket, each bar labelled with its line count."""
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    labels = [r["bucket"] for r in rows]
+    values = [r["bleu"] if r["bleu"] is not None else 0.0 for r in rows]
+    bars = ax.bar(labels, values, color="tab:blue")
+    for bar, row in zip(bars, rows):
+        ax.annotate(f"n={row['n_lines']}", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                    ha="center", va="bottom", fontsize=8)
+    ax.set_xlabel("source length (words)")
+    ax.set_ylabel("BLEU")
+    ax.set_title("Test BLEU by source length")
+    ax.set_ylim(0, max([*values, 1.0]) * 1.15)
+    ax.spines[["top", "right"]].set_visible(False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+
+
+def _finish(ax: Any, title: str, ylabel: str, has_data: bool) -> None:
+    ax.set_title(title)
+    ax.set_xlabel("step")
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    ax.spines[["top", "right"]].set_visible(False)
+    if not has_data:
+        ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes, color="gray")
+
+
+# --- reading inputs ------------------------------------------------------------------
+
+
+def select_samples(
+    srcs: Sequence[str], refs: Sequence[str], hyps: Sequence[str],
+    n: int = N_SAMPLES, min_words: int = MIN_SAMPLE_WORDS,
+) -> dict[str, list[Sample]]:
+    """The n best and n worst lines by sentence chrF (references of min_words+ words), and the first n."""
+    chrf = sentence_chrf(hyps, refs)
+
+    def sample(i: int) -> Sample:
+        return Sample(i + 1, chrf[i], srcs[i], refs[i], hyps[i])
+
+    candidates = [i for i, r in enumerate(refs) if len(r.split()) >= min_words]
+    best = sorted(candidates, key=lambda i: (-chrf[i], i))[:n]
+    worst = sorted((i for i in candidates if i not in best), key=lambda i: (chrf[i], i))[:n]
+    return {
+        "best": [sample(i) for i in best],
+        "worst": [sample(i) for i in worst],
+        "first": [sample(i) for i in range(min(n, len(refs)))],
+    }
+
+
+def read_tsv(path: Path) -> Optional[pd.DataFrame]:
+    """A tab-separated log with a header row; None if the file is absent."""
+    if not path.is_file():
+        return None
+    try:
+        return pd.read_csv(path, sep="\t")
+    except pd.errors.EmptyDataError:
+        return None
+    except (pd.errors.ParserError, UnicodeDecodeError) as e:
+        raise UserError(f"{path}: not a tab-separated table ({e}); rerun the train stage")
+
+
+def read_json(path: Path, required: bool = False) -> Optional[dict[str, Any]]:
+    if not path.is_file():
+        if required:
+            raise UserError(f"{path}: no such file; run the stage that makes it first (dvc repro)")
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as e:
+        raise UserError(f"{path}: not valid JSON ({e}); rerun the stage that makes it")
+
+
+def load_test_split(raw_dir: Path, decode_dir: Path) -> Optional[tuple[list[str], list[str], list[str]]]:
+    """Test sources, references and hypotheses, line-aligned; None without test.hyp."""
+    hyp_path = decode_dir / "test.hyp"
+    if not hyp_path.is_file():
+        return None
+    src_path, ref_path = raw_dir / "test.src", raw_dir / "test.tgt"
+    for path in (src_path, ref_path):
+        if not path.is_file():
+            raise UserError(f"{path}: no such file; run the download stage")
+    srcs, refs, hyps = files.read_lines(src_path), files.read_lines(ref_path), files.read_lines(hyp_path)
+    if not len(srcs) == len(refs) == len(hyps):
+        raise UserError(
+            f"{src_path}, {ref_path} and {hyp_path} have {len(srcs)}, {len(refs)} and {len(hyps)} lines; "
+            "they must be line-aligned: rerun decode (dvc repro decode)"
+        )
+    return srcs, refs, hyps
+
+
+def build_report(
+    params: P.Params, metrics_path: Path, train_log: Path, clean_stats: Path, raw_dir: Path,
+    decode_dir: Path, out: Path, figures_dir: Path, model_dir: Optional[Path] = None,
+) -> str:
+    """Read the stage outputs, draw the figures, write the page; returns its Markdown."""
+    steps, valid = read_tsv(train_log / "steps.tsv"), read_tsv(train_log / "valid.tsv")
+    test = load_test_split(raw_dir, decode_dir)
+    length_rows = bleu_by_length(test[0], test[2], test[1], LENGTH_BUCKETS) if test else []
+    samples = select_samples(*test) if test else {}
+
+    def link(name: str) -> str:
+        return Path(os.path.relpath(figures_dir / name, out.parent)).as_posix()
+
+    figures = {"curves": link(CURVES_PNG)}
+    with files.atomic_path(figures_dir) as tmp:  # the whole folder, so no stale figure survives
+        tmp.mkdir()
+        plot_learning_curves(steps, valid, tmp / CURVES_PNG)
+        if length_rows:
+            plot_bleu_by_length(length_rows, tmp / LENGTH_PNG)
+            figures["length"] = link(LENGTH_PNG)
+
+    run_file = model_dir / RUN_FILE if model_dir is not None else None
+    inputs = ReportInputs(
+        params=params.to_dict(),
+        metrics=read_json(metrics_path, required=True) or {},
+        summary=read_json(train_log / "summary.json"),
+        clean_stats=read_json(clean_stats),
+        length_rows=length_rows,
+        samples=samples,
+        figures=figures,
+        run_id=_run_id(run_file),
+    )
+    text = render_report(inputs)
+    files.write_text(out, text)
+    if run_file is not None:
+        with Tracker.from_run_file(run_file) as tracker:
+            tracker.log_artifact(out, "report")
+            tracker.log_artifacts(figures_dir, "report/figures")
+    return text
+
+
+def _run_id(run_file: Optional[Path]) -> Optional[str]:
+    """The MLflow run id in mlflow_run.json, or None; the report never fails over it."""
+    if run_file is None:
+        return None
+    try:
+        run_id = json.loads(run_file.read_text(encoding="utf-8")).get("run_id")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return str(run_id) if run_id else None
+
+
+@click.command("report")
+@params_option
+@click.option("--metrics", "metrics_path", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="The score stage's metrics JSON.")
+@click.option("--train-log", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="The train stage's logs: steps.tsv, valid.tsv, summary.json.")
+@click.option("--clean-stats", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="The clean stage's stats.json.")
+@click.option("--raw", "raw_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Directory with test.src and test.tgt.")
+@click.option("--decode", "decode_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Directory with test.hyp.")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="The Markdown report to write.")
+@click.option("--figures", "figures_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Directory for the report's PNG figures (rewritten whole).")
+@click.option("--model", "model_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Model dir; if it holds mlflow_run.json, the report is logged to that MLflow run.")
+def command(
+    params_file: Path, metrics_path: Path, train_log: Path, clean_stats: Path, raw_dir: Path,
+    decode_dir: Path, out: Path, figures_dir: Path, model_dir: Optional[Path],
+) -> None:
+    """Write the Markdown report with scores, training curves and sample translations."""
+    build_report(
+        load_params(params_file), metrics_path, train_log, clean_stats, raw_dir,
+        decode_dir, out, figures_dir, model_dir,
+    )
+    click.echo(f"wrote {out} and {figures_dir}/")

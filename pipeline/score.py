@@ -1,0 +1,132 @@
+"""Score stage: sacreBLEU BLEU, chrF and TER of the decoded splits, with signatures.
+
+Default sacreBLEU settings throughout (BLEU: 13a tokenisation, cased; chrF:
+character 6-grams, beta 2; TER: tercom), so the numbers compare with
+published ones; each metric's signature string goes with its score.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import click
+from sacrebleu.metrics import BLEU, CHRF, TER
+
+from pipeline import files
+from pipeline.errors import UserError
+from pipeline.tracking import RUN_FILE, Tracker
+
+SPLITS = ("val", "test")
+# MLflow names of the final scores: "dev" for val, so they never mix with the
+# per-validation val_* curves that training logs under its own names.
+MLFLOW_SPLIT_NAMES = {"val": "dev", "test": "test"}
+
+
+def corpus_scores(hyps: Sequence[str], refs: Sequence[str]) -> dict[str, Any]:
+    """BLEU, chrF, TER (rounded to 2 decimals), line count and signatures of one split."""
+    scores: dict[str, Any] = {}
+    signatures: dict[str, str] = {}
+    for name, metric in (("bleu", BLEU()), ("chrf", CHRF()), ("ter", TER())):
+        scores[name] = round(float(metric.corpus_score(list(hyps), [list(refs)]).score), 2)
+        signatures[name] = str(metric.get_signature())
+    return {**scores, "n_lines": len(hyps), "signature": signatures}
+
+
+def sentence_chrf(hyps: Sequence[str], refs: Sequence[str]) -> list[float]:
+    """Sentence-level chrF of each hypothesis against its reference."""
+    _check_aligned(len(hyps), len(refs), "hypotheses", "references")
+    chrf = CHRF()
+    return [float(chrf.sentence_score(h, [r]).score) for h, r in zip(hyps, refs)]
+
+
+def bleu_by_length(
+    srcs: Sequence[str], hyps: Sequence[str], refs: Sequence[str], buckets: Sequence[int]
+) -> list[dict[str, Any]]:
+    """Corpus BLEU per source-length bucket (words); `buckets` are upper bounds, plus an open last one.
+
+    E.g. buckets (10, 20) give rows for 1-10, 11-20 and 21+ words (an empty
+    source counts in the first); an empty bucket has n_lines 0 and bleu None.
+    """
+    _check_aligned(len(srcs), len(hyps), "sources", "hypotheses")
+    _check_aligned(len(hyps), len(refs), "hypotheses", "references")
+    bounds = sorted(set(int(b) for b in buckets))
+    edges = list(zip([0, *bounds], [*bounds, None]))
+    lengths = [len(s.split()) for s in srcs]
+    rows = []
+    for low, high in edges:
+        picked = [i for i, n in enumerate(lengths) if (n > low or low == 0) and (high is None or n <= high)]
+        label = f"{low + 1}-{high}" if high is not None else f"{low + 1}+"
+        bleu = None
+        if picked:
+            score = BLEU().corpus_score([hyps[i] for i in picked], [[refs[i] for i in picked]])
+            bleu = round(float(score.score), 2)
+        rows.append({"bucket": label, "n_lines": len(picked), "bleu": bleu})
+    return rows
+
+
+def score(decode_dir: Path, refs_dir: Path, out: Path, model_dir: Optional[Path] = None) -> dict[str, Any]:
+    """Score every split with a hypothesis file; write `out` atomically and return the scores."""
+    results: dict[str, Any] = {}
+    for split in SPLITS:
+        hyp_path = decode_dir / f"{split}.hyp"
+        if not hyp_path.is_file():
+            continue
+        ref_path = refs_dir / f"{split}.tgt"
+        if not ref_path.is_file():
+            raise UserError(f"{ref_path}: no such file, needed to score {hyp_path}; run the download stage")
+        hyps, refs = files.read_lines(hyp_path), files.read_lines(ref_path)
+        if len(hyps) != len(refs):
+            raise UserError(
+                f"{hyp_path} has {len(hyps)} lines but {ref_path} has {len(refs)}; "
+                "they must be line-aligned: rerun decode for this data (dvc repro decode)"
+            )
+        if not hyps:
+            raise UserError(f"{hyp_path} and {ref_path} are empty; nothing to score")
+        results[split] = corpus_scores(hyps, refs)
+    if not results:
+        raise UserError(
+            f"no hypotheses in {decode_dir} (expected {' or '.join(s + '.hyp' for s in SPLITS)}); "
+            "run the decode stage first"
+        )
+    files.write_json(out, results)
+    if model_dir is not None:
+        log_final_scores(model_dir / RUN_FILE, results)
+    return results
+
+
+def log_final_scores(run_file: Path, results: dict[str, Any]) -> None:
+    """Add the scores to the training run as final metrics (test_bleu, dev_chrf, ...); best effort."""
+    # No offline dir: the model dir is another stage's output and must not change here.
+    with Tracker.from_run_file(run_file) as tracker:
+        metrics = {
+            f"{MLFLOW_SPLIT_NAMES[split]}_{name}": scores[name]
+            for split, scores in results.items()
+            for name in ("bleu", "chrf", "ter")
+        }
+        tracker.log_metrics(metrics, step=0)
+        signatures = next(iter(results.values()))["signature"]
+        tracker.set_tags({f"sacrebleu.{name}": sig for name, sig in signatures.items()})
+
+
+def _check_aligned(n_a: int, n_b: int, what_a: str, what_b: str) -> None:
+    if n_a != n_b:
+        raise UserError(f"{n_a} {what_a} but {n_b} {what_b}; they must be line-aligned")
+
+
+@click.command("score")
+@click.option("--decode", "decode_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Directory with {val,test}.hyp (the decode stage's output).")
+@click.option("--refs", "refs_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Directory with the references {val,test}.tgt (data/raw).")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="The metrics JSON to write (DVC metrics).")
+@click.option("--model", "model_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Model dir; if it holds mlflow_run.json, the scores are logged to that MLflow run.")
+def command(decode_dir: Path, refs_dir: Path, out: Path, model_dir: Optional[Path]) -> None:
+    """Score decoded splits with sacreBLEU (BLEU, chrF, TER)."""
+    results = score(decode_dir, refs_dir, out, model_dir)
+    for split, s in results.items():
+        click.echo(
+            f"{split}: BLEU {s['bleu']:.2f}  chrF {s['chrf']:.2f}  TER {s['ter']:.2f}  ({s['n_lines']} lines)"
+        )

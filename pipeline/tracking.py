@@ -1,0 +1,535 @@
+"""MLflow tracking that can never take training down.
+
+Every call goes through `Tracker`, which talks to MLflow with an explicit run
+id (`MlflowClient`, no global active run, so nothing leaks between runs or
+tests). When MLflow fails (a server that is down or dies mid-run, a SQLite
+file locked by parallel runs past a few retries) the tracker warns once, keeps
+every record in `mlflow_offline.jsonl` in a local directory, retries now and
+then with growing pauses, and replays the buffer when MLflow answers again.
+
+The train stage starts a run and saves `{"run_id", "tracking_uri"}` to
+`data/model/mlflow_run.json`; score and report reopen that run
+(`Tracker.from_run_file`) to add final scores and the report.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import platform
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+import click
+
+from pipeline import files
+from pipeline import params as P
+
+OFFLINE_FILE = "mlflow_offline.jsonl"
+RUN_FILE = "mlflow_run.json"
+
+# MLflow's HTTP client retries 7 times with backoff (minutes) and waits 120 s
+# per request; here a dead server must cost seconds. A user's own setting wins.
+QUICK_HTTP_ENV = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_JITTER": "0",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "5",
+}
+LOCK_RETRY_DELAYS_S = (0.2, 0.5, 1.0, 2.0)  # on top of SQLite's own 5 s busy wait
+RETRY_SECONDS = (15.0, 300.0)  # offline: first pause before retrying MLflow, and the cap as it doubles
+MAX_METRICS_PER_BATCH = 1000  # MLflow's log_batch limits
+MAX_PARAMS_PER_BATCH = 100
+MAX_PARAM_CHARS = 6000
+
+# MLflow's answer to a request it refuses (a param logged again with another
+# value, a finished run's state): retrying cannot help, so the record is dropped.
+REFUSED = {"INVALID_PARAMETER_VALUE", "RESOURCE_ALREADY_EXISTS", "BAD_REQUEST", "INVALID_STATE"}
+
+
+# --- where runs go and what describes them -----------------------------------
+
+
+def project_root() -> Path:
+    """DVC_ROOT (set by DVC in every stage, also for --temp/--queue runs), else the cwd."""
+    return Path(os.environ.get("DVC_ROOT") or Path.cwd()).resolve()
+
+
+def tracking_uri() -> str:
+    """MLFLOW_TRACKING_URI if set, else an absolute sqlite:///<root>/mlflow.db."""
+    uri = os.environ.get("MLFLOW_TRACKING_URI", "").strip()
+    if not uri:
+        return f"sqlite:///{project_root() / 'mlflow.db'}"
+    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
+        # A relative SQLite path would land in DVC's throwaway copy of the repo.
+        return f"sqlite:///{project_root() / uri.removeprefix('sqlite:///')}"
+    return uri
+
+
+def sqlite_path(uri: str) -> Optional[Path]:
+    """The database file of a sqlite:////abs/path URI; None for any other store."""
+    if uri.startswith("sqlite:////"):
+        return Path(uri.removeprefix("sqlite:///"))
+    return None
+
+
+def git_commit(cwd: Optional[Path] = None) -> Optional[str]:
+    """HEAD's commit hash, or None outside a git checkout or without git."""
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=cwd or project_root(),
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def system_info(device: Optional[str] = None) -> dict[str, str]:
+    """Where a run ran: device, torch version and threads, host, python."""
+    import torch  # imported here: score and report reopen runs without needing torch
+
+    if device is None:
+        device = f"cuda ({torch.cuda.get_device_name(0)})" if torch.cuda.is_available() else "cpu"
+    return {
+        "sys.device": device,
+        "sys.torch": torch.__version__,
+        "sys.torch_threads": str(torch.get_num_threads()),
+        "sys.hostname": socket.gethostname(),
+        "sys.python": platform.python_version(),
+    }
+
+
+def run_tags(params: dict[str, Any], tags: Optional[dict[str, Any]] = None) -> dict[str, str]:
+    """Git commit, DVC experiment name, corpus and pair, system info, then the caller's tags."""
+    out = dict(system_info())
+    commit = git_commit()
+    if commit:
+        out["git_commit"] = commit
+        out["mlflow.source.git.commit"] = commit  # shown by the MLflow UI
+    if os.environ.get("DVC_EXP_NAME"):
+        out["dvc_exp"] = os.environ["DVC_EXP_NAME"]
+    data = params.get("data", {})
+    if "corpus" in data:
+        out["corpus"] = str(data["corpus"])
+    if "src_lang" in data and "tgt_lang" in data:
+        out["pair"] = f"{data['src_lang']}-{data['tgt_lang']}"
+    out.update({k: str(v) for k, v in (tags or {}).items()})
+    return out
+
+
+# --- the tracker ----------------------------------------------------------------
+
+
+class Tracker:
+    """One MLflow run, logged best effort: no method ever raises into the caller.
+
+    States: online (MLflow answers), offline (records buffered in memory and in
+    `<offline_dir>/mlflow_offline.jsonl`, replayed on reconnect), disabled (no
+    run: every call is a no-op).
+    """
+
+    def __init__(
+        self,
+        uri: Optional[str],
+        run_id: Optional[str],
+        offline_dir: Optional[Path],
+        owns_run: bool,
+    ) -> None:
+        self.tracking_uri = uri
+        self._run_id = run_id
+        self._offline_file = Path(offline_dir) / OFFLINE_FILE if offline_dir is not None else None
+        self._owns_run = owns_run
+        self._client: Any = None
+        self._state = "disabled" if uri is None else "online"
+        self._pending: list[dict[str, Any]] = []
+        self._warned = False
+        self._pause_s = RETRY_SECONDS[0]
+        self._next_try = 0.0
+        self._ended = False
+
+    # --- constructors ---
+
+    @classmethod
+    def start(
+        cls,
+        params: dict[str, Any],
+        experiment: str,
+        run_name: str,
+        tags: Optional[dict[str, Any]] = None,
+        offline_dir: Optional[str | Path] = None,
+    ) -> Tracker:
+        """Open a new run with flattened params and the standard tags; offline if MLflow fails."""
+        tracker = cls(tracking_uri(), None, Path(offline_dir) if offline_dir else None, owns_run=True)
+        start = {
+            "op": "start",
+            "experiment": experiment,
+            "run_name": run_name,
+            "tracking_uri": tracker.tracking_uri,
+            "tags": _safe(lambda: run_tags(params, tags), {}),
+            "time_ms": _now_ms(),
+        }
+        tracker._submit(start)
+        tracker._submit({"op": "params", "params": _param_strings(params)})
+        return tracker
+
+    @classmethod
+    def resume(
+        cls,
+        run_id: str,
+        uri: Optional[str] = None,
+        offline_dir: Optional[str | Path] = None,
+        owns_run: bool = False,
+    ) -> Tracker:
+        """Reopen an existing run by id to add records; `end` sets its status only if owns_run.
+
+        Score and report add to a finished run (owns_run False); a resumed
+        training run owns its run and closes it.
+        """
+        offline = Path(offline_dir) if offline_dir else None
+        tracker = cls(uri or tracking_uri(), run_id, offline, owns_run=owns_run)
+        tracker._submit({"op": "check_run"})
+        return tracker
+
+    @classmethod
+    def from_run_file(cls, path: str | Path, offline_dir: Optional[str | Path] = None) -> Tracker:
+        """Resume the run a `mlflow_run.json` names; disabled (silently) when there is none."""
+        path = Path(path)
+        if not path.is_file():
+            return cls.disabled()
+        try:
+            info = json.loads(path.read_text(encoding="utf-8"))
+            run_id, uri = info.get("run_id"), info.get("tracking_uri")
+        except (OSError, ValueError, AttributeError) as e:
+            _warn(f"MLflow: cannot read {path} ({e}); not logging to its run")
+            return cls.disabled()
+        if not run_id:
+            return cls.disabled()
+        return cls.resume(str(run_id), uri, offline_dir)
+
+    @classmethod
+    def disabled(cls) -> Tracker:
+        """A tracker that records nothing (no run to log to)."""
+        return cls(None, None, None, owns_run=False)
+
+    # --- what callers use ---
+
+    @property
+    def run_id(self) -> Optional[str]:
+        return self._run_id
+
+    @property
+    def enabled(self) -> bool:
+        return self._state != "disabled"
+
+    @property
+    def online(self) -> bool:
+        return self._state == "online"
+
+    @property
+    def offline_file(self) -> Optional[Path]:
+        return self._offline_file
+
+    def run_info(self) -> dict[str, Optional[str]]:
+        """What `mlflow_run.json` holds, for later stages to resume this run."""
+        return {"run_id": self._run_id, "tracking_uri": self.tracking_uri}
+
+    def save_run_file(self, path: str | Path) -> None:
+        """Write `run_info()` atomically (the train stage puts it in the model dir)."""
+        files.write_json(path, self.run_info())
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        values = {}
+        for key, value in metrics.items():
+            with contextlib.suppress(TypeError, ValueError):
+                values[str(key)] = float(value)
+        if values:
+            self._submit({"op": "metrics", "step": int(step), "time_ms": _now_ms(), "metrics": values})
+
+    def log_params(self, params: dict[str, Any]) -> None:
+        """Log params, nested ({'train': {'lr': ..}}) or flat; nested keys are joined with '.'."""
+        self._submit({"op": "params", "params": _param_strings(params)})
+
+    def set_tags(self, tags: dict[str, Any]) -> None:
+        self._submit({"op": "tags", "tags": {str(k): str(v) for k, v in tags.items()}})
+
+    def log_artifact(self, path: str | Path, artifact_path: Optional[str] = None) -> None:
+        self._submit({"op": "artifact", "path": str(Path(path).resolve()), "artifact_path": artifact_path})
+
+    def log_artifacts(self, directory: str | Path, artifact_path: Optional[str] = None) -> None:
+        path = str(Path(directory).resolve())
+        self._submit({"op": "artifacts", "path": path, "artifact_path": artifact_path})
+
+    def end(self, status: str = "FINISHED") -> None:
+        """Close the run (FINISHED, FAILED or KILLED); a resumed run keeps its own status."""
+        if self._ended:
+            return
+        self._ended = True
+        if self._owns_run:
+            self._submit({"op": "end", "status": status, "time_ms": _now_ms()})
+        if self._state == "offline":
+            self._next_try = 0.0  # one last try to sync what is buffered
+            self._try_reconnect()
+
+    def __enter__(self) -> Tracker:
+        return self
+
+    def __exit__(self, kind: Any, error: Any, tb: Any) -> None:
+        if kind is None:
+            self.end("FINISHED")
+        else:
+            self.end("KILLED" if issubclass(kind, KeyboardInterrupt) else "FAILED")
+
+    # --- machinery ---
+
+    def _submit(self, record: dict[str, Any]) -> None:
+        """Apply a record now, or buffer it; never raises."""
+        if self._state == "disabled":
+            return
+        try:
+            if self._state == "online":
+                try:
+                    self._apply(record)
+                    return
+                except Exception as e:  # noqa: BLE001 - any MLflow failure must stay here
+                    if self._refused(record, e):
+                        return
+                    self._go_offline(e)
+            self._buffer(record)
+            self._try_reconnect()
+        except Exception as e:  # noqa: BLE001 - a bug here must not stop training either
+            self._state = "disabled"
+            _warn(f"MLflow tracking disabled after an unexpected error: {_short(e)}")
+
+    def _apply(self, record: dict[str, Any]) -> None:
+        with _quick_http():
+            if self._client is None:
+                self._client = _with_lock_retries(lambda: _make_client(self.tracking_uri))
+            _with_lock_retries(lambda: self._apply_record(record))
+
+    def _apply_record(self, record: dict[str, Any]) -> None:
+        from mlflow.entities import Metric, Param, RunTag
+
+        client, op = self._client, record["op"]
+        if op == "start":
+            self._run_id = _create_run(client, self.tracking_uri, record)
+        elif op == "check_run":
+            client.get_run(self._run_id)
+        elif op == "metrics":
+            step, ms = record["step"], record["time_ms"]
+            metrics = [Metric(k, v, ms, step) for k, v in record["metrics"].items()]
+            for chunk in _chunks(metrics, MAX_METRICS_PER_BATCH):
+                client.log_batch(self._run_id, metrics=chunk, synchronous=True)
+        elif op == "params":
+            params = [Param(k, v) for k, v in record["params"].items()]
+            for chunk in _chunks(params, MAX_PARAMS_PER_BATCH):
+                client.log_batch(self._run_id, params=chunk, synchronous=True)
+        elif op == "tags":
+            tags = [RunTag(k, v) for k, v in record["tags"].items()]
+            for chunk in _chunks(tags, MAX_PARAMS_PER_BATCH):
+                client.log_batch(self._run_id, tags=chunk, synchronous=True)
+        elif op == "artifact":
+            if Path(record["path"]).is_file():
+                client.log_artifact(self._run_id, record["path"], record["artifact_path"])
+        elif op == "artifacts":
+            if Path(record["path"]).is_dir():
+                client.log_artifacts(self._run_id, record["path"], record["artifact_path"])
+        elif op == "end":
+            client.set_terminated(self._run_id, record["status"], end_time=record["time_ms"])
+        else:
+            raise ValueError(f"unknown tracking record {op!r}")
+
+    def _refused(self, record: dict[str, Any], error: Exception) -> bool:
+        """True if MLflow answered but refused: retrying cannot help, so say so and move on."""
+        code = getattr(error, "error_code", None)
+        if code == "RESOURCE_DOES_NOT_EXIST":
+            self._state = "disabled"
+            _warn(f"MLflow: run {self._run_id} not found at {self.tracking_uri}; not logging to it")
+            return True
+        if code in REFUSED and "locked" not in str(error):
+            _warn(f"MLflow refused a {record['op']} record ({_short(error)}); skipped")
+            return True
+        return False
+
+    def _go_offline(self, error: Exception) -> None:
+        self._state = "offline"
+        self._next_try = time.monotonic() + self._pause_s
+        if self._offline_file is not None and self._run_id is not None:
+            self._write_offline({"op": "resume", "run_id": self._run_id, "tracking_uri": self.tracking_uri})
+        if not self._warned:
+            self._warned = True
+            if self._offline_file is not None:
+                kept = f"metrics are kept in {self._offline_file} and synced if it comes back"
+            else:
+                kept = "records are held in memory and sent if it comes back before this process ends"
+            _warn(f"Warning: MLflow tracking at {self.tracking_uri} failed ({_reason(error)}); {kept}")
+
+    def _buffer(self, record: dict[str, Any]) -> None:
+        self._pending.append(record)
+        self._write_offline(record)
+
+    def _write_offline(self, record: dict[str, Any]) -> None:
+        if self._offline_file is None:
+            return
+        try:
+            self._offline_file.parent.mkdir(parents=True, exist_ok=True)
+            with open(self._offline_file, "a", encoding="utf-8") as f:
+                f.write(json.dumps(record, ensure_ascii=False) + "\n")
+        except OSError:
+            pass  # a full disk must not stop training; the records stay in memory
+
+    def _try_reconnect(self) -> None:
+        """Replay the buffer if the pause has passed; on failure double the pause."""
+        if self._state != "offline" or time.monotonic() < self._next_try:
+            return
+        synced = 0
+        try:
+            while self._pending:
+                record = self._pending[0]
+                try:
+                    self._apply(record)
+                except Exception as e:  # noqa: BLE001
+                    if not self._refused(record, e):
+                        raise
+                    if self._state == "disabled":
+                        return
+                self._pending.pop(0)
+                synced += 1
+        except Exception:  # noqa: BLE001 - still unreachable: wait longer next time
+            self._pause_s = min(self._pause_s * 2, RETRY_SECONDS[1])
+            self._next_try = time.monotonic() + self._pause_s
+            return
+        self._state = "online"
+        self._pause_s = RETRY_SECONDS[0]
+        self._write_offline({"op": "synced", "run_id": self._run_id, "records": synced})
+        _warn(f"MLflow tracking at {self.tracking_uri} is back; synced {synced} buffered records")
+
+
+# --- helpers ---------------------------------------------------------------------
+
+
+def _make_client(uri: str) -> Any:
+    """An MlflowClient; SQLite's first-use schema creation is serialised across processes."""
+    from mlflow import MlflowClient
+
+    with _init_lock(uri):
+        return MlflowClient(tracking_uri=uri)
+
+
+def _create_run(client: Any, uri: str, record: dict[str, Any]) -> str:
+    """Create (or find) the experiment, then the run; returns its id."""
+    name = record["experiment"]
+    with _init_lock(uri):
+        experiment = client.get_experiment_by_name(name)
+        if experiment is None:
+            db = sqlite_path(uri)
+            # MLflow's default artifact root is ./mlruns of whatever cwd made the
+            # database: keep artifacts beside the database instead.
+            location = (db.parent / "mlartifacts").as_uri() if db else None
+            experiment_id = client.create_experiment(name, artifact_location=location)
+        else:
+            experiment_id = experiment.experiment_id
+    run = client.create_run(
+        experiment_id, start_time=record["time_ms"], tags=record["tags"], run_name=record["run_name"]
+    )
+    return run.info.run_id
+
+
+@contextlib.contextmanager
+def _init_lock(uri: str) -> Iterator[None]:
+    """Serialise creating a SQLite database and experiment between processes (else they race)."""
+    db = sqlite_path(uri)
+    if db is None:
+        yield
+        return
+    import fcntl
+
+    db.parent.mkdir(parents=True, exist_ok=True)
+    with open(f"{db}-init.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def _quick_http() -> Iterator[None]:
+    """Short MLflow HTTP retries and quiet urllib3 retry warnings, for our calls only."""
+    saved = {k: os.environ.get(k) for k in QUICK_HTTP_ENV}
+    for key, value in QUICK_HTTP_ENV.items():
+        os.environ.setdefault(key, value)
+    pool_logger = logging.getLogger("urllib3.connectionpool")
+    level = pool_logger.level
+    pool_logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        pool_logger.setLevel(level)
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+
+
+def _with_lock_retries(call: Any) -> Any:
+    """Run `call`, retrying with short pauses while SQLite says the database is locked."""
+    for delay in LOCK_RETRY_DELAYS_S:
+        try:
+            return call()
+        except Exception as e:  # noqa: BLE001
+            if "database is locked" not in str(e) and "database table is locked" not in str(e):
+                raise
+            time.sleep(delay)
+    return call()
+
+
+def _param_strings(params: dict[str, Any]) -> dict[str, str]:
+    return {k: str(v)[:MAX_PARAM_CHARS] for k, v in P.flatten(params).items()}
+
+
+def _chunks(items: list[Any], size: int) -> Iterator[list[Any]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _short(error: Exception) -> str:
+    text = " ".join(str(error).split()) or type(error).__name__
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def _reason(error: Exception) -> str:
+    """Why MLflow failed, in a few words: the network cause if there is one."""
+    import requests
+
+    cause: Optional[BaseException] = error
+    while cause is not None:
+        if isinstance(cause, requests.exceptions.Timeout):
+            return "the server did not answer in time"
+        if isinstance(cause, requests.exceptions.ConnectionError):
+            return "cannot connect to the server"
+        cause = cause.__cause__ or cause.__context__
+    return _short(error)
+
+
+def _safe(make: Any, default: Any) -> Any:
+    try:
+        return make()
+    except Exception:  # noqa: BLE001 - tags are nice to have, never worth a failed run
+        return default
+
+
+def _warn(message: str) -> None:
+    click.echo(message, err=True)

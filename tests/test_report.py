@@ -1,0 +1,272 @@
+"""Report stage: tables carry the inputs' numbers, samples are the right lines, figures are real PNGs."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from pipeline import files, report
+from pipeline import params as P
+
+PARAMS_FILE = Path(__file__).resolve().parents[1] / "params.yaml"
+
+# (source, reference, hypothesis): exact, close, bad, and very short lines
+TEST_LINES = [
+    ("ein hund rennt im park .", "a dog runs in the park .", "a dog runs in the park ."),
+    ("zwei männer spielen schach .", "two men play chess outside .", "two men are playing chess outside ."),
+    ("eine frau liest ein buch .", "a woman reads a book .", "completely unrelated words here"),
+    ("hallo da", "hi there", "zzz"),
+    ("ok", "ok", "ok"),
+    ("kinder schwimmen im blauen pool .", "children are swimming in a blue pool .",
+     "children are swimming in a blue pool ."),
+    ("eine katze schläft am fenster .", "a cat sleeps on the warm window sill .",
+     "a cat sleeps on the warm window sill ."),
+    ("der alte mann verkauft obst .", "the old man sells fruit at the market .", "qqq rrr sss"),
+    ("ein junge kickt einen ball .", "a boy kicks a red ball across the field .", "a boy kicks a ball ."),
+    ("leute gehen eine straße entlang .", "people walk along a busy city street .", "xx yy"),
+]
+METRICS = {
+    "val": {"bleu": 33.33, "chrf": 55.5, "ter": 50.0, "n_lines": 10,
+            "signature": {"bleu": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0",
+                          "chrf": "nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:2.6.0",
+                          "ter": "nrefs:1|case:lc|tok:tercom|norm:no|punct:yes|asian:no|version:2.6.0"}},
+    "test": {"bleu": 37.12, "chrf": 60.25, "ter": 45.0, "n_lines": 10,
+             "signature": {"bleu": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0",
+                           "chrf": "nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:2.6.0",
+                           "ter": "nrefs:1|case:lc|tok:tercom|norm:no|punct:yes|asian:no|version:2.6.0"}},
+}
+SUMMARY = {
+    "n_params": 9_912_832, "train_seconds": 3723.4, "tokens_per_s": 15234.7, "best_step": 1800,
+    "best_val_bleu": 34.56, "device": "cuda (NVIDIA H200)", "precision": "bf16",
+    "stopped": "early stopping: no val BLEU gain in 5 validations", "steps": 2400, "epochs": 12.0,
+}
+CLEAN_STATS = {
+    "train": {"pairs_in": 29000, "pairs_out": 28765, "dropped_long": 200, "dropped_ratio": 35},
+    "val": {"pairs_in": 1014, "pairs_out": 1014, "dropped_long": 0, "dropped_ratio": 0},
+}
+
+
+def write_inputs(root: Path, with_valid: bool = True) -> dict[str, Path]:
+    """The other stages' outputs, small and synthetic, as the report stage reads them."""
+    raw, decode, train_log = root / "data/raw", root / "data/decode", root / "reports/train"
+    files.write_lines(raw / "test.src", [s for s, _, _ in TEST_LINES])
+    files.write_lines(raw / "test.tgt", [r for _, r, _ in TEST_LINES])
+    files.write_lines(decode / "test.hyp", [h for _, _, h in TEST_LINES])
+    steps = pd.DataFrame({
+        "step": range(50, 2450, 50),
+        "epoch": [s / 200 for s in range(50, 2450, 50)],
+        "loss": [8.0 * 0.97 ** i + 2.0 for i in range(48)],
+        "lr": [min((i + 1) / 20, (20 / (i + 1)) ** 0.5) * 1e-3 for i in range(48)],
+        "tokens_per_s": [15000.0] * 48,
+    })
+    train_log.mkdir(parents=True)
+    steps.to_csv(train_log / "steps.tsv", sep="\t", index=False)
+    if with_valid:
+        valid = pd.DataFrame({"step": [600, 1200, 1800, 2400], "epoch": [3.0, 6.0, 9.0, 12.0],
+                              "val_loss": [4.1, 3.2, 2.9, 2.95], "val_bleu": [12.0, 28.5, 34.56, 34.1]})
+        valid.to_csv(train_log / "valid.tsv", sep="\t", index=False)
+    files.write_json(train_log / "summary.json", SUMMARY)
+    files.write_json(root / "reports/metrics.json", METRICS)
+    files.write_json(root / "data/clean/stats.json", CLEAN_STATS)
+    return {"raw": raw, "decode": decode, "train_log": train_log, "metrics": root / "reports/metrics.json",
+            "clean_stats": root / "data/clean/stats.json", "out": root / "reports/report.md",
+            "figures": root / "reports/figures"}
+
+
+def build(paths: dict[str, Path], model_dir: Path | None = None) -> str:
+    return report.build_report(
+        P.load(PARAMS_FILE), paths["metrics"], paths["train_log"], paths["clean_stats"], paths["raw"],
+        paths["decode"], paths["out"], paths["figures"], model_dir,
+    )
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    """Width and height from the PNG's IHDR chunk, after checking the signature."""
+    head = path.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR"
+    return struct.unpack(">II", head[16:24])
+
+
+def section(text: str, heading: str) -> str:
+    """The Markdown under `heading` up to the next heading of any level."""
+    rest = text[text.index(heading) + len(heading):]
+    end = rest.find("\n#")
+    return rest if end < 0 else rest[:end]
+
+
+def table_rows(text: str) -> list[list[str]]:
+    """Cells of every Markdown table row in `text` (escaped pipes kept inside cells)."""
+    rows = []
+    for line in text.splitlines():
+        if line.startswith("| ") and not set(line) <= set("|-: "):
+            cells = line.replace("\\|", "\x00").strip("|").split("|")
+            rows.append([c.strip().replace("\x00", "\\|") for c in cells])
+    return rows
+
+
+@pytest.fixture
+def built(tmp_path: Path) -> tuple[str, dict[str, Path]]:
+    paths = write_inputs(tmp_path)
+    return build(paths), paths
+
+
+def test_title_names_pair_and_corpus(built: tuple[str, dict]) -> None:
+    text, _ = built
+    assert text.splitlines()[0] == "# Translation report: de→en (multi30k, test set test_2016_flickr)"
+
+
+def test_scores_table_holds_metrics_and_signatures(built: tuple[str, dict]) -> None:
+    text, _ = built
+    rows = table_rows(section(text, "## Scores"))
+    assert rows[0] == ["split", "BLEU", "chrF", "TER", "lines"]
+    assert ["test", "37.12", "60.25", "45.00", "10"] in rows
+    assert ["val", "33.33", "55.50", "50.00", "10"] in rows
+    assert "`nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0`" in text
+    assert text.count("tok:tercom") == 1  # the same signature for both splits is listed once
+
+
+def test_training_summary_table(built: tuple[str, dict]) -> None:
+    text, _ = built
+    rows = dict((r[0], r[1]) for r in table_rows(section(text, "## Training")))
+    assert rows["parameters"] == "9.91 M (9,912,832)"
+    assert rows["training time"].startswith("1:02:03")
+    assert rows["tokens/s"] == "15,235"
+    assert rows["device"] == "cuda (NVIDIA H200)"
+    assert rows["stopped"] == SUMMARY["stopped"]
+    assert rows["best val BLEU"] == "34.56"
+    assert "![Learning curves" in text and "](figures/learning_curves.png)" in text
+
+
+def test_cleaning_stats_one_row_per_split(built: tuple[str, dict]) -> None:
+    text, _ = built
+    rows = table_rows(section(text, "## Data cleaning"))
+    assert rows[0] == ["split", "pairs_in", "pairs_out", "dropped_long", "dropped_ratio"]
+    assert ["train", "29,000", "28,765", "200", "35"] in rows
+
+
+def test_params_one_table_per_section(built: tuple[str, dict]) -> None:
+    text, _ = built
+    params = section(text, "## Params")
+    for name in P.SECTIONS:
+        assert f"**{name}**" in params
+    rows = table_rows(params)
+    assert ["lr", "0.001"] in rows and ["betas", "[0.9, 0.98]"] in rows
+    assert ["bitext.train.src", "null"] in rows and ["dedupe", "true"] in rows
+
+
+def test_bleu_by_length_table_and_chart(built: tuple[str, dict]) -> None:
+    text, paths = built
+    rows = table_rows(section(text, "## BLEU by source length"))
+    assert rows[0] == ["source words", "lines", "BLEU"]
+    assert rows[1][:2] == ["1-10", "10"]  # every fixture source is short
+    assert "](figures/bleu_by_length.png)" in text
+    width, height = png_size(paths["figures"] / "bleu_by_length.png")
+    assert width > 400 and height > 200
+
+
+def test_best_and_worst_samples_by_chrf_skip_short_lines(built: tuple[str, dict]) -> None:
+    text, _ = built
+    best = table_rows(section(text, "### Best 3"))[1:]
+    worst = table_rows(section(text, "### Worst 3"))[1:]
+    first = table_rows(section(text, "### First 3"))[1:]
+    assert [r[0] for r in best] == ["1", "6", "7"]  # the exact translations, ties in line order
+    assert all(r[1] == "100.0" and r[3] == r[4] for r in best)
+    assert sorted(r[0] for r in worst) == ["10", "3", "8"]
+    assert {r[4] for r in worst} == {"completely unrelated words here", "qqq rrr sss", "xx yy"}
+    assert [r[0] for r in first] == ["1", "2", "3"]
+    assert first[1][2:] == list(TEST_LINES[1])
+    assert "zzz" not in section(text, "### Worst 3")  # "hi there" is too short to rank
+
+
+def test_learning_curves_png_is_a_real_figure(built: tuple[str, dict]) -> None:
+    _, paths = built
+    png = paths["figures"] / "learning_curves.png"
+    width, height = png_size(png)
+    assert width > 1000 and 300 < height < width  # 12 x 3.5 in at dpi 110: three panels side by side
+    assert png.stat().st_size > 10_000
+
+
+def test_plot_without_validation_rows(tmp_path: Path) -> None:
+    steps = pd.DataFrame({"step": [10, 20, 30], "loss": [5.0, 4.0, 3.5], "lr": [1e-4, 2e-4, 3e-4]})
+    report.plot_learning_curves(steps, None, tmp_path / "none.png")
+    (tmp_path / "valid.tsv").write_text("step\tepoch\tval_loss\tval_bleu\n")  # validation never ran
+    header_only = report.read_tsv(tmp_path / "valid.tsv")
+    report.plot_learning_curves(steps, header_only, tmp_path / "empty.png")
+    (tmp_path / "valid.tsv").write_text("step\tepoch\tval_loss\tval_bleu\n20\t1\t4.5\tnan\n")
+    report.plot_learning_curves(steps, report.read_tsv(tmp_path / "valid.tsv"), tmp_path / "no_bleu.png")
+    for name in ("none.png", "empty.png", "no_bleu.png"):
+        assert png_size(tmp_path / name)[0] > 1000
+
+
+def test_missing_valid_log_still_reports(tmp_path: Path) -> None:
+    paths = write_inputs(tmp_path, with_valid=False)
+    text = build(paths)
+    assert "9,912,832" in text and "37.12" in text
+    assert png_size(paths["figures"] / "learning_curves.png")[0] > 1000
+
+
+def test_regenerated_from_scratch(built: tuple[str, dict]) -> None:
+    _, paths = built
+    (paths["figures"] / "stale.png").write_bytes(b"old")
+    paths["out"].write_text("old report\n")
+    text = build(paths)
+    assert not (paths["figures"] / "stale.png").exists()
+    assert paths["out"].read_text() == text and "old report" not in text
+    written = sorted(p.name for p in paths["out"].parent.iterdir())
+    assert written == ["figures", "metrics.json", "report.md", "train"]  # no temporaries left
+
+
+def test_pipes_and_markdown_in_sentences_are_escaped() -> None:
+    assert report.escape_cell("a | b") == "a \\| b"
+    assert report.escape_cell("x\\|y") == "x\\\\\\|y"
+    assert report.escape_cell("<unk> *bold*\nnext") == "\\<unk\\> \\*bold\\* next"
+    table = report.markdown_table(["a", "b"], [["1 | 2", 3]], "lr")
+    assert table.splitlines() == ["| a | b |", "| --- | ---: |", "| 1 \\| 2 | 3 |"]
+
+
+def test_render_is_pure_and_handles_missing_parts() -> None:
+    inputs = report.ReportInputs(params=P.load(PARAMS_FILE).to_dict(), metrics={"test": METRICS["test"]})
+    text = report.render_report(inputs)
+    assert text == report.render_report(inputs)
+    assert "No training summary" in text and "No cleaning statistics" in text
+    assert "No test translations" in text and "37.12" in text
+
+
+def test_cli_logs_report_to_the_mlflow_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("mlflow")
+    from mlflow import MlflowClient
+
+    from pipeline.tracking import Tracker
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    with Tracker.start({"data": {"corpus": "multi30k"}}, "report-test", "train") as run:
+        run.save_run_file(tmp_path / "data/model/mlflow_run.json")
+    paths = write_inputs(tmp_path)
+    args = ["--params", str(PARAMS_FILE), "--metrics", str(paths["metrics"]),
+            "--train-log", str(paths["train_log"]), "--clean-stats", str(paths["clean_stats"]),
+            "--raw", str(paths["raw"]), "--decode", str(paths["decode"]), "--out", str(paths["out"]),
+            "--figures", str(paths["figures"]), "--model", str(tmp_path / "data/model")]
+    result = CliRunner().invoke(report.command, args)
+    assert result.exit_code == 0, result.output
+    assert f"MLflow run: `{run.run_id}`" in paths["out"].read_text()
+    client = MlflowClient(run.tracking_uri)
+    logged = [a.path for a in client.list_artifacts(run.run_id, "report")]
+    assert logged == ["report/figures", "report/report.md"]
+    figures = sorted(a.path for a in client.list_artifacts(run.run_id, "report/figures"))
+    assert figures == ["report/figures/bleu_by_length.png", "report/figures/learning_curves.png"]
+
+
+def test_cli_missing_metrics_is_a_user_error(tmp_path: Path) -> None:
+    paths = write_inputs(tmp_path)
+    paths["metrics"].unlink()
+    args = ["--params", str(PARAMS_FILE), "--metrics", str(paths["metrics"]),
+            "--train-log", str(paths["train_log"]), "--clean-stats", str(paths["clean_stats"]),
+            "--raw", str(paths["raw"]), "--decode", str(paths["decode"]), "--out", str(paths["out"]),
+            "--figures", str(paths["figures"])]
+    result = CliRunner().invoke(report.command, args)
+    assert result.exit_code == 1 and "metrics.json: no such file" in result.output
+    assert not paths["out"].exists()

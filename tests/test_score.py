@@ -1,0 +1,147 @@
+"""Score stage: sacreBLEU numbers, signatures, alignment checks, the CLI and MLflow logging."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from sacrebleu.metrics import BLEU, CHRF, TER
+
+from pipeline import files, score
+from pipeline.errors import UserError
+
+REFS = [
+    "a man in an orange hat starring at something .",
+    "a boston terrier is running on lush green grass in front of a white fence .",
+    "a girl in karate uniform breaking a stick with a front kick .",
+    "five people wearing winter jackets and helmets stand in the snow .",
+]
+HYPS = [
+    "a man in an orange hat looks at something .",
+    "a terrier runs on green grass in front of a white fence .",
+    "a girl in a karate uniform breaks a board with a kick .",
+    "five people in winter jackets and helmets are standing in the snow .",
+]
+
+
+def make_split(tmp_path: Path, split: str, hyps: list[str], refs: list[str]) -> tuple[Path, Path]:
+    decode, raw = tmp_path / "decode", tmp_path / "raw"
+    files.write_lines(decode / f"{split}.hyp", hyps)
+    files.write_lines(raw / f"{split}.tgt", refs)
+    return decode, raw
+
+
+def test_perfect_hypotheses_score_100_100_0(tmp_path: Path) -> None:
+    decode, raw = make_split(tmp_path, "test", REFS, REFS)
+    result = score.score(decode, raw, tmp_path / "metrics.json")
+    assert result["test"]["bleu"] == 100.0
+    assert result["test"]["chrf"] == 100.0
+    assert result["test"]["ter"] == 0.0
+
+
+def test_scores_match_sacrebleu_rounded(tmp_path: Path) -> None:
+    decode, raw = make_split(tmp_path, "test", HYPS, REFS)
+    result = score.score(decode, raw, tmp_path / "metrics.json")["test"]
+    assert result["bleu"] == round(BLEU().corpus_score(HYPS, [REFS]).score, 2)
+    assert result["chrf"] == round(CHRF().corpus_score(HYPS, [REFS]).score, 2)
+    assert result["ter"] == round(TER().corpus_score(HYPS, [REFS]).score, 2)
+    assert 0 < result["bleu"] < 100 and result["n_lines"] == 4
+
+
+def test_default_settings_are_cased_13a(tmp_path: Path) -> None:
+    decode, raw = make_split(tmp_path, "test", [r.upper() for r in REFS], REFS)
+    result = score.score(decode, raw, tmp_path / "metrics.json")["test"]
+    assert result["bleu"] < 5  # cased: upper-cased hypotheses share almost nothing
+    sig = result["signature"]
+    assert "case:mixed" in sig["bleu"] and "tok:13a" in sig["bleu"] and "nrefs:1" in sig["bleu"]
+    assert sig["chrf"].startswith("nrefs:1|") and "nc:6" in sig["chrf"]
+    assert "tok:tercom" in sig["ter"]
+
+
+def test_line_count_mismatch_names_both_files(tmp_path: Path) -> None:
+    decode, raw = make_split(tmp_path, "test", HYPS[:3], REFS)
+    with pytest.raises(UserError) as err:
+        score.score(decode, raw, tmp_path / "metrics.json")
+    message = err.value.message
+    assert str(decode / "test.hyp") in message and str(raw / "test.tgt") in message
+    assert "3 lines" in message and "has 4" in message
+    assert not (tmp_path / "metrics.json").exists()
+
+
+def test_no_hypotheses_is_a_user_error(tmp_path: Path) -> None:
+    (tmp_path / "decode").mkdir()
+    with pytest.raises(UserError, match="run the decode stage"):
+        score.score(tmp_path / "decode", tmp_path / "raw", tmp_path / "metrics.json")
+
+
+def test_cli_writes_json_for_each_split_present(tmp_path: Path) -> None:
+    make_split(tmp_path, "val", REFS, REFS)
+    decode, raw = make_split(tmp_path, "test", HYPS, REFS)
+    out = tmp_path / "reports" / "metrics.json"
+    result = CliRunner().invoke(
+        score.command, ["--decode", str(decode), "--refs", str(raw), "--out", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    assert set(data) == {"val", "test"}
+    for split in data.values():
+        assert set(split) == {"bleu", "chrf", "ter", "n_lines", "signature"}
+        assert set(split["signature"]) == {"bleu", "chrf", "ter"}
+        assert all("version:" in s for s in split["signature"].values())
+        assert all(v == round(v, 2) for v in (split["bleu"], split["chrf"], split["ter"]))
+    assert data["val"]["bleu"] == 100.0
+    assert f"test: BLEU {data['test']['bleu']:.2f}" in result.output
+    assert list(out.parent.iterdir()) == [out]  # atomic write leaves no temporary behind
+
+
+def test_cli_mismatch_exits_1_with_one_line(tmp_path: Path) -> None:
+    decode, raw = make_split(tmp_path, "test", HYPS, REFS[:2])
+    result = CliRunner().invoke(
+        score.command, ["--decode", str(decode), "--refs", str(raw), "--out", str(tmp_path / "m.json")]
+    )
+    assert result.exit_code == 1
+    assert result.output.startswith("Error: ") and "Traceback" not in result.output
+
+
+def test_sentence_chrf_per_line() -> None:
+    values = score.sentence_chrf(["the cat sat", "xyz"], ["the cat sat", "the cat sat"])
+    assert values[0] == 100.0 and values[1] < 10.0
+    with pytest.raises(UserError):
+        score.sentence_chrf(["a"], ["a", "b"])
+
+
+def test_bleu_by_length_buckets_lines_by_source_words() -> None:
+    srcs = ["one two", "one two three", "w " * 15, "w " * 45]
+    hyps = ["a b c d", "a b c d", "x y z w", "p q r s"]
+    refs = ["a b c d", "a b c d", "k l m n", "p q r s"]
+    rows = score.bleu_by_length(srcs, hyps, refs, buckets=[10, 20, 30])
+    assert [r["bucket"] for r in rows] == ["1-10", "11-20", "21-30", "31+"]
+    assert [r["n_lines"] for r in rows] == [2, 1, 0, 1]
+    assert rows[0]["bleu"] == 100.0 and rows[1]["bleu"] == 0.0
+    assert rows[2]["bleu"] is None and rows[3]["bleu"] == 100.0
+
+
+def test_scores_go_to_the_training_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("mlflow")
+    from mlflow import MlflowClient
+
+    from pipeline.tracking import Tracker
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    params = {"data": {"corpus": "multi30k", "src_lang": "de", "tgt_lang": "en"}}
+    with Tracker.start(params, "score-test", "train") as run:
+        run.save_run_file(tmp_path / "model" / "mlflow_run.json")
+    decode, raw = make_split(tmp_path, "test", HYPS, REFS)
+    result = score.score(decode, raw, tmp_path / "metrics.json", model_dir=tmp_path / "model")
+    logged = MlflowClient(run.tracking_uri).get_run(run.run_id).data
+    assert logged.metrics["test_bleu"] == result["test"]["bleu"]
+    assert logged.metrics["test_ter"] == result["test"]["ter"]
+    assert logged.tags["sacrebleu.bleu"] == result["test"]["signature"]["bleu"]
+
+
+def test_missing_run_file_is_fine(tmp_path: Path) -> None:
+    decode, raw = make_split(tmp_path, "test", REFS, REFS)
+    result = score.score(decode, raw, tmp_path / "metrics.json", model_dir=tmp_path / "no-model")
+    assert result["test"]["bleu"] == 100.0
