@@ -1,0 +1,356 @@
+"""Batched beam search (greedy is beam 1) over the models' decoding interface.
+
+The search uses only `model.start`, `model.step`, `state.reorder` and
+`model.start_token` (see pipeline/model.py), so it serves both architectures.
+With the KV cache, self-attention keys and values grow by one position a
+step and the encoder's cross-attention keys and values are computed once per
+sentence (`model.start`), then copied to the beams. `use_cache=False` re-runs
+the model over the whole prefix every step instead: slow, but an independent
+check that the cache changes nothing.
+
+The search, as fairseq's: every step each sentence's K live beams propose
+their K x V one-token extensions, scored by the sum of log-probs (log_softmax
+in float32). Of the 2K best, those ending in EOS that rank among the top K
+are finished, and the K best that do not end in EOS live on, so a sentence
+always has K live beams. A finished hypothesis is ranked by its sum divided
+by GNMT's length penalty ((5 + len) / 6) ** alpha (Wu et al. 2016, eq. 14),
+len counting the EOS. A sentence is done when K hypotheses have finished
+(the standard rule; it does not check whether a live beam could still beat
+them under the length penalty) or when it reaches its maximum length.
+
+The output space: up to max_len tokens, then EOS. max_len = int(max_len_a *
+src_len + max_len_b), src_len the source's subword count (without the EOS
+the model input appends); at max_len the model's log-prob of EOS is scored
+and every other token refused. PAD, BOS and SEP are never generated; UNK may
+be, so a hypothesis shows that the model did not know a word. Banned tokens
+are set to -inf after the log_softmax (no renormalization), so a
+hypothesis's score is exactly its teacher-forced log-probability.
+
+Symbols: B sentences in a batch, K beam, R = B x K rows, S source length,
+V vocabulary.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+from dataclasses import dataclass
+from typing import Iterator, Protocol, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from pipeline.data import collate_src
+from pipeline.model import DecoderOnly, Seq2SeqBase
+from pipeline.tokens import BOS, EOS, PAD, SEP
+
+log = logging.getLogger(__name__)
+
+BANNED = (PAD, BOS, SEP)
+
+
+@dataclass
+class Hypothesis:
+    """One output: tokens without BOS/EOS, and the length-normalized score it was ranked by."""
+
+    tokens: list[int]
+    score: float
+
+
+@dataclass
+class SearchStats:
+    """Counts one or more translate_ids calls add to (a caller's running totals)."""
+
+    sentences: int = 0
+    src_tokens: int = 0  # as decoded, after any truncation
+    out_tokens: int = 0  # of the 1-best, with its EOS
+    truncated: int = 0
+    batches: int = 0
+
+
+def length_penalty(length: int, alpha: float) -> float:
+    """GNMT's lp(Y) = ((5 + |Y|) / 6) ** alpha; alpha 0 leaves scores as raw log-prob sums."""
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+# --- the two ways of running the decoder ------------------------------------------
+
+
+class Decoder(Protocol):
+    """What the search needs of a model: one step's logits, and rows that follow the beams."""
+
+    def step(self, tokens: torch.Tensor) -> torch.Tensor: ...  # (R, 1) -> (R, V)
+
+    def reorder(self, index: torch.Tensor) -> None: ...  # keep rows `index` (R',)
+
+
+class CachedDecoder:
+    """model.step with the KV cache; the source is encoded once, then copied to K beams."""
+
+    def __init__(self, model: Seq2SeqBase, src: torch.Tensor, beam: int):
+        self.model = model
+        self.state = model.start(src)  # src (B, S)
+        self.state.reorder(torch.arange(src.size(0), device=src.device).repeat_interleave(beam))
+
+    def step(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.model.step(tokens, self.state)
+
+    def reorder(self, index: torch.Tensor) -> None:
+        self.state.reorder(index)
+
+
+class NaiveDecoder:
+    """Runs model(src, BOS + prefix) over the whole prefix every step: no cache at all."""
+
+    def __init__(self, model: Seq2SeqBase, src: torch.Tensor, beam: int):
+        self.model = model
+        self.src = src.repeat_interleave(beam, dim=0)  # (R, S)
+        self.prefix: torch.Tensor | None = None  # (R, t+1): BOS, then the tokens fed so far
+
+    def step(self, tokens: torch.Tensor) -> torch.Tensor:
+        # forward() takes targets starting with BOS (decoder-only swaps in SEP itself),
+        # so the first fed token, model.start_token, is replaced by BOS here.
+        bos = torch.full_like(tokens, BOS)
+        self.prefix = bos if self.prefix is None else torch.cat([self.prefix, tokens], dim=1)
+        return self.model(self.src, self.prefix)[:, -1]
+
+    def reorder(self, index: torch.Tensor) -> None:
+        self.src = self.src.index_select(0, index)
+        if self.prefix is not None:
+            self.prefix = self.prefix.index_select(0, index)
+
+
+# --- the search's steps --------------------------------------------------------------
+
+
+@dataclass
+class Beams:
+    """The live part of a batch's search: its active sentences and their K beams each."""
+
+    sentences: torch.Tensor  # (n,) index in the batch of each active sentence
+    max_lens: torch.Tensor  # (n,) their maximum output lengths
+    history: torch.Tensor  # (n*K, t+1) start token, then the tokens generated
+    scores: torch.Tensor  # (n, K) float32 sums of log-probs
+
+
+def initial_beams(model: Seq2SeqBase, max_lens: torch.Tensor, beam: int) -> Beams:
+    """K copies of the start token per sentence; only the first copy may expand at step 0."""
+    B, device = max_lens.size(0), max_lens.device
+    scores = torch.full((B, beam), float("-inf"), device=device)
+    scores[:, 0] = 0.0  # otherwise K identical beams would fill the beam with one hypothesis
+    history = torch.full((B * beam, 1), model.start_token, dtype=torch.long, device=device)
+    return Beams(torch.arange(B, device=device), max_lens, history, scores)
+
+
+def step_log_probs(logits: torch.Tensor, force_eos: torch.Tensor) -> torch.Tensor:
+    """logits (R, V) -> log-probs (R, V) float32, banned tokens -inf, rows `force_eos` (R,) EOS only."""
+    lprobs = F.log_softmax(logits.float(), dim=-1)
+    lprobs[:, list(BANNED)] = float("-inf")
+    eos = lprobs[:, EOS].clone()
+    lprobs[force_eos] = float("-inf")
+    lprobs[:, EOS] = eos
+    return lprobs
+
+
+def top_candidates(
+    scores: torch.Tensor, lprobs: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """scores (n, K) + lprobs (n*K, V) -> the 2K best extensions per sentence, best first:
+
+    their summed log-probs, the beam each extends and the token it adds, each (n, 2K).
+    """
+    n, K = scores.shape
+    V = lprobs.size(-1)
+    totals = (scores[:, :, None] + lprobs.view(n, K, V)).view(n, K * V)  # (n, K*V)
+    values, flat = totals.topk(min(2 * K, K * V), dim=1)  # (n, 2K)
+    return values, flat // V, flat % V
+
+
+def finish(
+    finished: list[list[Hypothesis]],
+    beams: Beams,
+    values: torch.Tensor,
+    parents: torch.Tensor,
+    words: torch.Tensor,
+    alpha: float,
+) -> None:
+    """Move the EOS candidates ranked in the top K into `finished` (per batch sentence)."""
+    K = beams.scores.size(1)
+    hits = ((words[:, :K] == EOS) & values[:, :K].isfinite()).nonzero().tolist()  # [(i, rank)]
+    if not hits:
+        return
+    top_values, top_parents = values[:, :K].tolist(), parents[:, :K].tolist()  # one sync, not one a hit
+    rows = [i * K + top_parents[i][r] for i, r in hits]
+    prefixes = beams.history[rows, 1:].tolist()
+    lp = length_penalty(beams.history.size(1), alpha)  # tokens generated so far, + the EOS
+    sentences = beams.sentences.tolist()
+    for (i, r), tokens in zip(hits, prefixes):
+        finished[sentences[i]].append(Hypothesis(tokens, top_values[i][r] / lp))
+
+
+def survivors(
+    values: torch.Tensor, parents: torch.Tensor, words: torch.Tensor, beam: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The K best candidates that do not end in EOS: scores, parent beams, tokens, each (n, K).
+
+    Each beam offers one EOS candidate at most, so 2K candidates hold K others.
+    """
+    rank = torch.arange(words.size(1), device=words.device)
+    order = (words == EOS).long() * words.size(1) + rank  # non-EOS first, by rank
+    pick = order.topk(beam, dim=1, largest=False).indices  # (n, K), in rank order
+    return values.gather(1, pick), parents.gather(1, pick), words.gather(1, pick)
+
+
+def advance(
+    beams: Beams,
+    decoder: Decoder,
+    finished: list[list[Hypothesis]],
+    scores: torch.Tensor,
+    parents: torch.Tensor,
+    words: torch.Tensor,
+) -> Beams:
+    """Drop done sentences, move the survivors into place (history and decoder rows)."""
+    K = scores.size(1)
+    steps = beams.history.size(1) - 1  # tokens generated before this step's
+    counts = torch.tensor([len(finished[s]) for s in beams.sentences.tolist()], device=scores.device)
+    keep = ((counts < K) & (beams.max_lens > steps)).nonzero().squeeze(1)  # (n',)
+    rows = (keep[:, None] * K + parents[keep]).view(-1)  # (n'*K,) parents' rows
+    decoder.reorder(rows)
+    history = torch.cat([beams.history[rows], words[keep].view(-1, 1)], dim=1)
+    return Beams(beams.sentences[keep], beams.max_lens[keep], history, scores[keep])
+
+
+def beam_search(
+    model: Seq2SeqBase,
+    src: torch.Tensor,
+    max_lens: torch.Tensor,
+    *,
+    beam: int,
+    alpha: float,
+    n_best: int = 1,
+    use_cache: bool = True,
+) -> list[list[Hypothesis]]:
+    """src (B, S) with EOS, padded; max_lens (B,) -> per sentence its n_best hypotheses, best first."""
+    decoder = (CachedDecoder if use_cache else NaiveDecoder)(model, src, beam)
+    beams = initial_beams(model, max_lens.to(src.device), beam)
+    finished: list[list[Hypothesis]] = [[] for _ in range(src.size(0))]
+    while beams.sentences.numel():
+        steps = beams.history.size(1) - 1
+        force_eos = (beams.max_lens <= steps).repeat_interleave(beam)  # (R,)
+        lprobs = step_log_probs(decoder.step(beams.history[:, -1:]), force_eos)
+        values, parents, words = top_candidates(beams.scores, lprobs)
+        finish(finished, beams, values, parents, words, alpha)
+        beams = advance(beams, decoder, finished, *survivors(values, parents, words, beam))
+    return [sorted(hyps, key=lambda h: -h.score)[:n_best] for hyps in finished]
+
+
+# --- whole inputs: limits, batches, order ----------------------------------------------
+
+
+def max_output_length(src_len: int, max_len_a: float, max_len_b: int) -> int:
+    return int(max_len_a * src_len + max_len_b)
+
+
+def fit_to_model(
+    model: Seq2SeqBase, seq: Sequence[int], max_len_a: float, max_len_b: int
+) -> tuple[list[int], int]:
+    """The source as the model can take it, and its maximum output length.
+
+    Only learned positions limit lengths (sinusoidal ones extend to any length).
+    Encoder-decoder: the source keeps max_positions - 1 tokens (+ EOS), and the
+    output at most max_positions - 1 tokens (+ EOS; the last token fed sits at
+    position max_len). Decoder-only, where source and output share one
+    sequence (source, EOS, SEP, output): the source is cut only as far as
+    needed for its own max_len output to fit (if max_len_b alone overflows, it
+    keeps half the room), and the output is capped by what room is left.
+    """
+    seq = list(seq)
+    positions = model.cfg.max_positions
+    if model.cfg.positions != "learned":
+        return seq, max_output_length(len(seq), max_len_a, max_len_b)
+    if not isinstance(model, DecoderOnly):
+        seq = seq[: positions - 1]
+        return seq, min(max_output_length(len(seq), max_len_a, max_len_b), positions - 1)
+    room = max(positions - 2, 0)  # source tokens + output tokens; EOS and SEP take the other two
+    n = min(len(seq), room)
+    while n > 0 and n + max_output_length(n, max_len_a, max_len_b) > room:
+        n -= 1
+    if n == 0 and seq:  # max_len_b alone overflows: give the source half the room
+        n = min(len(seq), max(room // 2, 1))
+    return seq[:n], max(min(max_output_length(n, max_len_a, max_len_b), room - n), 0)
+
+
+def length_batches(lengths: Sequence[int], beam: int, batch_tokens: int) -> list[list[int]]:
+    """Indices of non-empty inputs, longest first, cut so that B x K x max(S) <= batch_tokens.
+
+    S counts the EOS; a sentence too long for the budget gets a batch of its own.
+    Sorting by length keeps padding (wasted work) small.
+    """
+    order = sorted((i for i, n in enumerate(lengths) if n > 0), key=lambda i: -lengths[i])
+    batches: list[list[int]] = []
+    for i in order:
+        # Longest first: the batch's first sentence is its widest.
+        if batches and (len(batches[-1]) + 1) * beam * (lengths[batches[-1][0]] + 1) <= batch_tokens:
+            batches[-1].append(i)
+        else:
+            batches.append([i])
+    return batches
+
+
+@contextlib.contextmanager
+def evaluating(model: torch.nn.Module) -> Iterator[None]:
+    """eval() and inference_mode inside; the model's training mode is restored after (validation)."""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            yield
+    finally:
+        model.train(was_training)
+
+
+def translate_ids(
+    model: Seq2SeqBase,
+    seqs: Sequence[Sequence[int]],
+    *,
+    beam: int,
+    length_penalty: float,
+    max_len_a: float,
+    max_len_b: int,
+    batch_tokens: int,
+    device: torch.device | str,
+    n_best: int = 1,
+    use_cache: bool = True,
+    stats: SearchStats | None = None,
+) -> list[list[Hypothesis]]:
+    """Decode source ids (without EOS) -> per input, up to n_best hypotheses, in input order.
+
+    The model must already be on `device`. An empty input gives [Hypothesis([], 0.0)]
+    without running the model. An input longer than the model takes is truncated
+    (see fit_to_model) and counted, with one warning per call; none is dropped.
+    """
+    stats = stats if stats is not None else SearchStats()
+    fitted = [fit_to_model(model, s, max_len_a, max_len_b) if s else ([], 0) for s in seqs]
+    truncated = sum(len(f[0]) < len(s) for f, s in zip(fitted, seqs))
+    if truncated:
+        log.warning(
+            f"{truncated} of {len(seqs)} inputs exceed the model's length limit "
+            f"(model.max_positions={model.cfg.max_positions}) and were truncated"
+        )
+    results: list[list[Hypothesis]] = [[Hypothesis([], 0.0)] for _ in seqs]
+    with evaluating(model):
+        for batch in length_batches([len(f[0]) for f in fitted], beam, batch_tokens):
+            src = collate_src([fitted[i][0] for i in batch]).to(device)  # (B, S)
+            max_lens = torch.tensor([fitted[i][1] for i in batch], device=device)  # (B,)
+            hyps = beam_search(
+                model, src, max_lens, beam=beam, alpha=length_penalty, n_best=n_best, use_cache=use_cache
+            )
+            for i, h in zip(batch, hyps):
+                results[i] = h
+            stats.batches += 1
+    stats.sentences += len(seqs)
+    stats.src_tokens += sum(len(f[0]) for f in fitted)
+    stats.out_tokens += sum(len(r[0].tokens) + 1 for r, s in zip(results, seqs) if s)
+    stats.truncated += truncated
+    return results

@@ -1,0 +1,84 @@
+"""Stage decode: aligned hypotheses for val and test, stats, and errors, on a tiny random model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+from click.testing import CliRunner
+
+from pipeline import decode as decode_stage
+from pipeline import params as P
+from pipeline.translate import Translator
+from tests.test_translate import make_model_dir
+
+REPO = Path(__file__).resolve().parents[1]
+
+VAL = ["ein hund läuft", "", "die katze springt über die straße", "   ", "der mann"]
+TEST = ["das kind", "eine frau läuft über die straße", ""]
+
+
+def setup(tmp_path: Path, **decode: object) -> list[str]:
+    """model/, clean/ and params.yaml in tmp_path; returns the command's arguments."""
+    make_model_dir(tmp_path / "model")
+    raw = yaml.safe_load((REPO / "params.yaml").read_text(encoding="utf-8"))
+    raw["decode"].update(beam=3, n_best=1, batch_tokens=300, max_len_a=1.0, max_len_b=3)
+    raw["decode"].update(decode)
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw), encoding="utf-8")
+    clean = tmp_path / "clean"
+    clean.mkdir()
+    for split, lines in (("val", VAL), ("test", TEST)):
+        (clean / f"{split}.src").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return [
+        "--params", str(tmp_path / "params.yaml"), "--model", str(tmp_path / "model"),
+        "--clean", str(clean), "--out", str(tmp_path / "decode"), "--device", "cpu",
+    ]
+
+
+def read(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8").split("\n")[:-1]
+
+
+def test_decode_writes_aligned_hypotheses_and_stats(tmp_path: Path) -> None:
+    args = setup(tmp_path)
+    result = CliRunner().invoke(decode_stage.command, args)
+    assert result.exit_code == 0, result.output
+    out = tmp_path / "decode"
+    settings = P.load(tmp_path / "params.yaml").decode
+    translator = Translator.from_dir(tmp_path / "model", device="cpu", settings=settings)
+    for split, lines in (("val", VAL), ("test", TEST)):
+        hyps = read(out / f"{split}.hyp")
+        assert len(hyps) == len(lines)
+        assert hyps == translator.translate(lines)  # the same code path as the translate command
+        assert all(h == "" for h, src in zip(hyps, lines) if not src.strip())
+    assert not (out / "val.nbest").exists()
+    stats = json.loads((out / "stats.json").read_text(encoding="utf-8"))
+    assert stats["device"] == "cpu" and stats["decode"]["beam"] == 3
+    assert stats["val"]["sentences"] == len(VAL) and stats["test"]["sentences"] == len(TEST)
+    assert stats["val"]["truncated"] == 0 and stats["val"]["tokens_per_s"] > 0
+
+
+def test_decode_uses_params_yaml_not_the_models_settings(tmp_path: Path) -> None:
+    args = setup(tmp_path, beam=1, n_best=1)
+    assert CliRunner().invoke(decode_stage.command, args).exit_code == 0
+    greedy = Translator.from_dir(tmp_path / "model", device="cpu").translate(VAL, beam=1)
+    assert read(tmp_path / "decode" / "val.hyp") == greedy
+
+
+def test_decode_with_n_best_also_writes_nbest_lists(tmp_path: Path) -> None:
+    args = setup(tmp_path, n_best=2)
+    assert CliRunner().invoke(decode_stage.command, args).exit_code == 0
+    rows = read(tmp_path / "decode" / "test.nbest")
+    assert [int(r.split(" ||| ")[0]) for r in rows] == [0, 0, 1, 1, 2]
+    hyps = read(tmp_path / "decode" / "test.hyp")
+    assert [r.split(" ||| ")[1] for r in rows[::2]] == hyps  # the first of each list is the 1-best
+
+
+def test_decode_without_clean_output_says_which_stage_to_run(tmp_path: Path) -> None:
+    args = setup(tmp_path)
+    (tmp_path / "clean" / "test.src").unlink()
+    result = CliRunner().invoke(decode_stage.command, args)
+    assert result.exit_code == 1
+    assert "test.src: missing; run the clean stage first" in result.output
+    assert not (tmp_path / "decode").exists()

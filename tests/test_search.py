@@ -1,0 +1,246 @@
+"""Beam search: cache vs no cache, greedy, exhaustive optimality, order, batching, limits."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import logging
+import random
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from pipeline import params as P
+from pipeline.data import collate_src
+from pipeline.model import Seq2SeqBase, build_model
+from pipeline.search import (
+    BANNED,
+    Hypothesis,
+    SearchStats,
+    fit_to_model,
+    length_batches,
+    length_penalty,
+    translate_ids,
+)
+from pipeline.tokens import BOS, EOS, N_SPECIAL
+
+REPO = Path(__file__).resolve().parents[1]
+BASE = P.load(REPO / "params.yaml")
+
+CONFIGS = [
+    ("encoder_decoder", "pre", "learned"),
+    ("encoder_decoder", "post", "learned"),
+    ("encoder_decoder", "pre", "sinusoidal"),
+    ("decoder_only", "pre", "learned"),
+    ("decoder_only", "post", "sinusoidal"),
+]
+
+
+def tiny_model(
+    arch: str = "encoder_decoder", norm: str = "pre", positions: str = "learned",
+    vocab: int = 20, seed: int = 0, max_positions: int = 64,
+) -> Seq2SeqBase:
+    """A small random model; untied output embeddings keep its outputs varied (tied ones echo the input)."""
+    cfg = dataclasses.replace(
+        BASE.model, arch=arch, norm=norm, positions=positions, d_model=32, n_heads=4, d_ff=64, n_layers=2,
+        dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, max_positions=max_positions,
+        tie_embeddings="none",
+    )
+    torch.manual_seed(seed)
+    return build_model(cfg, vocab, vocab).eval()
+
+
+def random_seqs(n: int, vocab: int, seed: int = 0, longest: int = 9) -> list[list[int]]:
+    rng = random.Random(seed)
+    return [[rng.randrange(N_SPECIAL, vocab) for _ in range(rng.randint(1, longest))] for _ in range(n)]
+
+
+def decode(model: Seq2SeqBase, seqs: list[list[int]], **kw) -> list[list[Hypothesis]]:
+    settings = dict(beam=4, length_penalty=1.0, max_len_a=1.0, max_len_b=3, batch_tokens=10_000, device="cpu")
+    return translate_ids(model, seqs, **{**settings, **kw})
+
+
+def teacher_forced_log_probs(model: Seq2SeqBase, seq: list[int], outs: list[list[int]]) -> list[float]:
+    """Sum of log p(out + EOS | seq) for each of `outs` (all one length), by one uncached forward pass."""
+    tgt_in = torch.tensor([[BOS] + out for out in outs])  # (N, T)
+    tgt_out = torch.tensor([out + [EOS] for out in outs])  # (N, T)
+    with torch.no_grad():
+        logits = model(collate_src([seq] * len(outs)), tgt_in)  # (N, T, V)
+    lprobs = F.log_softmax(logits.float(), dim=-1).gather(2, tgt_out[:, :, None])  # (N, T, 1)
+    return lprobs.sum(dim=(1, 2)).tolist()
+
+
+def reference_greedy(model: Seq2SeqBase, seq: list[int], max_len: int, alpha: float) -> Hypothesis:
+    """Greedy decoding written independently of search.py: argmax of the full forward pass."""
+    out: list[int] = []
+    total = 0.0
+    with torch.no_grad():
+        for step in range(max_len + 1):
+            logits = model(collate_src([seq]), torch.tensor([[BOS] + out]))[0, -1]
+            lprobs = F.log_softmax(logits.float(), dim=-1)
+            lprobs[list(BANNED)] = float("-inf")
+            token = EOS if step == max_len else int(lprobs.argmax())
+            total += float(lprobs[token])
+            if token == EOS:
+                break
+            out.append(token)
+    return Hypothesis(out, total / length_penalty(len(out) + 1, alpha))
+
+
+def tokens_of(results: list[list[Hypothesis]]) -> list[list[list[int]]]:
+    return [[h.tokens for h in hyps] for hyps in results]
+
+
+def assert_scores_close(a: list[list[Hypothesis]], b: list[list[Hypothesis]], tol: float = 1e-4) -> None:
+    for x, y in zip(a, b, strict=True):
+        assert [h.score for h in x] == pytest.approx([h.score for h in y], abs=tol)
+
+
+@pytest.mark.parametrize("arch,norm,positions", CONFIGS)
+@pytest.mark.parametrize("beam", [1, 4])
+def test_cached_and_uncached_decoding_agree(arch: str, norm: str, positions: str, beam: int) -> None:
+    model = tiny_model(arch, norm, positions, seed=3)  # a seed whose outputs vary in every config
+    seqs = random_seqs(8, 20)
+    cached = decode(model, seqs, beam=beam, n_best=beam)
+    naive = decode(model, seqs, beam=beam, n_best=beam, use_cache=False)
+    assert tokens_of(cached) == tokens_of(naive)
+    assert_scores_close(cached, naive)
+    # The comparison means something only if the outputs differ between inputs.
+    best = [tuple(r[0].tokens) for r in cached]
+    assert len(set(best)) >= 3 and len({t for b in best for t in b}) >= 3
+
+
+@pytest.mark.parametrize("arch", ["encoder_decoder", "decoder_only"])
+def test_beam_one_is_greedy(arch: str) -> None:
+    model = tiny_model(arch)
+    seqs = random_seqs(6, 20, seed=1)
+    results = decode(model, seqs, beam=1, max_len_a=0.5, max_len_b=2)
+    for seq, hyps in zip(seqs, results):
+        want = reference_greedy(model, seq, int(0.5 * len(seq) + 2), alpha=1.0)
+        assert hyps[0].tokens == want.tokens
+        assert hyps[0].score == pytest.approx(want.score, abs=1e-4)
+
+
+def output_space(vocab: int, max_len: int) -> list[list[int]]:
+    """Every output the search can produce: up to max_len allowed tokens (EOS follows each)."""
+    allowed = [t for t in range(vocab) if t not in BANNED and t != EOS]
+    return [list(s) for n in range(max_len + 1) for s in itertools.product(allowed, repeat=n)]
+
+
+@pytest.mark.parametrize("arch", ["encoder_decoder", "decoder_only"])
+@pytest.mark.parametrize("alpha", [0.0, 1.0])
+def test_exhaustive_beam_finds_the_exact_argmax(arch: str, alpha: float) -> None:
+    vocab, max_len = N_SPECIAL + 5, 3  # UNK + 5 tokens: 1 + 6 + 36 + 216 = 259 outputs
+    model = tiny_model(arch, vocab=vocab, seed=3)
+    seq = [5, 7, 9, 6]
+    space = output_space(vocab, max_len)
+    assert len(space) == 259
+    want = []
+    for n in range(max_len + 1):
+        outs = [out for out in space if len(out) == n]
+        lp = length_penalty(n + 1, alpha)
+        want += [(total / lp, out) for total, out in zip(teacher_forced_log_probs(model, seq, outs), outs)]
+    want.sort(key=lambda pair: -pair[0])
+    width = len(space)
+    (got,) = decode(
+        model, [seq], beam=width, n_best=width, length_penalty=alpha, max_len_a=0.0, max_len_b=max_len
+    )
+    # A beam as wide as the space finishes every output, each scored exactly.
+    assert sorted(map(tuple, (h.tokens for h in got))) == sorted(map(tuple, space))
+    assert got[0].tokens == want[0][1]
+    scores = {tuple(h.tokens): h.score for h in got}
+    for score, out in want:
+        assert scores[tuple(out)] == pytest.approx(score, abs=1e-4)
+
+
+def test_order_follows_input_and_batching_changes_nothing() -> None:
+    model = tiny_model("encoder_decoder")
+    rng = random.Random(5)
+    seqs = random_seqs(12, 20, seed=5, longest=14)
+    rng.shuffle(seqs)
+    stats = SearchStats()
+    batched = decode(model, seqs, batch_tokens=150, stats=stats)
+    assert stats.batches > 2, "the budget should split the input into several batches"
+    alone = [decode(model, [s])[0] for s in seqs]
+    assert tokens_of(batched) == tokens_of(alone)
+    assert_scores_close(batched, alone)
+
+
+@pytest.mark.parametrize("arch", ["encoder_decoder", "decoder_only"])
+def test_a_sentence_does_not_depend_on_its_batch_companions(arch: str) -> None:
+    model = tiny_model(arch)
+    target = [6, 9, 12, 7]
+    companions = random_seqs(5, 20, seed=8, longest=16)  # longer ones pad the target
+    with_others = decode(model, companions[:2] + [target] + companions[2:], n_best=4)[2]
+    alone = decode(model, [target], n_best=4)[0]
+    assert [h.tokens for h in with_others] == [h.tokens for h in alone]
+    assert_scores_close([with_others], [alone])
+
+
+def test_empty_input_gives_empty_output_without_running_the_model(monkeypatch) -> None:
+    model = tiny_model()
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the model ran on empty input")
+
+    monkeypatch.setattr(model, "start", refuse)
+    monkeypatch.setattr(model, "forward", refuse)
+    results = decode(model, [[], [], []], n_best=3)
+    assert results == [[Hypothesis([], 0.0)]] * 3
+    monkeypatch.undo()
+    mixed = decode(model, [[], [5, 6, 7], []])
+    assert len(mixed) == 3 and mixed[0] == mixed[2] == [Hypothesis([], 0.0)]
+    assert mixed[1] == decode(model, [[5, 6, 7]])[0]
+
+
+def test_n_best_gives_distinct_hypotheses_sorted_by_score() -> None:
+    model = tiny_model("decoder_only")
+    for hyps in decode(model, random_seqs(4, 20, seed=2), beam=5, n_best=5):
+        assert len(hyps) == 5
+        assert len({tuple(h.tokens) for h in hyps}) == 5
+        assert [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)
+
+
+def test_output_never_exceeds_max_length() -> None:
+    model = tiny_model("encoder_decoder", seed=2)
+    seqs = random_seqs(10, 20, seed=4, longest=12)
+    for seq, hyps in zip(seqs, decode(model, seqs, n_best=4, max_len_a=0.5, max_len_b=1)):
+        assert all(len(h.tokens) <= int(0.5 * len(seq) + 1) for h in hyps)
+
+
+@pytest.mark.parametrize("arch", ["encoder_decoder", "decoder_only"])
+def test_too_long_inputs_are_truncated_and_counted_never_dropped(arch: str, caplog) -> None:
+    model = tiny_model(arch, positions="learned", max_positions=12)
+    seqs = [[5] * 3, [6] * 30, [7] * 11, [8] * 40]
+    stats = SearchStats()
+    with caplog.at_level(logging.WARNING, logger="pipeline.search"):
+        results = decode(model, seqs, max_len_a=1.0, max_len_b=2, stats=stats)
+    assert len(results) == 4 and all(results)
+    assert stats.truncated == (3 if arch == "decoder_only" else 2)
+    assert f"{stats.truncated} of 4 inputs" in caplog.text
+    for seq in seqs:  # every position fits the table: sources and outputs together
+        kept, max_len = fit_to_model(model, seq, 1.0, 2)
+        used = len(kept) + 2 + max_len if arch == "decoder_only" else max(len(kept) + 1, max_len + 1)
+        assert used <= 12
+
+
+def test_sinusoidal_positions_never_truncate() -> None:
+    model = tiny_model(positions="sinusoidal", max_positions=8)
+    assert fit_to_model(model, [5] * 30, 1.0, 2) == ([5] * 30, 32)
+
+
+def test_length_batches_respect_the_budget_and_cover_every_input() -> None:
+    lengths = [3, 0, 10, 7, 7, 1, 25, 4]
+    batches = length_batches(lengths, beam=2, batch_tokens=60)
+    assert sorted(i for b in batches for i in b) == [0, 2, 3, 4, 5, 6, 7]  # the empty one is skipped
+    for batch in batches:
+        widest = max(lengths[i] for i in batch) + 1
+        assert len(batch) == 1 or len(batch) * 2 * widest <= 60
+
+
+def test_decoding_restores_the_training_mode() -> None:
+    model = tiny_model().train()
+    decode(model, [[5, 6]])
+    assert model.training

@@ -1,0 +1,172 @@
+"""Translator and the translate command, on a tiny random model with a tiny sentencepiece model."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import random
+import re
+from pathlib import Path
+
+import pytest
+import sentencepiece as spm
+import torch
+from click.testing import CliRunner
+
+from pipeline import checkpoint
+from pipeline import params as P
+from pipeline import translate as tr
+from pipeline.errors import UserError
+from pipeline.model import build_model
+from pipeline.translate import Translator
+
+REPO = Path(__file__).resolve().parents[1]
+BASE = P.load(REPO / "params.yaml")
+WORDS = "der die das ein eine hund katze mann frau kind läuft springt über straße groß weiß".split()
+
+
+def train_spm(path: Path, vocab_size: int = 40, seed: int = 0) -> int:
+    """A tiny BPE model with the pipeline's special ids; returns its size."""
+    rng = random.Random(seed)
+    lines = [" ".join(rng.choices(WORDS, k=rng.randint(2, 8))) for _ in range(300)]
+    buffer = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines), model_writer=buffer, model_type="bpe", vocab_size=vocab_size,
+        pad_id=0, unk_id=1, bos_id=2, eos_id=3, user_defined_symbols=["<sep>"], minloglevel=2,
+    )
+    path.write_bytes(buffer.getvalue())
+    return spm.SentencePieceProcessor(model_file=str(path)).get_piece_size()
+
+
+def make_model_dir(
+    path: Path, arch: str = "encoder_decoder", *, model_vocab: int | None = None, seed: int = 0
+) -> Path:
+    """A model directory as train writes it (model.pt + spm.model), with random weights."""
+    path.mkdir(parents=True)
+    size = train_spm(path / "spm.model")
+    vocab = model_vocab or size
+    model_params = dataclasses.replace(
+        BASE.model, arch=arch, d_model=32, n_heads=4, d_ff=64, n_layers=2, dropout=0.0,
+        attention_dropout=0.0, activation_dropout=0.0, max_positions=64, tie_embeddings="none",
+    )
+    decode_params = dataclasses.replace(BASE.decode, beam=3, batch_tokens=400, max_len_a=1.0, max_len_b=3)
+    params = dataclasses.replace(BASE, model=model_params, decode=decode_params)
+    torch.manual_seed(seed)
+    model = build_model(params.model, vocab, vocab)
+    payload = checkpoint.model_payload(model, params, vocab, vocab, step=0)
+    checkpoint.save(path / checkpoint.MODEL_FILE, payload)
+    return path
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> Path:
+    return make_model_dir(tmp_path_factory.mktemp("m") / "model")
+
+
+@pytest.fixture(scope="module")
+def translator(model_dir: Path) -> Translator:
+    return Translator.from_dir(model_dir, device="cpu")
+
+
+def run(args: list[str], stdin: bytes = b""):
+    return CliRunner().invoke(tr.command, args, input=stdin)
+
+
+def test_translator_uses_the_models_settings_and_keeps_line_count(translator: Translator) -> None:
+    assert translator.settings.beam == 3
+    out = translator.translate(["ein hund läuft", "", "   \t ", "die katze"])
+    assert len(out) == 4 and out[1] == out[2] == ""
+    assert out[0] and out[3], "a random model still produces some tokens for this seed"
+
+
+def test_input_is_normalized_as_the_training_text_was(translator: Translator) -> None:
+    plain = translator.translate(["ein hund läuft"])
+    messy = translator.translate(["  ein\u00a0hund \t la\u0308uft\u200b  "])  # NBSP, tab, NFD, ZWSP
+    assert messy == plain
+
+
+def test_overrides_reach_the_search(translator: Translator) -> None:
+    greedy = translator.translate(["der mann"], beam=1)
+    assert greedy == translator.translate(["der mann"], beam=1, batch_tokens=1)
+    with pytest.raises(UserError, match="n-best 4 must be within"):
+        translator.translate_nbest(["der mann"], 4, beam=3)
+
+
+def test_translate_nbest_gives_k_sorted_translations(translator: Translator) -> None:
+    (hyps, blank) = translator.translate_nbest(["der hund springt über die straße", ""], 3)
+    assert len(hyps) == 3 and [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)
+    assert blank == [tr.Translation("", 0.0)]
+    assert hyps[0].text == translator.translate(["der hund springt über die straße"])[0]
+
+
+def test_command_reads_stdin_with_blank_and_invalid_utf8_lines(model_dir: Path, translator: Translator):
+    stdin = b"ein hund\n\n   \n\xff\xfe katze\r\nder mann"  # no final newline; a CRLF line
+    result = run(["--model", str(model_dir), "--device", "cpu"], stdin)
+    assert result.exit_code == 0, result.output
+    lines = result.stdout_bytes.decode("utf-8").split("\n")
+    assert lines[-1] == "" and len(lines[:-1]) == 5
+    assert lines[1] == lines[2] == ""
+    want = translator.translate(["ein hund", "", "", "\ufffd\ufffd katze\r", "der mann"])
+    assert lines[:-1] == want
+    assert "warning: 1 input line(s) were not valid UTF-8" in result.stderr
+
+
+def test_command_writes_output_file_atomically(model_dir: Path, tmp_path: Path) -> None:
+    source = tmp_path / "in.txt"
+    source.write_text("ein hund\n\ndie frau\n", encoding="utf-8")
+    out = tmp_path / "out" / "hyp.txt"
+    args = ["--model", str(model_dir), "--device", "cpu", "--input", str(source), "--output", str(out)]
+    result = run(args)
+    assert result.exit_code == 0, result.output
+    assert out.read_text(encoding="utf-8").count("\n") == 3
+    assert result.stdout == ""
+    assert [p.name for p in out.parent.iterdir()] == ["hyp.txt"]  # no temporary left behind
+
+
+def test_command_n_best_format(model_dir: Path) -> None:
+    result = run(["--model", str(model_dir), "--device", "cpu", "--n-best", "3"], b"ein hund\n\nder mann\n")
+    assert result.exit_code == 0, result.output
+    pattern = r"(\d+) \|\|\| (.*) \|\|\| (-?\d+\.\d{4})"
+    rows = [re.fullmatch(pattern, line) for line in result.stdout.splitlines()]
+    assert all(rows), result.stdout
+    index = [int(r.group(1)) for r in rows]
+    assert index == sorted(index) and set(index) == {0, 1, 2}
+    assert index.count(0) == index.count(2) == 3
+    assert index.count(1) == 1  # a blank line gives one, empty, hypothesis
+    for i in (0, 2):
+        scores = [float(r.group(3)) for r in rows if int(r.group(1)) == i]
+        assert scores == sorted(scores, reverse=True)
+
+
+def test_command_refuses_n_best_above_beam(model_dir: Path) -> None:
+    result = run(["--model", str(model_dir), "--beam", "2", "--n-best", "3"], b"ein hund\n")
+    assert result.exit_code == 1
+    assert "n-best 3 must be within [1, beam=2]" in result.output
+
+
+def test_command_on_a_missing_model_says_how_to_fix_it(tmp_path: Path) -> None:
+    result = run(["--model", str(tmp_path / "nothing")], b"ein hund\n")
+    assert result.exit_code == 1
+    assert "no such checkpoint" in result.output and "Traceback" not in result.output
+
+
+def test_vocab_size_mismatch_is_a_clear_error(tmp_path: Path) -> None:
+    model_dir = make_model_dir(tmp_path / "model", model_vocab=50)
+    with pytest.raises(UserError, match="vocabulary has 50 entries but its sentencepiece model has 40"):
+        Translator.from_dir(model_dir, device="cpu")
+
+
+def test_decoder_only_model_translates_through_the_command(tmp_path: Path) -> None:
+    model_dir = make_model_dir(tmp_path / "model", arch="decoder_only")
+    result = run(["--model", str(model_dir), "--device", "cpu", "--beam", "2"], b"ein hund\n \nkind\n")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.count("\n") == 3 and result.stdout.split("\n")[1] == ""
+
+
+def test_interactive_mode_prompts_and_answers_each_line(translator: Translator, capsys) -> None:
+    out = io.BytesIO()
+    render = tr.renderer(translator, n_best=1, beam=None, batch_tokens=None)
+    invalid = tr.translate_stream(render, io.BytesIO(b"ein hund\n\xffkind\n"), out, interactive=True)
+    assert invalid == 1
+    assert out.getvalue().decode("utf-8").split("\n")[:-1] == translator.translate(["ein hund", "\ufffdkind"])
+    assert capsys.readouterr().err.count("> ") == 3  # one prompt per line, and one answered by EOF
