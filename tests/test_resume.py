@@ -1,0 +1,158 @@
+"""Exact resume: a run interrupted anywhere and restarted ends bitwise equal to an uninterrupted one.
+
+Interruptions: a real SIGKILL of the `python -m pipeline train` process (twice,
+at different points), and in-process exceptions at chosen points (between
+checkpoints, between writing ckpt_<step>.pt and last.pt, while writing the
+model directory), in fp32 and bf16. Dropout is on, validations happen mid-epoch,
+update_freq is 2 and val BLEU is computed, so every piece of state matters.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from pipeline import checkpoint
+from pipeline import train as train_stage
+from pipeline.train import Paths, train
+from tests.conftest import REPO
+from tests.test_train import make_corpus, read_tsv, tiny_raw
+
+pytestmark = pytest.mark.slow
+
+SETTINGS = dict(max_epochs=100, max_steps=30, validate_every=4, update_freq=2, keep_last=3, average_last=2,
+                val_bleu=True, early_stop_metric="loss", log_every=3)
+
+
+class Interrupt(Exception):
+    """Stands in for a crash at a chosen point."""
+
+
+def run_paths(root: Path, corpus: Paths) -> Paths:
+    """Separate outputs over a shared corpus."""
+    return Paths(corpus.bin_dir, corpus.bpe_dir, root / "model", root / "checkpoints", root / "log")
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Paths:
+    return make_corpus(tmp_path_factory.mktemp("resume"), n_train=120, n_val=12)
+
+
+def assert_same_run(a: Paths, b: Paths) -> None:
+    """Bitwise the same final model and training state, and the same logs but for timings."""
+    for name in ("model/model.pt", "checkpoints/last.pt"):
+        wa = checkpoint.load(a.out_dir.parent / name)
+        wb = checkpoint.load(b.out_dir.parent / name)
+        assert wa["model"].keys() == wb["model"].keys()
+        for key in wa["model"]:
+            assert torch.equal(wa["model"][key], wb["model"][key]), f"{name}: {key} differs"
+    state_a, state_b = (checkpoint.load(p.ckpt_dir / "last.pt") for p in (a, b))
+    opt_a, opt_b = state_a["optimizer"]["state"], state_b["optimizer"]["state"]
+    assert opt_a.keys() == opt_b.keys()
+    for key in opt_a:
+        assert all(torch.equal(opt_a[key][k], opt_b[key][k]) for k in opt_a[key])
+    assert torch.equal(state_a["rng"][0]["torch"], state_b["rng"][0]["torch"])
+    assert read_tsv(a.log_dir / "valid.tsv") == read_tsv(b.log_dir / "valid.tsv")
+    steps_a, steps_b = (read_tsv(p.log_dir / "steps.tsv") for p in (a, b))
+    assert [r[:4] for r in steps_a] == [r[:4] for r in steps_b]  # all but tokens_per_s
+    assert sorted(p.name for p in a.ckpt_dir.iterdir()) == sorted(p.name for p in b.ckpt_dir.iterdir())
+
+
+def interrupt_at(monkeypatch, target: object, name: str, when) -> None:
+    """Raise Interrupt instead of calling target.name on the call for which when(n, *args) holds."""
+    real = getattr(target, name)
+    calls = {"n": 0}
+
+    def wrapper(*args, **kwargs):
+        calls["n"] += 1
+        if when(calls["n"], *args):
+            raise Interrupt(name)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(target, name, wrapper)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_in_process_interruptions_change_nothing(precision, corpus, tmp_path, monkeypatch):
+    params = train_stage.P.from_dict(tiny_raw(precision=precision, **SETTINGS))
+    uninterrupted = run_paths(tmp_path / "a", corpus)
+    train(params, uninterrupted, tracking=False)
+
+    b = run_paths(tmp_path / "b", corpus)
+    crashes = [
+        # update 7 of a session: between the checkpoints at steps 4 and 8
+        (train_stage.Trainer, "train_step", lambda n, *a: n == 7),
+        # after ckpt_16.pt (and best.pt) were written, before last.pt
+        (train_stage, "save_file", lambda n, path, *a: path.name == "last.pt" and "ckpt_16.pt" in
+         {p.name for p in path.parent.iterdir()}),
+        # update 2 right after a resume, before any new checkpoint
+        (train_stage.Trainer, "train_step", lambda n, *a: n == 2),
+        # after training ended, while writing data/model
+        (train_stage, "average", lambda n, *a: True),
+    ]
+    for target, name, when in crashes:
+        with monkeypatch.context() as patch:
+            interrupt_at(patch, target, name, when)
+            try:
+                train(params, b, tracking=False)
+            except Interrupt:
+                pass
+            else:
+                raise AssertionError(f"the interruption at {name} never happened")
+    assert checkpoint.load(b.ckpt_dir / "last.pt")["progress"]["stopped"] == "max_steps"
+    assert not b.out_dir.exists()
+    train(params, b, tracking=False)
+    assert_same_run(uninterrupted, b)
+
+
+def train_command(params_file: Path, paths: Paths) -> list[str]:
+    return [sys.executable, "-m", "pipeline", "train", "--params", str(params_file),
+            "--bin", str(paths.bin_dir), "--bpe", str(paths.bpe_dir), "--out", str(paths.out_dir),
+            "--checkpoints", str(paths.ckpt_dir), "--log", str(paths.log_dir), "--no-tracking"]
+
+
+def kill_when(params_file: Path, paths: Paths, ready, log: Path, timeout: float = 120.0) -> None:
+    """Start training, and SIGKILL it as soon as ready() holds (polled every few ms)."""
+    with open(log, "w") as stderr:  # a file, not a pipe, that nobody must drain
+        proc = subprocess.Popen(train_command(params_file, paths), cwd=REPO, stdout=subprocess.DEVNULL,
+                                stderr=stderr)
+    deadline = time.monotonic() + timeout
+    try:
+        while not ready():
+            assert proc.poll() is None, f"training ended before it was killed:\n{log.read_text()[-2000:]}"
+            assert time.monotonic() < deadline, "training never reached the point to kill it"
+            time.sleep(0.002)
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def test_sigkilled_run_resumes_to_bitwise_the_same_weights(corpus, tmp_path):
+    # More updates than the in-process test, so that a kill lands while training is under way.
+    raw = tiny_raw(**{**SETTINGS, "max_steps": 80, "validate_every": 5})
+    params_file = tmp_path / "params.yaml"
+    params_file.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    uninterrupted = run_paths(tmp_path / "a", corpus)
+    train(train_stage.P.from_dict(raw), uninterrupted, tracking=False)
+
+    b = run_paths(tmp_path / "b", corpus)
+    # Kill 1: as soon as the first training state exists.
+    kill_when(params_file, b, lambda: (b.ckpt_dir / "last.pt").exists(), tmp_path / "kill1.log")
+    # Kill 2, after a resume: as soon as ckpt_40.pt exists, i.e. likely before last.pt follows it.
+    kill_when(params_file, b, lambda: (b.ckpt_dir / "ckpt_40.pt").exists(), tmp_path / "kill2.log")
+    assert "resuming from step" in (tmp_path / "kill2.log").read_text()
+    state = checkpoint.load(b.ckpt_dir / "last.pt")["progress"]
+    assert state["stopped"] is None and state["step"] < 80
+    command = train_command(params_file, b)
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "resuming from step" in done.stderr
+    assert_same_run(uninterrupted, b)

@@ -1,0 +1,388 @@
+"""Stage train: a tiny model learns to copy; logs, outputs, failures, resume refusals, accumulation.
+
+The corpus is synthetic: random subword ids of a tiny sentencepiece model,
+written straight in binarize's on-disk format (helpers shared with
+test_resume and test_distributed).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from pipeline import checkpoint
+from pipeline import params as P
+from pipeline import train as train_stage
+from pipeline.bpe import train_bpe
+from pipeline.data import ParallelData, collate
+from pipeline.errors import UserError
+from pipeline.params import BpeParams
+from pipeline.tokens import N_SPECIAL
+from pipeline.tracking import Tracker
+from pipeline.train import Paths, Trainer, train
+from tests.conftest import REPO
+
+VOCAB = 24
+
+
+# --- helpers (also used by test_resume.py and test_distributed.py) ----------------------
+
+
+def write_side(prefix: Path, seqs: list[list[int]]) -> None:
+    """One {split}.{side}.bin/.idx pair, as the binarize stage writes it."""
+    lens = np.array([len(s) for s in seqs], dtype=np.int64)
+    offsets = np.zeros(len(seqs) + 1, dtype="<i8")
+    np.cumsum(lens, out=offsets[1:])
+    np.concatenate([np.asarray(s, dtype="<u2") for s in seqs]).tofile(f"{prefix}.bin")
+    offsets.tofile(f"{prefix}.idx")
+
+
+def make_corpus(
+    root: Path, *, task: str = "copy", n_train: int = 400, n_val: int = 30, lengths=(3, 8), seed: int = 0
+) -> Paths:
+    """A joint VOCAB-piece spm model, and random id sentences whose target copies (or reverses) the source."""
+    rng = random.Random(seed)
+    text = root / "text"
+    text.mkdir(parents=True)
+    word = lambda: "".join(rng.choices("abcdefgh", k=rng.randint(1, 5)))  # noqa: E731
+    words = [" ".join(word() for _ in range(8)) for _ in range(300)]
+    for side in ("src", "tgt"):
+        (text / f"train.{side}").write_text("\n".join(words) + "\n", encoding="utf-8")
+    bpe = BpeParams(joint=True, vocab_size=VOCAB, character_coverage=1.0, byte_fallback=False)
+    train_bpe(bpe, text, root / "bpe")
+    (root / "bin").mkdir()
+    for split, n in (("train", n_train), ("val", n_val), ("test", n_val)):
+        src = [[rng.randrange(N_SPECIAL, VOCAB) for _ in range(rng.randint(*lengths))] for _ in range(n)]
+        tgt = [s[::-1] if task == "reverse" else list(s) for s in src]
+        write_side(root / "bin" / f"{split}.src", src)
+        write_side(root / "bin" / f"{split}.tgt", tgt)
+    return Paths(root / "bin", root / "bpe", root / "model", root / "checkpoints", root / "log")
+
+
+def tiny_raw(model: dict | None = None, **train) -> dict:
+    """The repository's params.yaml shrunk to a model that trains in seconds on 1 thread."""
+    raw = yaml.safe_load((REPO / "params.yaml").read_text(encoding="utf-8"))
+    raw["bpe"]["vocab_size"] = VOCAB
+    raw["model"].update(d_model=32, n_heads=2, d_ff=64, n_layers=1, dropout=0.1, attention_dropout=0.0,
+                        max_positions=64)
+    raw["model"].update(model or {})
+    raw["train"].update(device="cpu", precision="fp32", max_tokens=64, lr=5e-3, warmup_steps=10, max_epochs=2,
+                        max_steps=0, validate_every=4, log_every=2, threads=1, patience=0, keep_last=2,
+                        average_last=0, label_smoothing=0.1, early_stop_metric="loss")
+    raw["train"].update(train)
+    return raw
+
+
+def tiny_params(model: dict | None = None, **train) -> P.Params:
+    return P.from_dict(tiny_raw(model, **train))
+
+
+def model_weights(path: Path) -> dict[str, torch.Tensor]:
+    return checkpoint.load(path)["model"]
+
+
+def read_tsv(path: Path) -> list[list[str]]:
+    return [line.split("\t") for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+# --- learning, and what a run writes --------------------------------------------------------
+
+
+COPY_MODEL = dict(d_model=64, n_heads=4, d_ff=128, n_layers=1, dropout=0.0)
+COPY_TRAIN = dict(lr=5e-3, warmup_steps=30, max_tokens=128, max_epochs=12, validate_every=0, log_every=9,
+                  label_smoothing=0.0, early_stop_metric="bleu", keep_last=3)
+
+
+@pytest.fixture(scope="module")
+def copy_run(tmp_path_factory) -> tuple[Paths, P.Params, dict]:
+    """A model trained to copy random sequences (~5 s)."""
+    paths = make_corpus(tmp_path_factory.mktemp("copy"), n_train=500)
+    params = tiny_params(COPY_MODEL, **COPY_TRAIN)
+    return paths, params, train(params, paths, tracking=False)
+
+
+def test_a_tiny_model_learns_to_copy(copy_run):
+    paths, _, summary = copy_run
+    steps = read_tsv(paths.log_dir / "steps.tsv")
+    first_loss, last_loss = float(steps[1][2]), float(steps[-1][2])
+    assert first_loss > 2.5 and last_loss < 0.5, (first_loss, last_loss)
+    assert summary["best_val_loss"] < 0.35
+    assert summary["best_val_bleu"] > 50
+
+
+def test_logs_have_the_right_columns_and_rows(copy_run):
+    paths, params, summary = copy_run
+    steps = read_tsv(paths.log_dir / "steps.tsv")
+    assert steps[0] == ["step", "epoch", "loss", "lr", "tokens_per_s"]
+    assert [int(r[0]) for r in steps[1:]] == list(range(9, summary["steps"] + 1, 9))
+    assert all(float(r[3]) > 0 and float(r[4]) > 0 for r in steps[1:])
+    valid = read_tsv(paths.log_dir / "valid.tsv")
+    assert valid[0] == ["step", "epoch", "val_loss", "val_bleu"]
+    # validate_every 0: once per epoch, at its last update
+    assert [int(r[1]) for r in valid[1:]] == list(range(1, 13))
+    assert int(valid[-1][0]) == summary["steps"]
+
+
+def test_summary_describes_the_run(copy_run):
+    paths, params, summary = copy_run
+    on_disk = json.loads((paths.log_dir / "summary.json").read_text())
+    assert on_disk == summary
+    for key in ("n_params", "train_seconds", "tokens_per_s", "best_step", "best_val_bleu", "best_val_loss",
+                "device", "precision", "stopped", "steps", "epochs", "averaged"):
+        assert key in summary
+    assert summary["stopped"] == "max_epochs" and summary["epochs"] == 12
+    assert summary["device"] == "cpu" and summary["precision"] == "fp32" and summary["averaged"] == 0
+    valid = read_tsv(paths.log_dir / "valid.tsv")[1:]
+    best = max(valid, key=lambda r: float(r[3]))
+    assert summary["best_step"] == int(best[0])
+    assert summary["tokens_per_s"] > 0 and summary["train_seconds"] > 0
+
+
+def test_model_dir_holds_the_best_checkpoint_params_and_vocab(copy_run):
+    paths, params, summary = copy_run
+    out = paths.out_dir
+    names = sorted(p.name for p in out.iterdir())
+    assert names == ["mlflow_run.json", "model.pt", "params.yaml", "spm.model"]
+    payload = checkpoint.load(out / "model.pt")
+    assert payload["step"] == summary["best_step"]
+    for name, tensor in model_weights(paths.ckpt_dir / "best.pt").items():
+        assert torch.equal(payload["model"][name], tensor)
+    model, loaded = checkpoint.restore_model(payload, out / "model.pt")
+    assert loaded == params
+    assert P.from_dict(yaml.safe_load((out / "params.yaml").read_text())) == params
+    assert (out / "spm.model").read_bytes() == (paths.bpe_dir / "spm.model").read_bytes()
+    assert json.loads((out / "mlflow_run.json").read_text()) == {"run_id": None, "tracking_uri": None}
+
+
+def test_checkpoints_keep_the_last_validations_and_the_best(copy_run):
+    paths, _, summary = copy_run
+    names = sorted(p.name for p in paths.ckpt_dir.iterdir())
+    valid_steps = [int(r[0]) for r in read_tsv(paths.log_dir / "valid.tsv")[1:]]
+    assert names == sorted(["best.pt", "last.pt"] + [f"ckpt_{s}.pt" for s in valid_steps[-3:]])
+    state = checkpoint.load(paths.ckpt_dir / "last.pt")
+    assert state["progress"]["stopped"] == "max_epochs"
+    assert {"model", "optimizer", "scheduler", "scaler", "rng", "params", "progress"} <= set(state)
+
+
+def test_average_is_the_element_wise_mean(copy_run):
+    paths, _, summary = copy_run
+    steps = [int(r[0]) for r in read_tsv(paths.log_dir / "valid.tsv")[-2:]]
+    averaged = train_stage.average([checkpoint.load(paths.ckpt_dir / f"ckpt_{s}.pt") for s in steps])
+    a, b = (model_weights(paths.ckpt_dir / f"ckpt_{s}.pt") for s in steps)
+    for name in a:
+        assert torch.allclose(averaged["model"][name], (a[name] + b[name]) / 2)
+    assert averaged["step"] == summary["steps"]
+
+
+def test_end_to_end_average_and_summary(tmp_path):
+    paths = make_corpus(tmp_path, n_train=60)
+    params = tiny_params(max_steps=8, validate_every=2, keep_last=3, average_last=3)
+    summary = train(params, paths, tracking=False)
+    assert summary["averaged"] == 3 and summary["stopped"] == "max_steps" and summary["steps"] == 8
+    kept = [model_weights(paths.ckpt_dir / f"ckpt_{s}.pt") for s in (4, 6, 8)]
+    final = model_weights(paths.out_dir / "model.pt")
+    for name, tensor in final.items():
+        assert torch.allclose(tensor, sum(k[name] for k in kept) / 3, atol=1e-7)
+
+
+def test_decoder_only_with_learned_positions_drops_too_long_sentences(tmp_path, capsys):
+    paths = make_corpus(tmp_path, n_train=80, lengths=(2, 12))
+    params = tiny_params(dict(arch="decoder_only", positions="learned", max_positions=20), max_steps=6,
+                         val_bleu=False)
+    src = ParallelData.load(paths.bin_dir, "train")
+    too_long = int(np.sum(src.src.lengths + src.tgt.lengths + 2 > 20))
+    assert too_long > 0
+    summary = train(params, paths, tracking=False)
+    assert f"dropped {too_long} of 80 train sentences" in capsys.readouterr().err
+    assert summary["steps"] == 6 and summary["best_val_bleu"] is None
+    assert read_tsv(paths.log_dir / "valid.tsv")[1][3] == "nan"
+
+
+# --- failures ----------------------------------------------------------------------------
+
+
+def inject_nan(monkeypatch, at_update: int) -> None:
+    """Make the training loss NaN in update `at_update` (counting training calls only)."""
+    real = train_stage.label_smoothed_loss
+    calls = {"n": 0}
+
+    def loss(logits, target, smoothing):
+        value = real(logits, target, smoothing)
+        if smoothing > 0:  # validation calls with 0
+            calls["n"] += 1
+            if calls["n"] == at_update:
+                return value * float("nan")
+        return value
+
+    monkeypatch.setattr(train_stage, "label_smoothed_loss", loss)
+
+
+def test_nan_loss_stops_naming_the_update_and_keeps_the_checkpoint(tmp_path, monkeypatch):
+    paths = make_corpus(tmp_path, n_train=100)
+    params = tiny_params(max_steps=12, validate_every=3)
+    inject_nan(monkeypatch, at_update=5)
+    expected = r"non-finite loss at update 5 .*last checkpoint.*update 3\), is intact"
+    with pytest.raises(UserError, match=expected):
+        train(params, paths, tracking=False)
+    state = checkpoint.load(paths.ckpt_dir / "last.pt")
+    assert state["progress"]["step"] == 3 and not (paths.ckpt_dir / "ckpt_5.pt").exists()
+    assert all(torch.isfinite(t).all() for t in state["model"].values())
+    assert not paths.out_dir.exists()
+
+    # The way out the message offers: skip_bad_batches may be switched on for the resume.
+    monkeypatch.undo()
+    summary = train(tiny_params(max_steps=12, validate_every=3, skip_bad_batches=True), paths, tracking=False)
+    assert summary["steps"] == 12
+
+
+def test_skip_bad_batches_skips_the_update_and_goes_on(tmp_path, monkeypatch, capsys):
+    paths = make_corpus(tmp_path, n_train=100)
+    inject_nan(monkeypatch, at_update=4)
+    summary = train(tiny_params(max_steps=8, skip_bad_batches=True), paths, tracking=False)
+    err = capsys.readouterr().err
+    assert "non-finite loss at update 4" in err and "skipped it (1 so far)" in err
+    assert summary["skipped_updates"] == 1 and summary["steps"] == 8
+    final = checkpoint.load(paths.ckpt_dir / "last.pt")
+    assert all(torch.isfinite(t).all() for t in final["model"].values())
+    # not a TTY: a plain line every log_every updates
+    assert "step 2 | epoch 1 | loss " in err and "step 8 | epoch" in err
+
+
+def test_disk_full_while_saving_leaves_the_previous_checkpoint_whole(tmp_path, monkeypatch):
+    paths = make_corpus(tmp_path, n_train=100)
+    params = tiny_params(max_steps=12, validate_every=3)
+    real_save = torch.save
+    seen = {"last": 0, "before": None}
+
+    def save(obj, f, *args, **kwargs):
+        if "progress" in obj:  # the full training state, i.e. last.pt
+            seen["last"] += 1
+            if seen["last"] == 2:
+                seen["before"] = (paths.ckpt_dir / "last.pt").read_bytes()
+                f.write(b"half a checkpoint")
+                raise OSError(errno.ENOSPC, "No space left on device")
+        return real_save(obj, f, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "save", save)
+    with pytest.raises(UserError, match="No space left on device.*free disk space.*resumes from"):
+        train(params, paths, tracking=False)
+    assert (paths.ckpt_dir / "last.pt").read_bytes() == seen["before"]
+    assert checkpoint.load(paths.ckpt_dir / "last.pt")["progress"]["step"] == 3
+    assert not [p for p in paths.ckpt_dir.iterdir() if p.name.startswith(".")]  # no temporaries left
+
+
+def test_fp16_on_cpu_is_refused(tmp_path):
+    paths = make_corpus(tmp_path, n_train=20)
+    with pytest.raises(UserError, match="fp16 needs a GPU.*bf16"):
+        train(tiny_params(precision="fp16"), paths, tracking=False)
+
+
+def test_resume_with_changed_params_is_refused_or_restarted(tmp_path, capsys):
+    paths = make_corpus(tmp_path, n_train=60)
+    train(tiny_params(max_steps=4), paths, tracking=False)
+    with pytest.raises(UserError) as refused:
+        train(tiny_params(max_steps=4, lr=0.01), paths, tracking=False)
+    message = refused.value.message
+    assert "train.lr: 0.005 -> 0.01" in message and f"delete {paths.ckpt_dir}" in message
+    with pytest.raises(UserError, match=r"model.d_model: 32 -> 48"):
+        train(tiny_params(dict(d_model=48), max_steps=4), paths, tracking=False)
+
+    summary = train(tiny_params(max_steps=4, lr=0.01), paths, on_change="restart", tracking=False)
+    assert "starting afresh" in capsys.readouterr().err
+    assert summary["steps"] == 4
+    assert checkpoint.load(paths.ckpt_dir / "last.pt")["params"]["train"]["lr"] == 0.01
+
+
+def test_a_finished_run_only_rebuilds_its_outputs(tmp_path, capsys):
+    paths = make_corpus(tmp_path, n_train=60)
+    params = tiny_params(max_steps=4)
+    first = train(params, paths, tracking=False)
+    weights = model_weights(paths.out_dir / "model.pt")
+    last = (paths.ckpt_dir / "last.pt").read_bytes()
+    for name in ("model.pt", "params.yaml"):
+        (paths.out_dir / name).unlink()
+    (paths.log_dir / "steps.tsv").unlink()
+    again = train(params, paths, tracking=False)
+    assert "resuming from step 4 (finished" in capsys.readouterr().err
+    assert (paths.ckpt_dir / "last.pt").read_bytes() == last
+    assert {k: v for k, v in again.items() if k != "train_seconds"} == {
+        k: v for k, v in first.items() if k != "train_seconds"
+    }
+    for name, tensor in model_weights(paths.out_dir / "model.pt").items():
+        assert torch.equal(tensor, weights[name])
+    assert (paths.log_dir / "steps.tsv").is_file()
+
+
+# --- MLflow, through a tracker that records instead of calling MLflow ----------------------
+
+
+class RecordingTracker(Tracker):
+    records: list[tuple[str, dict]] = []
+
+    def _submit(self, record: dict) -> None:
+        if self._state == "disabled":
+            return
+        if record["op"] == "start":
+            self._run_id = "run-1"
+        RecordingTracker.records.append((record["op"], {**record, "run_id": self._run_id}))
+
+
+def test_mlflow_run_is_started_logged_to_and_reused(tmp_path, monkeypatch):
+    monkeypatch.setattr(train_stage, "Tracker", RecordingTracker)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:////nowhere/mlflow.db")
+    monkeypatch.setenv("DVC_EXP_NAME", "tiny-exp")
+    RecordingTracker.records = []
+    paths = make_corpus(tmp_path, n_train=60)
+    train(tiny_params(max_steps=4), paths)
+    ops = [op for op, _ in RecordingTracker.records]
+    start = RecordingTracker.records[0][1]
+    assert ops[0] == "start" and start["run_name"] == "de-en encoder_decoder tiny-exp"
+    assert start["experiment"] == "nmt"
+    metrics = [r for op, r in RecordingTracker.records if op == "metrics"]
+    assert any("train_loss" in m["metrics"] and "lr" in m["metrics"] for m in metrics)
+    assert any("val_loss" in m["metrics"] and "val_bleu" in m["metrics"] for m in metrics)
+    assert any("train_seconds" in m["metrics"] and "n_params" in m["metrics"] for m in metrics)
+    artifacts = {(r["path"], r["artifact_path"]) for op, r in RecordingTracker.records if "artifact" in op}
+    assert (str(paths.log_dir.resolve()), "train") in artifacts
+    assert (str((paths.out_dir / "params.yaml").resolve()), "model") in artifacts
+    assert ops[-1] == "end"
+    assert json.loads((paths.out_dir / "mlflow_run.json").read_text()) == {
+        "run_id": "run-1",
+        "tracking_uri": "sqlite:////nowhere/mlflow.db",
+    }
+    # A rerun continues the recorded run instead of starting another.
+    RecordingTracker.records = []
+    train(tiny_params(max_steps=4), paths)
+    assert "start" not in [op for op, _ in RecordingTracker.records]
+    assert all(r["run_id"] == "run-1" for _, r in RecordingTracker.records)
+
+
+# --- one update -----------------------------------------------------------------------------
+
+
+def test_gradient_accumulation_equals_one_big_batch(tmp_path):
+    paths = make_corpus(tmp_path, n_train=40)
+    # Attention's key biases have a true gradient of 0 (softmax ignores a shift shared by all
+    # keys), so their float noise differs between the two ways of summing; Adam with eps 1e-8
+    # divides that noise by its own size and moves them by +-lr. A larger eps keeps Adam's
+    # update proportional to the gradient there, and the comparison meaningful.
+    params = tiny_params(dict(dropout=0.0), label_smoothing=0.1, eps=1e-4)
+    data = ParallelData.load(paths.bin_dir, "train")
+    split, whole = Trainer(params, paths), Trainer(params, paths)
+    for a, b in zip(split.model.parameters(), whole.model.parameters()):
+        assert torch.equal(a, b)
+    parts = [[0, 1, 2], [3, 4, 5, 6, 7]]  # update_freq 2: two micro-batches of different sizes
+    for _ in range(3):
+        loss_a, tokens_a = split.train_step([collate(data, ids) for ids in parts])
+        loss_b, tokens_b = whole.train_step([collate(data, sum(parts, []))])
+        assert tokens_a == tokens_b and loss_a == pytest.approx(loss_b, rel=1e-5)
+    for (name, a), b in zip(split.model.named_parameters(), whole.model.parameters()):
+        assert torch.allclose(a, b, atol=1e-6), name
+    assert not torch.equal(split.model.out_weight, Trainer(params, paths).model.out_weight)  # it did train
