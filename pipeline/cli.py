@@ -2,7 +2,7 @@
 
 import click
 
-from pipeline import binarize, bpe, clean, decode, download, report, score, train, translate
+from pipeline import binarize, bpe, clean, decode, download, experiments, report, score, train, translate
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -10,5 +10,5 @@ def cli() -> None:
     """Transformer NMT pipeline: each command is one DVC stage (see dvc.yaml)."""
 
 
-for _module in (download, clean, bpe, binarize, train, decode, score, report, translate):
+for _module in (download, clean, bpe, binarize, train, decode, score, report, translate, experiments):
     cli.add_command(_module.command)

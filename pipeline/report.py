@@ -1,13 +1,20 @@
-"""Report stage: one Markdown page with scores, training, data, params, curves and samples.
+"""Report stage: one Markdown page with scores, experiments, training, samples, attention, data, params.
 
 The page is rebuilt from scratch from the other stages' outputs each time;
 `render_report` is a pure function of `ReportInputs`, the figures are drawn
-by `plot_learning_curves` and `plot_bleu_by_length`. Tables are made here
-(pandas' `to_markdown` needs tabulate, which the project does not depend on).
+by the `plot_*` functions. Tables are made here (pandas' `to_markdown` needs
+tabulate, which the project does not depend on).
+
+The experiments table comes from MLflow, never from `dvc exp show`: this
+stage runs inside `dvc repro`/`dvc exp run`, which hold the repository lock
+that `dvc exp show` waits for. It is a snapshot of the runs when the report
+was made (MLflow is not a DVC dependency); `python -m pipeline experiments`
+shows the runs now.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
@@ -19,6 +26,7 @@ import click
 import matplotlib
 import pandas as pd
 
+from pipeline import experiments as E
 from pipeline import files
 from pipeline import params as P
 from pipeline.errors import UserError
@@ -34,8 +42,15 @@ N_SAMPLES = 3
 MIN_SAMPLE_WORDS = 4  # chrF of very short sentences says little; keep them out of best/worst
 CURVES_PNG = "learning_curves.png"
 LENGTH_PNG = "bleu_by_length.png"
+COMPARE_PNG = "experiments_val_bleu.png"
+MODEL_FILE = "model.pt"  # checkpoint.MODEL_FILE, without importing torch for every report
 DPI = 110
 SCORE_NAMES = {"bleu": "BLEU", "chrf": "chrF", "ter": "TER"}
+SCORE_DIGITS = 1  # BLEU, chrF, TER as papers and sacreBLEU print them
+EXPERIMENTS_SHOWN = 15  # table rows in the report (plus this run if lower); the command lists all
+RUNS_COMPARED = 6  # curves in the comparison figure: this run and the best others
+HEATMAP_SENTENCES = 2
+HEATMAP_WORDS = (5, 15)  # source words of the heatmap sentences: enough context, still legible cells
 
 
 @dataclass(frozen=True)
@@ -59,8 +74,12 @@ class ReportInputs:
     clean_stats: Optional[dict[str, Any]] = None
     length_rows: list[dict[str, Any]] = field(default_factory=list)
     samples: dict[str, list[Sample]] = field(default_factory=dict)  # best, worst, first
-    figures: dict[str, str] = field(default_factory=dict)  # curves, length -> link relative to the page
+    figures: dict[str, str] = field(default_factory=dict)  # curves, length, compare -> link from the page
     run_id: Optional[str] = None
+    experiments: Optional[pd.DataFrame] = None  # experiments.table() of the MLflow runs
+    experiments_note: Optional[str] = None  # why there is no table
+    heatmaps: list[tuple[str, str]] = field(default_factory=list)  # (caption, link)
+    heatmaps_note: Optional[str] = None  # why there are no heatmaps
 
 
 # --- Markdown ------------------------------------------------------------------
@@ -116,9 +135,11 @@ def render_report(inputs: ReportInputs) -> str:
     sections = [
         _title(inputs),
         _scores(inputs.metrics),
+        _experiments(inputs),
         _training(inputs.summary, inputs.figures.get("curves")),
         _lengths(inputs.length_rows, inputs.figures.get("length")),
         _samples(inputs.samples),
+        _attention(inputs.heatmaps, inputs.heatmaps_note),
         _cleaning(inputs.clean_stats),
         _params(inputs.params),
     ]
@@ -140,7 +161,7 @@ def _title(inputs: ReportInputs) -> str:
 def _scores(metrics: dict[str, Any]) -> str:
     splits = [s for s in ("val", "test") if s in metrics] + [s for s in metrics if s not in ("val", "test")]
     rows = [
-        [split, *(_fmt(metrics[split].get(m)) for m in SCORE_NAMES), _fmt(metrics[split].get("n_lines"))]
+        [split, *(_score(metrics[split].get(m)) for m in SCORE_NAMES), _fmt(metrics[split].get("n_lines"))]
         for split in splits
     ]
     out = ["## Scores", "", markdown_table(["split", *SCORE_NAMES.values(), "lines"], rows, "lrrrr")]
@@ -167,15 +188,32 @@ def _training(summary: Optional[dict[str, Any]], curves: Optional[str]) -> str:
             ["device", _fmt(summary.get("device"))],
             ["precision", _fmt(summary.get("precision"))],
             ["steps", _fmt(summary.get("steps"))],
-            ["epochs", _fmt(summary.get("epochs"))],
+            ["epochs", _fmt(summary.get("epochs"), 0)],
             ["best step", _fmt(summary.get("best_step"))],
-            ["best val BLEU", _fmt(summary.get("best_val_bleu"))],
+            ["best val BLEU (greedy)", _score(summary.get("best_val_bleu"))],
             ["stopped", _fmt(summary.get("stopped"))],
         ]
         out.append(markdown_table(["", "value"], rows, "lr"))
     if curves:
-        out += ["", f"![Learning curves: loss, validation BLEU and learning rate by step]({curves})"]
+        out += ["", f"![Learning curves: loss, validation BLEU and learning rate by update step]({curves})"]
     return "\n".join(out)
+
+
+def _score(value: Any) -> str:
+    return _fmt(value, SCORE_DIGITS)
+
+
+def _whole(value: Any) -> str:
+    """A count or rate with thousands separators and no decimals."""
+    return _fmt(value, 0)
+
+
+def _hms(seconds: Any) -> str:
+    """Seconds as h:mm:ss."""
+    if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or math.isnan(seconds):
+        return _fmt(seconds)
+    s = int(round(seconds))
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
 
 
 def _count(n: Any) -> str:
@@ -187,8 +225,105 @@ def _count(n: Any) -> str:
 def _duration(seconds: Any) -> str:
     if not isinstance(seconds, (int, float)):
         return _fmt(seconds)
-    s = int(round(seconds))
-    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d} ({seconds:,.1f} s)"
+    return f"{_hms(seconds)} ({seconds:,.1f} s)"
+
+
+def _experiments(inputs: ReportInputs) -> str:
+    out = ["## Experiments", ""]
+    frame = inputs.experiments
+    if frame is None:
+        return "\n".join(out + [inputs.experiments_note or "No experiments table."])
+    experiment = inputs.params.get("tracking", {}).get("experiment", "?")
+    if frame.empty:
+        return "\n".join(out + [f"No runs in the MLflow experiment `{experiment}` yet."])
+    out += [
+        f"Runs of the MLflow experiment `{experiment}` when this report was made, best test BLEU first, "
+        "named by their DVC experiment if they have one; the columns after commit are the params that "
+        "differ between runs. `python -m pipeline experiments` lists the runs now.",
+        "",
+        experiments_markdown(frame, inputs.run_id, EXPERIMENTS_SHOWN),
+    ]
+    if inputs.figures.get("compare"):
+        caption = "Validation BLEU by update step of this run and the best others"
+        out += ["", f"![{caption}]({inputs.figures['compare']})"]
+    return "\n".join(out)
+
+
+# Columns of the experiments table after the params: (DataFrame column, header, format).
+# dev chrF and TER stay in the DataFrame and the command's CSV: the page has enough columns.
+EXPERIMENT_METRICS = (
+    ("test_bleu", "test BLEU", _score), ("test_chrf", "chrF", _score), ("test_ter", "TER", _score),
+    ("dev_bleu", "dev BLEU", _score), ("n_params", "parameters", _whole),
+    ("train_seconds", "train time", _hms), ("tokens_per_s", "tokens/s", _whole),
+)
+
+
+def experiments_markdown(
+    frame: pd.DataFrame, current: Optional[str] = None, limit: Optional[int] = None
+) -> str:
+    """An experiments.table() as Markdown: rank, run, what differs, scores, size, speed; `current` marked."""
+    if frame.empty:
+        return "No runs yet."
+    ids = list(frame["id"])
+    mark = ids.index(current) if current in ids else None
+    shown = list(range(len(frame) if limit is None else min(limit, len(frame))))
+    if mark is not None and mark not in shown:
+        shown.append(mark)  # this run always shows, even below the limit
+    header, align = _experiment_columns(frame)
+    rows = [_experiment_row(frame, i, i == mark, "status" in header) for i in shown]
+    notes = []
+    if mark is not None:
+        notes.append(f"→ this report's run, {mark + 1} of {len(frame)} by test BLEU.")
+    elif current:
+        notes.append("This report's run is not among them (MLflow was unreachable while it trained?).")
+    if len(shown) < len(frame):
+        hidden = len(frame) - len(shown)
+        notes.append(f"{hidden} more runs not shown; `python -m pipeline experiments` lists all.")
+    return markdown_table(header, rows, align) + ("\n\n" + " ".join(notes) if notes else "")
+
+
+def _experiment_columns(frame: pd.DataFrame) -> tuple[list[str], str]:
+    """Header and alignment; a status column only if some run did not finish."""
+    params = _param_columns(frame)
+    status = ["status"] if (frame["status"] != "finished").any() else []
+    header = ["#", "run", "commit", *status, *params, *(h for _, h, _ in EXPERIMENT_METRICS)]
+    align = "rll" + "l" * len(status) + "".join("r" if _numeric(frame[p]) else "l" for p in params)
+    return header, align + "r" * len(EXPERIMENT_METRICS)
+
+
+def _experiment_row(frame: pd.DataFrame, i: int, marked: bool, with_status: bool) -> list[str]:
+    row = frame.iloc[i]
+    return [
+        f"→ {i + 1}" if marked else str(i + 1),
+        run_label(row),
+        str(row["commit"])[:7] if isinstance(row["commit"], str) else "–",
+        *([row["status"]] if with_status else []),
+        *(_fmt(row[p]) for p in _param_columns(frame)),
+        *(fmt(row[column]) for column, _, fmt in EXPERIMENT_METRICS),
+    ]
+
+
+def _param_columns(frame: pd.DataFrame) -> list[str]:
+    return [c for c in frame.columns if c not in E.ID_COLUMNS and c not in E.METRIC_COLUMNS]
+
+
+def run_label(row: pd.Series) -> str:
+    """What a user calls a run: its DVC experiment name (`dvc exp apply NAME`), else its MLflow run name."""
+    return str(row["dvc_exp"]) if isinstance(row["dvc_exp"], str) else str(row["run"])
+
+
+def _numeric(column: pd.Series) -> bool:
+    """True if every present value of a params column reads as a number (so it aligns right)."""
+    values = [v for v in column if isinstance(v, str)]
+    return bool(values) and all(_is_number(v) for v in values)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _lengths(rows: list[dict[str, Any]], chart: Optional[str]) -> str:
@@ -196,7 +331,7 @@ def _lengths(rows: list[dict[str, Any]], chart: Optional[str]) -> str:
         return "## BLEU by source length\n\nNo test translations to analyse."
     table = markdown_table(
         ["source words", "lines", "BLEU"],
-        [[r["bucket"], _fmt(r["n_lines"]), _fmt(r["bleu"])] for r in rows],
+        [[r["bucket"], _fmt(r["n_lines"]), _score(r["bleu"])] for r in rows],
         "lrr",
     )
     out = ["## BLEU by source length (test)", "", table]
@@ -219,6 +354,18 @@ def _samples(samples: dict[str, list[Sample]]) -> str:
         if rows:
             header = ["line", "chrF", "source", "reference", "hypothesis"]
             out += ["", f"### {title}", "", markdown_table(header, rows, "rr")]
+    return "\n".join(out)
+
+
+def _attention(heatmaps: list[tuple[str, str]], note: Optional[str]) -> str:
+    out = ["## Cross-attention (test)", ""]
+    if not heatmaps:
+        return "\n".join(out + [note or "No attention heatmaps."])
+    out.append("Decoder-to-encoder attention while translating the first test sentences of "
+               f"{HEATMAP_WORDS[0]}-{HEATMAP_WORDS[1]} words (the same in every run), one panel per decoder "
+               "layer: a row per output piece (the last one predicts the end), a column per source piece.")
+    for caption, link in heatmaps:
+        out += ["", f"![{caption}]({link})"]
     return "\n".join(out)
 
 
@@ -262,48 +409,83 @@ def _yaml_value(value: Any) -> str:
 
 
 def plot_learning_curves(steps: Optional[pd.DataFrame], valid: Optional[pd.DataFrame], path: Path) -> None:
-    """Three panels by step: train and val loss; val BLEU; learning rate. PNG at `path`."""
+    """Three panels by update step: train and val loss; val BLEU; learning rate. PNG at `path`."""
     fig, (ax_loss, ax_bleu, ax_lr) = plt.subplots(1, 3, figsize=(12, 3.5))
     has_steps = steps is not None and not steps.empty
     has_valid = valid is not None and not valid.empty
 
+    # The train loss is label-smoothed, the val loss is not: the gap is not overfitting.
     if has_steps:
-        ax_loss.plot(steps["step"], steps["loss"], label="train", linewidth=1.2)
+        ax_loss.plot(steps["step"], steps["loss"], label="train (label-smoothed)", linewidth=1.2)
     if has_valid and valid["val_loss"].notna().any():
         ax_loss.plot(valid["step"], valid["val_loss"], "o-", label="val", markersize=3)
-    _finish(ax_loss, "Loss", "loss", has_steps or has_valid)
+    _finish(ax_loss, "Loss", "cross-entropy per target token (nats)", has_steps or has_valid)
     if has_steps or has_valid:
         ax_loss.legend(frameon=False)
 
     has_bleu = has_valid and "val_bleu" in valid and valid["val_bleu"].notna().any()
     if has_bleu:
         ax_bleu.plot(valid["step"], valid["val_bleu"], "o-", color="tab:green", markersize=3)
-    _finish(ax_bleu, "Validation BLEU", "BLEU", has_bleu)
+        best = valid.loc[valid["val_bleu"].idxmax()]
+        ax_bleu.plot([best["step"]], [best["val_bleu"]], "*", color="black", markersize=10)
+        ax_bleu.annotate(f"best {best['val_bleu']:.1f}", (best["step"], best["val_bleu"]),
+                         textcoords="offset points", xytext=(0, 7), ha="center", fontsize=8)
+        ax_bleu.margins(y=0.15)  # room for the label above the best point
+    _finish(ax_bleu, "Validation BLEU (greedy)", "BLEU", has_bleu)
 
+    lr_label = "learning rate"
     if has_steps:
-        ax_lr.plot(steps["step"], steps["lr"], color="tab:orange", linewidth=1.2)
-        ax_lr.ticklabel_format(axis="y", style="sci", scilimits=(-2, 3))
-    _finish(ax_lr, "Learning rate", "lr", has_steps)
+        # Scaled into [1, 10): matplotlib's own offset text ("1e-3") lands on the title.
+        scale = _power_of_ten(steps["lr"].max())
+        ax_lr.plot(steps["step"], steps["lr"] / 10.0**scale, color="tab:orange", linewidth=1.2)
+        lr_label += f" ($\\times 10^{{{scale}}}$)" if scale else ""
+    _finish(ax_lr, "Learning rate", lr_label, has_steps)
 
     fig.tight_layout()
     fig.savefig(path, dpi=DPI)
     plt.close(fig)
 
 
+def _power_of_ten(value: float) -> int:
+    """The exponent that scales `value` into [1, 10) (0 for zero or NaN)."""
+    if not value or math.isnan(value):
+        return 0
+    return math.floor(math.log10(abs(value)))
+
+
 def plot_bleu_by_length(rows: list[dict[str, Any]], path: Path) -> None:
-    """Bar chart of BLEU per source-length bucket, each bar labelled with its line count."""
+    """Bar chart of BLEU per source-length bucket, each bar labelled with its BLEU and line count."""
     fig, ax = plt.subplots(figsize=(6, 3.5))
     labels = [r["bucket"] for r in rows]
     values = [r["bleu"] if r["bleu"] is not None else 0.0 for r in rows]
     bars = ax.bar(labels, values, color="tab:blue")
     for bar, row in zip(bars, rows):
-        ax.annotate(f"n={row['n_lines']}", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                    ha="center", va="bottom", fontsize=8)
+        text = f"{row['bleu']:.1f}\n{row['n_lines']:,} lines" if row["bleu"] is not None else "no lines"
+        ax.annotate(text, (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                    textcoords="offset points", xytext=(0, 2), ha="center", va="bottom", fontsize=8)
     ax.set_xlabel("source length (words)")
     ax.set_ylabel("BLEU")
     ax.set_title("Test BLEU by source length")
-    ax.set_ylim(0, max([*values, 1.0]) * 1.15)
+    ax.set_ylim(0, max([*values, 1.0]) * 1.25)
     ax.spines[["top", "right"]].set_visible(False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+
+
+def plot_experiment_curves(
+    curves: list[tuple[str, pd.DataFrame]], current: Optional[str], path: Path
+) -> None:
+    """Validation BLEU by update step, a line per (label, frame of step and value); `current` in black."""
+    fig, ax = plt.subplots(figsize=(8, 4))
+    for label, frame in curves:
+        mine = label == current
+        style = {"linewidth": 2.2, "color": "black", "zorder": 3} if mine else {"linewidth": 1.2}
+        ax.plot(frame["step"], frame["value"], "o-", markersize=2.5,
+                label=f"{label} (this run)" if mine else label, **style)
+    _finish(ax, "Validation BLEU (greedy): this run and the best others", "BLEU", bool(curves))
+    if curves:
+        ax.legend(frameon=False, fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
     fig.tight_layout()
     fig.savefig(path, dpi=DPI)
     plt.close(fig)
@@ -311,7 +493,7 @@ def plot_bleu_by_length(rows: list[dict[str, Any]], path: Path) -> None:
 
 def _finish(ax: Any, title: str, ylabel: str, has_data: bool) -> None:
     ax.set_title(title)
-    ax.set_xlabel("step")
+    ax.set_xlabel("update step")
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
     ax.spines[["top", "right"]].set_visible(False)
@@ -393,6 +575,11 @@ def build_report(
     length_rows = bleu_by_length(test[0], test[2], test[1], LENGTH_BUCKETS) if test else []
     samples = select_samples(*test) if test else {}
 
+    run_file = model_dir / RUN_FILE if model_dir is not None else None
+    run_id = _run_id(run_file)
+    runs, runs_note = read_experiments(params.tracking.experiment)
+    compared = experiment_curves(runs, run_id) if runs is not None else []
+
     def link(name: str) -> str:
         return Path(os.path.relpath(figures_dir / name, out.parent)).as_posix()
 
@@ -403,8 +590,12 @@ def build_report(
         if length_rows:
             plot_bleu_by_length(length_rows, tmp / LENGTH_PNG)
             figures["length"] = link(LENGTH_PNG)
+        if len(compared) > 1:
+            plot_experiment_curves(compared, _label(runs, run_id), tmp / COMPARE_PNG)
+            figures["compare"] = link(COMPARE_PNG)
+        heatmaps, heatmaps_note = draw_heatmaps(model_dir, test[0] if test else [], tmp, params.decode)
+        heatmaps = [(caption, link(name)) for caption, name in heatmaps]
 
-    run_file = model_dir / RUN_FILE if model_dir is not None else None
     inputs = ReportInputs(
         params=params.to_dict(),
         metrics=read_json(metrics_path, required=True) or {},
@@ -413,7 +604,11 @@ def build_report(
         length_rows=length_rows,
         samples=samples,
         figures=figures,
-        run_id=_run_id(run_file),
+        run_id=run_id,
+        experiments=runs,
+        experiments_note=runs_note,
+        heatmaps=heatmaps,
+        heatmaps_note=heatmaps_note,
     )
     text = render_report(inputs)
     files.write_text(out, text)
@@ -422,6 +617,66 @@ def build_report(
             tracker.log_artifact(out, "report")
             tracker.log_artifacts(figures_dir, "report/figures")
     return text
+
+
+def read_experiments(experiment: str) -> tuple[Optional[pd.DataFrame], Optional[str]]:
+    """The MLflow runs of `experiment` as experiments.table(), or None and why; never fails the report."""
+    try:
+        return E.mlflow_table(experiment), None
+    except E.ExperimentsUnavailable as e:
+        return None, f"No experiments table: {e}."
+
+
+def experiment_curves(runs: pd.DataFrame, current: Optional[str]) -> list[tuple[str, pd.DataFrame]]:
+    """Validation BLEU histories of this run and the best others, by rank and labelled; [] if MLflow fails."""
+    ids = list(runs["id"])
+    picked = [i for i in ids if i != current][: RUNS_COMPARED - 1] + ([current] if current in ids else [])
+    try:
+        histories = E.mlflow_histories(picked, "val_bleu")
+    except E.ExperimentsUnavailable:
+        return []
+    return [(_label(runs, i), histories[i]) for i in sorted(picked, key=ids.index) if i in histories]
+
+
+def _label(runs: Optional[pd.DataFrame], run_id: Optional[str]) -> Optional[str]:
+    """A run's name in legends: rank and name, "(this run)" for the report's own."""
+    if runs is None or run_id not in set(runs["id"]):
+        return None
+    rank = list(runs["id"]).index(run_id)
+    return f"{rank + 1}. {run_label(runs.iloc[rank])}"
+
+
+def draw_heatmaps(
+    model_dir: Optional[Path], sources: Sequence[str], figures_dir: Path,
+    decode: Optional[P.DecodeParams] = None,
+) -> tuple[list[tuple[str, str]], Optional[str]]:
+    """Cross-attention PNGs of fixed test sentences into `figures_dir`: ([(caption, file name)], why none)."""
+    if importlib.util.find_spec("pipeline.heatmaps") is None:
+        return [], "No attention heatmaps: this version has no pipeline/heatmaps.py."
+    if model_dir is None or not (model_dir / MODEL_FILE).is_file():
+        return [], "No attention heatmaps: no trained model was given (--model)."
+    lines = heatmap_lines(sources)
+    if not lines:
+        low, high = HEATMAP_WORDS
+        return [], f"No attention heatmaps: no test sentence has {low}-{high} words."
+    # Imported here: torch and the model load only when there is a model to draw.
+    from pipeline import heatmaps
+    from pipeline.translate import Translator
+
+    # The decode stage's settings, so the heatmaps show the translations the scores are about.
+    translator = Translator.from_dir(model_dir, device="cpu", settings=decode)
+    try:
+        paths = heatmaps.plot_cross_attention(translator, [sources[i - 1] for i in lines], figures_dir)
+    except UserError as e:  # a decoder-only model has no cross-attention
+        return [], f"No attention heatmaps: {e}."
+    captions = [f"Cross-attention of test line {line}, heads averaged" for line in lines]
+    return [(caption, path.name) for caption, path in zip(captions, paths)], None
+
+
+def heatmap_lines(sources: Sequence[str], n: int = HEATMAP_SENTENCES) -> list[int]:
+    """The first n test lines (from 1) of HEATMAP_WORDS source words: the same sentences in every run."""
+    low, high = HEATMAP_WORDS
+    return [i + 1 for i, s in enumerate(sources) if low <= len(s.split()) <= high][:n]
 
 
 def _run_id(run_file: Optional[Path]) -> Optional[str]:
@@ -452,12 +707,13 @@ def _run_id(run_file: Optional[Path]) -> Optional[str]:
 @click.option("--figures", "figures_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Directory for the report's PNG figures (rewritten whole).")
 @click.option("--model", "model_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Model dir; if it holds mlflow_run.json, the report is logged to that MLflow run.")
+              help="Model dir: its model draws the attention heatmaps; if it holds mlflow_run.json, "
+                   "the report is logged to that MLflow run and marked in the experiments table.")
 def command(
     params_file: Path, metrics_path: Path, train_log: Path, clean_stats: Path, raw_dir: Path,
     decode_dir: Path, out: Path, figures_dir: Path, model_dir: Optional[Path],
 ) -> None:
-    """Write the Markdown report with scores, training curves and sample translations."""
+    """Write the Markdown report: scores, experiments, training curves, samples, attention."""
     build_report(
         load_params(params_file), metrics_path, train_log, clean_stats, raw_dir,
         decode_dir, out, figures_dir, model_dir,

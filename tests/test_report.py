@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from pipeline import files, report
+from pipeline import experiments as E
+from pipeline import files, report, tracking
 from pipeline import params as P
 
 PARAMS_FILE = Path(__file__).resolve().parents[1] / "params.yaml"
@@ -34,7 +35,7 @@ METRICS = {
             "signature": {"bleu": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0",
                           "chrf": "nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:2.6.0",
                           "ter": "nrefs:1|case:lc|tok:tercom|norm:no|punct:yes|asian:no|version:2.6.0"}},
-    "test": {"bleu": 37.12, "chrf": 60.25, "ter": 45.0, "n_lines": 10,
+    "test": {"bleu": 37.12, "chrf": 60.27, "ter": 45.0, "n_lines": 10,
              "signature": {"bleu": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0",
                            "chrf": "nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:2.6.0",
                            "ter": "nrefs:1|case:lc|tok:tercom|norm:no|punct:yes|asian:no|version:2.6.0"}},
@@ -108,6 +109,15 @@ def table_rows(text: str) -> list[list[str]]:
     return rows
 
 
+@pytest.fixture(autouse=True)
+def own_mlflow_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each test's own (absent until a test makes runs) MLflow database, never the project's."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.delenv("DVC_EXP_NAME", raising=False)
+    return uri
+
+
 @pytest.fixture
 def built(tmp_path: Path) -> tuple[str, dict[str, Path]]:
     paths = write_inputs(tmp_path)
@@ -123,8 +133,8 @@ def test_scores_table_holds_metrics_and_signatures(built: tuple[str, dict]) -> N
     text, _ = built
     rows = table_rows(section(text, "## Scores"))
     assert rows[0] == ["split", "BLEU", "chrF", "TER", "lines"]
-    assert ["test", "37.12", "60.25", "45.00", "10"] in rows
-    assert ["val", "33.33", "55.50", "50.00", "10"] in rows
+    assert ["test", "37.1", "60.3", "45.0", "10"] in rows  # one decimal, as sacreBLEU prints them
+    assert ["val", "33.3", "55.5", "50.0", "10"] in rows
     assert "`nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0`" in text
     assert text.count("tok:tercom") == 1  # the same signature for both splits is listed once
 
@@ -137,7 +147,8 @@ def test_training_summary_table(built: tuple[str, dict]) -> None:
     assert rows["tokens/s"] == "15,235"
     assert rows["device"] == "cuda (NVIDIA H200)"
     assert rows["stopped"] == SUMMARY["stopped"]
-    assert rows["best val BLEU"] == "34.56"
+    assert rows["best val BLEU (greedy)"] == "34.6"
+    assert rows["epochs"] == "12" and rows["steps"] == "2,400"
     assert "![Learning curves" in text and "](figures/learning_curves.png)" in text
 
 
@@ -205,7 +216,7 @@ def test_plot_without_validation_rows(tmp_path: Path) -> None:
 def test_missing_valid_log_still_reports(tmp_path: Path) -> None:
     paths = write_inputs(tmp_path, with_valid=False)
     text = build(paths)
-    assert "9,912,832" in text and "37.12" in text
+    assert "9,912,832" in text and "37.1" in text
     assert png_size(paths["figures"] / "learning_curves.png")[0] > 1000
 
 
@@ -217,6 +228,7 @@ def test_regenerated_from_scratch(built: tuple[str, dict]) -> None:
     assert not (paths["figures"] / "stale.png").exists()
     assert paths["out"].read_text() == text and "old report" not in text
     written = sorted(p.name for p in paths["out"].parent.iterdir())
+    assert not (paths["out"].parents[1] / "mlflow.db").exists()  # reading runs creates no database
     assert written == ["figures", "metrics.json", "report.md", "train"]  # no temporaries left
 
 
@@ -233,7 +245,7 @@ def test_render_is_pure_and_handles_missing_parts() -> None:
     text = report.render_report(inputs)
     assert text == report.render_report(inputs)
     assert "No training summary" in text and "No cleaning statistics" in text
-    assert "No test translations" in text and "37.12" in text
+    assert "No test translations" in text and "37.1" in text
 
 
 def test_cli_logs_report_to_the_mlflow_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -270,3 +282,101 @@ def test_cli_missing_metrics_is_a_user_error(tmp_path: Path) -> None:
     result = CliRunner().invoke(report.command, args)
     assert result.exit_code == 1 and "metrics.json: no such file" in result.output
     assert not paths["out"].exists()
+
+
+# --- sections added for comparing runs ------------------------------------------------
+
+
+def test_section_order_scores_first(built: tuple[str, dict]) -> None:
+    text, _ = built
+    headings = [line for line in text.splitlines() if line.startswith("## ")]
+    assert headings == ["## Scores", "## Experiments", "## Training", "## BLEU by source length (test)",
+                        "## Sample translations (test)", "## Cross-attention (test)", "## Data cleaning",
+                        "## Params"]
+
+
+def test_without_mlflow_runs_the_experiments_section_says_why(built: tuple[str, dict]) -> None:
+    text, _ = built
+    assert "No experiments table: no MLflow database at" in section(text, "## Experiments")
+
+
+def test_experiments_table_ranks_runs_and_marks_this_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, own_mlflow_store: str
+) -> None:
+    from pipeline.tracking import Tracker
+
+    monkeypatch.setattr(tracking, "git_commit", lambda cwd=None: "c0ffee" + "0" * 34)
+    ids = {}
+    for name, layers, bleu in (("exp-a", 2, 30.04), ("exp-b", 4, 36.0), ("exp-c", 6, 33.0)):
+        monkeypatch.setenv("DVC_EXP_NAME", name)
+        params = P.load(PARAMS_FILE).to_dict()
+        params["model"]["n_layers"] = layers
+        with Tracker.start(params, "nmt", f"de-en encoder_decoder {name}") as run:
+            for step in (100, 200, 300):
+                run.log_metrics({"val_bleu": bleu * step / 300}, step=step)
+            run.log_metrics({"n_params": 1e6 * layers + 0.0, "train_seconds": 3600.0 * layers + 61,
+                             "tokens_per_s": 15000.0 / layers}, step=300)
+            run.log_metrics({"test_bleu": bleu, "test_chrf": 55.0, "test_ter": 50.0, "dev_bleu": bleu - 1}, step=0)
+        ids[name] = run.run_id
+    paths = write_inputs(tmp_path)
+    files.write_json(tmp_path / "data/model" / tracking.RUN_FILE, {"run_id": ids["exp-c"], "tracking_uri": own_mlflow_store})
+
+    text = build(paths, tmp_path / "data/model")
+    part = section(text, "## Experiments")
+    rows = table_rows(part)
+    assert rows[0] == ["#", "run", "commit", "model.n_layers", "test BLEU", "chrF", "TER", "dev BLEU",
+                       "parameters", "train time", "tokens/s"]
+    assert rows[1:] == [
+        ["1", "exp-b", "c0ffee0", "4", "36.0", "55.0", "50.0", "35.0", "4,000,000", "4:01:01", "3,750"],
+        ["→ 2", "exp-c", "c0ffee0", "6", "33.0", "55.0", "50.0", "32.0", "6,000,000", "6:01:01", "2,500"],
+        ["3", "exp-a", "c0ffee0", "2", "30.0", "55.0", "50.0", "29.0", "2,000,000", "2:01:01", "7,500"],
+    ]
+    assert "→ this report's run, 2 of 3 by test BLEU." in part
+    assert "](figures/experiments_val_bleu.png)" in part
+    width, height = png_size(paths["figures"] / "experiments_val_bleu.png")
+    assert width > 600 and height > 300
+
+
+def test_experiments_markdown_keeps_this_run_beyond_the_limit() -> None:
+    runs = E.table(E.RunRecord(f"run {i}", id=f"id{i}", metrics={"test_bleu": 40.0 - i}) for i in range(20))
+    text = report.experiments_markdown(runs, current="id17", limit=5)
+    assert [r[0] for r in table_rows(text)[1:]] == ["1", "2", "3", "4", "5", "→ 18"]
+    assert "14 more runs not shown" in text and "18 of 20 by test BLEU" in text
+    plain = report.experiments_markdown(runs)
+    assert len(table_rows(plain)) == 21 and "→" not in plain and "not shown" not in plain
+
+
+def test_experiments_markdown_shows_status_only_when_a_run_did_not_finish() -> None:
+    finished = E.table([E.RunRecord("a", metrics={"test_bleu": 30.0}), E.RunRecord("b")])
+    assert table_rows(report.experiments_markdown(finished))[0][:3] == ["#", "run", "commit"]
+    failed = E.table([E.RunRecord("a", metrics={"test_bleu": 30.0}), E.RunRecord("b", status="failed")])
+    rows = table_rows(report.experiments_markdown(failed))
+    assert rows[0][:4] == ["#", "run", "commit", "status"] and rows[2][:4] == ["2", "b", "–", "failed"]
+
+
+def test_heatmaps_of_two_fixed_test_sentences(tmp_path: Path) -> None:
+    pytest.importorskip("pipeline.heatmaps")
+    from tests.test_translate import make_model_dir
+
+    paths = write_inputs(tmp_path)
+    make_model_dir(tmp_path / "data/model")
+    text = build(paths, tmp_path / "data/model")
+    part = section(text, "## Cross-attention (test)")
+    links = [line for line in part.splitlines() if line.startswith("![")]
+    # Lines 1 and 2 are the first sources of 5 to 15 words.
+    assert [line.split("](")[0] for line in links] == [
+        "![Cross-attention of test line 1, heads averaged", "![Cross-attention of test line 2, heads averaged"]
+    for line in links:
+        width, height = png_size(paths["out"].parent / line.split("](")[1].rstrip(")"))
+        assert width > 200 and height > 100
+
+
+def test_heatmap_sentences_are_picked_by_length() -> None:
+    sources = ["zu kurz", "eins zwei drei vier fünf", " ".join(["wort"] * 16), "a b c d e f g", "h i j k l"]
+    assert report.heatmap_lines(sources) == [2, 4]
+    assert report.heatmap_lines(sources[:1]) == []
+
+
+def test_no_model_means_no_heatmaps_and_a_reason(built: tuple[str, dict]) -> None:
+    text, _ = built
+    assert "No attention heatmaps:" in section(text, "## Cross-attention (test)")

@@ -1,0 +1,135 @@
+"""Integration: the real `dvc repro`, then `dvc exp run -S`, in a temporary copy of the repository.
+
+The corpus is synthetic (made here) and the model tiny, so the whole pipeline
+runs in about a minute; what is checked is that every stage produces its
+outputs from the previous ones as dvc.yaml wires them, that the scores are
+finite, and that an experiment's scores reach `dvc exp show --json`.
+"""
+
+import json
+import math
+import os
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.slow
+
+WORDS = "ein zwei drei vier fünf sechs sieben acht neun zehn hund katze haus baum".split()
+ENGLISH = dict(zip(WORDS, "one two three four five six seven eight nine ten dog cat house tree".split()))
+
+
+def write_corpus(folder: Path, n: int, seed: int) -> tuple[Path, Path]:
+    """A word-for-word 'translation' task: German number/animal words to English."""
+    rng = random.Random(seed)
+    src, tgt = [], []
+    for _ in range(n):
+        words = rng.choices(WORDS, k=rng.randint(2, 6))
+        src.append(" ".join(words).capitalize() + ".")
+        tgt.append(" ".join(ENGLISH[w] for w in words).capitalize() + ".")
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "corpus.de").write_text("\n".join(src) + "\n", encoding="utf-8")
+    (folder / "corpus.en").write_text("\n".join(tgt) + "\n", encoding="utf-8")
+    return folder / "corpus.de", folder / "corpus.en"
+
+
+def tiny_params(src: Path, tgt: Path) -> dict:
+    raw = yaml.safe_load((REPO / "params.yaml").read_text())
+    raw["data"].update(corpus="bitext", heldout_val=40, heldout_test=40)
+    raw["data"]["bitext"]["train"].update(src=str(src), tgt=str(tgt))
+    raw["bpe"]["vocab_size"] = 60
+    raw["model"].update(d_model=32, n_heads=2, d_ff=64, n_layers=1, dropout=0.0, attention_dropout=0.0)
+    raw["train"].update(
+        precision="fp32", max_tokens=400, max_epochs=2, warmup_steps=10, lr=0.003, log_every=5, threads=1
+    )
+    raw["decode"].update(beam=2, batch_tokens=400)
+    return raw
+
+
+def run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    env.pop("MLFLOW_TRACKING_URI", None)
+    result = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, f"{' '.join(args)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    return result
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory) -> Path:
+    """A git + DVC copy of the project with tiny params, after `dvc repro`."""
+    root = tmp_path_factory.mktemp("repo")
+    tracked = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True).stdout.split()
+    for name in set(tracked) | {str(p.relative_to(REPO)) for p in (REPO / "pipeline").glob("*.py")}:
+        if (REPO / name).is_file():
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, root / name)
+    src, tgt = write_corpus(root.parent / "corpus", n=600, seed=0)
+    (root / "params.yaml").write_text(yaml.safe_dump(tiny_params(src, tgt), sort_keys=False))
+    for stale in ("dvc.lock", "reports"):
+        shutil.rmtree(root / stale, ignore_errors=True) if (root / stale).is_dir() else (root / stale).unlink(
+            missing_ok=True
+        )
+    run(["git", "init", "-q"], root)
+    run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "add", "-A"], root)
+    run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "tiny"], root)
+    run(["dvc", "repro"], root)
+    return root
+
+
+def test_every_stage_wrote_its_outputs(repo):
+    for split in ("train", "val", "test"):
+        for side in ("src", "tgt"):
+            assert (repo / f"data/raw/{split}.{side}").is_file()
+            assert (repo / f"data/clean/{split}.{side}").is_file()
+            assert (repo / f"data/bin/{split}.{side}.bin").is_file()
+    assert (repo / "data/bpe/spm.model").is_file()
+    assert (repo / "data/model/model.pt").is_file() and (repo / "data/model/spm.model").is_file()
+    assert json.loads((repo / "data/clean/stats.json").read_text())
+    for split in ("val", "test"):
+        hyps = (repo / f"data/decode/{split}.hyp").read_text().splitlines()
+        assert len(hyps) == len((repo / f"data/raw/{split}.src").read_text().splitlines()) == 40
+    report = (repo / "reports/report.md").read_text()
+    assert "BLEU" in report
+    assert any((repo / "reports/figures").glob("*.png"))
+    assert (repo / "dvc.lock").is_file()
+
+
+def test_metrics_hold_finite_scores(repo):
+    metrics = json.loads((repo / "reports/metrics.json").read_text())
+    for split in ("val", "test"):
+        for name in ("bleu", "chrf", "ter"):
+            assert math.isfinite(metrics[split][name])
+        assert metrics[split]["signature"]["bleu"].startswith("nrefs:1")
+
+
+def test_the_run_is_in_mlflow(repo):
+    run_file = json.loads((repo / "data/model/mlflow_run.json").read_text())
+    assert str(repo / "mlflow.db") in run_file["tracking_uri"]
+    import mlflow
+
+    run_info = mlflow.MlflowClient(run_file["tracking_uri"]).get_run(run_file["run_id"])
+    assert run_info.data.params["model.d_model"] == "32"
+    assert "train_loss" in run_info.data.metrics
+
+
+def test_experiment_changes_a_model_param_and_shows_scores(repo):
+    run(["dvc", "exp", "run", "-S", "model.n_layers=2", "-n", "two-layers"], repo)
+    shown = json.loads(run(["dvc", "exp", "show", "--json"], repo).stdout)
+    experiments = [
+        exp
+        for commit in shown
+        for exp in (commit.get("experiments") or [])
+        if exp.get("name") == "two-layers"
+    ]
+    assert experiments, f"no experiment named two-layers in {json.dumps(shown)[:2000]}"
+    data = experiments[0]["revs"][0]["data"]
+    assert data["params"]["params.yaml"]["data"]["model"]["n_layers"] == 2
+    scores = data["metrics"]["reports/metrics.json"]["data"]
+    assert math.isfinite(scores["test"]["bleu"])
