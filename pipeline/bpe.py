@@ -69,7 +69,12 @@ def _train_one(bpe: BpeParams, inputs: list[Path], model_path: Path, what: str) 
             unk_piece=tokens.UNK_PIECE,
             bos_piece=tokens.BOS_PIECE,
             eos_piece=tokens.EOS_PIECE,
-            user_defined_symbols=[tokens.SEP_PIECE],
+            # A control symbol keeps id 4 but never matches text: a literal "<sep>" in a
+            # sentence stays text, not the decoder-only model's source/target boundary.
+            control_symbols=[tokens.SEP_PIECE],
+            # clean.py has already normalized (NFC, whitespace); sentencepiece's default
+            # nmt_nfkc would fold what clean deliberately keeps (ZWNJ, compatibility chars).
+            normalization_rule_name="identity",
             input_sentence_size=0,
             shuffle_input_sentence=False,
             num_threads=_TRAIN_THREADS,

@@ -52,8 +52,12 @@ def write_lines(path: str | Path, lines: list[str]) -> None:
 
 
 def read_lines(path: str | Path) -> list[str]:
-    """Lines of a UTF-8 text file this pipeline wrote, without their newlines."""
-    text = Path(path).read_text(encoding="utf-8")
+    """Lines of a UTF-8 text file this pipeline wrote, without their newlines.
+
+    Split on LF only, as download writes them: read_text's universal newlines
+    would also end a line at a stray CR, which download keeps inside a line.
+    """
+    text = Path(path).read_bytes().decode("utf-8")
     return text.split("\n")[:-1] if text.endswith("\n") else (text.split("\n") if text else [])
 
 

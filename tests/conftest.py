@@ -22,3 +22,32 @@ def mirror() -> Path:
     if not (MIRROR / "SHA256SUMS").is_file():
         pytest.skip(f"the offline corpus mirror is not at {MIRROR} (see its README in shared/corpora)")
     return MIRROR
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    """List how many cases each fuzz test tried (recorded as a `fuzz` user property), with or without -s."""
+    lines = [
+        value
+        for reports in terminalreporter.stats.values()
+        for report in reports
+        if getattr(report, "when", None) == "call"
+        for name, value in getattr(report, "user_properties", ())
+        if name == "fuzz"
+    ]
+    if lines:
+        terminalreporter.section("fuzz cases tried")
+        for line in lines:
+            terminalreporter.write_line(line)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def one_torch_thread():
+    """Tests use tiny models, which run fastest on one thread, and never oversubscribe
+    the cores when pytest shares the machine (measured: 50x slower decoding at 2 threads
+    on a busy 2-core machine)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -68,7 +68,7 @@ def test_command_trains_joint_model_with_exact_special_ids(tmp_path: Path) -> No
     assert (sp.pad_id(), sp.unk_id(), sp.bos_id(), sp.eos_id()) == (
         tokens.PAD, tokens.UNK, tokens.BOS, tokens.EOS
     )
-    assert tokens.SEP in sp.encode("hund <sep> dog")  # user-defined: matched in text, never split
+    assert tokens.SEP not in sp.encode("hund <sep> dog")  # a control symbol: never matched in text
     vocab_rows = (tmp_path / "bpe/spm.vocab").read_text(encoding="utf-8").splitlines()
     assert [row.split("\t")[0] for row in vocab_rows] == [sp.id_to_piece(i) for i in range(100)]
 
