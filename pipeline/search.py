@@ -90,14 +90,27 @@ class CachedDecoder:
 
     def __init__(self, model: Seq2SeqBase, src: torch.Tensor, beam: int):
         self.model = model
+        self.beam = beam
         self.state = model.start(src)  # src (B, S)
-        self.state.reorder(torch.arange(src.size(0), device=src.device).repeat_interleave(beam))
+        self.rows = torch.arange(src.size(0) * beam, device=src.device)  # (R,)
+        self.state.reorder(self.rows // beam)
 
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.model.step(tokens, self.state)
 
     def reorder(self, index: torch.Tensor) -> None:
+        # While no sentence leaves the batch, each row stays among its sentence's beams, and
+        # those share all but their self-attention keys and values (the cross-attention cache,
+        # positions and masks are copies): only these need to follow, and nothing at all when
+        # no beam moved (greedy search). Copying the cross-attention caches every step cost
+        # about a tenth of a beam-5 step on CPU (bench/decode_speed.py).
+        if index.numel() == self.rows.numel() and bool((index // self.beam == self.rows // self.beam).all()):
+            if not torch.equal(index, self.rows):
+                for cache in self.state.caches:
+                    cache.self_attn.reorder(index)
+            return
         self.state.reorder(index)
+        self.rows = self.rows[: index.numel()]
 
 
 class NaiveDecoder:
@@ -143,13 +156,22 @@ def initial_beams(model: Seq2SeqBase, max_lens: torch.Tensor, beam: int) -> Beam
     return Beams(torch.arange(B, device=device), max_lens, history, scores)
 
 
-def step_log_probs(logits: torch.Tensor, force_eos: torch.Tensor) -> torch.Tensor:
-    """logits (R, V) -> log-probs (R, V) float32, banned tokens -inf, rows `force_eos` (R,) EOS only."""
+def step_log_probs(logits: torch.Tensor, force_eos: torch.Tensor, ban_eos: bool = False) -> torch.Tensor:
+    """logits (R, V) -> log-probs (R, V) float32, banned tokens -inf, rows `force_eos` (R,) EOS only.
+
+    ban_eos refuses EOS in the other rows (before a minimum length). Forced rows are
+    written by index, and only when there are any: a boolean-mask write touched all of
+    R x V every step (about 5% of a beam-5 step at V = 8000, bench/decode_speed.py).
+    """
     lprobs = F.log_softmax(logits.float(), dim=-1)
     lprobs[:, list(BANNED)] = float("-inf")
-    eos = lprobs[:, EOS].clone()
-    lprobs[force_eos] = float("-inf")
-    lprobs[:, EOS] = eos
+    if ban_eos:
+        lprobs[:, EOS].masked_fill_(~force_eos, float("-inf"))
+    if bool(force_eos.any()):
+        rows = force_eos.nonzero().squeeze(1)
+        eos = lprobs[rows, EOS]
+        lprobs[rows] = float("-inf")
+        lprobs[rows, EOS] = eos
     return lprobs
 
 
@@ -230,15 +252,20 @@ def beam_search(
     alpha: float,
     n_best: int = 1,
     use_cache: bool = True,
+    min_len: int = 0,
 ) -> list[list[Hypothesis]]:
-    """src (B, S) with EOS, padded; max_lens (B,) -> per sentence its n_best hypotheses, best first."""
+    """src (B, S) with EOS, padded; max_lens (B,) -> per sentence its n_best hypotheses, best first.
+
+    min_len: EOS is refused until that many tokens are generated (a benchmark's fixed
+    output length: min_len = max_len); at max_len it is still forced.
+    """
     decoder = (CachedDecoder if use_cache else NaiveDecoder)(model, src, beam)
     beams = initial_beams(model, max_lens.to(src.device), beam)
     finished: list[list[Hypothesis]] = [[] for _ in range(src.size(0))]
     while beams.sentences.numel():
         steps = beams.history.size(1) - 1
         force_eos = (beams.max_lens <= steps).repeat_interleave(beam)  # (R,)
-        lprobs = step_log_probs(decoder.step(beams.history[:, -1:]), force_eos)
+        lprobs = step_log_probs(decoder.step(beams.history[:, -1:]), force_eos, ban_eos=steps < min_len)
         values, parents, words = top_candidates(beams.scores, lprobs)
         finish(finished, beams, values, parents, words, alpha)
         beams = advance(beams, decoder, finished, *survivors(values, parents, words, beam))
@@ -322,6 +349,7 @@ def translate_ids(
     device: torch.device | str,
     n_best: int = 1,
     use_cache: bool = True,
+    min_len: int = 0,
     stats: SearchStats | None = None,
 ) -> list[list[Hypothesis]]:
     """Decode source ids (without EOS) -> per input, up to n_best hypotheses, in input order.
@@ -344,7 +372,8 @@ def translate_ids(
             src = collate_src([fitted[i][0] for i in batch]).to(device)  # (B, S)
             max_lens = torch.tensor([fitted[i][1] for i in batch], device=device)  # (B,)
             hyps = beam_search(
-                model, src, max_lens, beam=beam, alpha=length_penalty, n_best=n_best, use_cache=use_cache
+                model, src, max_lens, beam=beam, alpha=length_penalty, n_best=n_best, use_cache=use_cache,
+                min_len=min_len,
             )
             for i, h in zip(batch, hyps):
                 results[i] = h
