@@ -1,0 +1,678 @@
+"""Training speed on CPU: this project's train step against HF Marian and torch.nn.Transformer.
+
+    python -m bench.train_speed --bin data/bin --out-json reports/bench.json --out-md reports/bench.md
+    python -m bench.train_speed --smoke --out-json /tmp/b.json --out-md /tmp/b.md   # seconds, tiny sizes
+
+Not a test: it measures, in one run,
+
+1. throughput: target tokens/s of whole updates (forward, backward, AdamW
+   step; label-smoothed CE 0.1, gradients clipped at 1.0, the inverse-sqrt
+   schedule) on one synthetic batch of 128 sentences x 16 tokens (no padding;
+   the masks are built and applied all the same), identical tensors for
+   - ours: pipeline.train.Trainer.train_step itself, on build_model(params.yaml's model),
+   - hf-marian: transformers' MarianMTModel from a MarianConfig of the same dimensions,
+     random weights, embeddings shared and tied,
+   - torch-nn-transformer: torch.nn.Transformer (pre-LN, batch-first) with a tied
+     embedding, sinusoidal positions, causal + key-padding masks;
+   in fp32 and bf16 autocast. The peers do the same math (loss, AdamW
+   settings and decay groups, clipping, schedule) in stock torch code, so a
+   faster implementation in pipeline.optim or train_step counts for ours.
+   Each (system, precision) cell warms up, then runs --repeats rounds of
+   --seconds / --repeats each, the systems in a shuffled order every round;
+   the median round is reported.
+2. real batches (with --bin): our train step on the first --real-batches
+   token-budget batches of the train split (max_tokens from params.yaml,
+   shuffled, seed), real target tokens/s and the padding fraction, against
+   the fixed synthetic batch for the same number of target tokens, interleaved.
+3. data-path memory: peak RSS of a fresh process that loads a synthetic
+   binarized corpus of 1M (and 10k) pairs, builds one epoch's batches, and
+   collates the first --memory-batches of them (no model), with the size of
+   the in-memory index, so "memory does not grow with the corpus beyond its
+   index" is checked by numbers.
+
+Output: rows {system, task, precision, metric, value} merged into --out-json
+(rows with another key, e.g. bench/decode_speed.py's, are kept), and the
+section between TRAIN_START and TRAIN_END of --out-md regenerated (the rest of
+the file kept). --smoke runs every part at tiny sizes on one thread, marks
+its rows smoke, and writes only where the flags say.
+
+Symbols: B sentences, S source length, T target length, D d_model, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime
+import json
+import math
+import os
+import platform
+import random
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import click
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from pipeline import params as P
+from pipeline.data import Batch, ParallelData, collate, epoch_batches, token_batches
+from pipeline.files import write_json, write_text
+from pipeline.model import build_model
+from pipeline.optim import build_optimizer, build_scheduler, inverse_sqrt, parameter_groups
+from pipeline.tokens import BOS, EOS, N_SPECIAL, PAD
+from pipeline.train import Dist, Paths, Progress, Trainer
+
+REPO = Path(__file__).resolve().parents[1]
+TRAIN_START, TRAIN_END = "<!-- train:start -->", "<!-- train:end -->"
+SYSTEMS = ("ours", "hf-marian", "torch-nn-transformer")
+BAR = 1.25  # the issue's: ours >= 1.25x the faster peer at equal precision
+SYNTHETIC, REAL, SAME_TOKENS = "train_synthetic", "train_real_batches", "train_synthetic_same_tokens"
+
+StepFn = Callable[[Batch], Any]  # one whole update on a batch
+
+
+@dataclass(frozen=True)
+class Setup:
+    """Sizes of one benchmark run: the issue's (full) or tiny ones (--smoke)."""
+
+    model: P.ModelParams
+    vocab: int
+    batch: int  # sentences per synthetic batch
+    length: int  # tokens per row, source and target (with EOS / BOS)
+    seconds: float  # timed per (system, precision), split over the repeats
+    repeats: int
+    warmup: int  # updates before timing
+    real_batches: int
+    memory_pairs: tuple[int, ...]
+    memory_batches: int
+    smoke: bool
+
+    @property
+    def task(self) -> str:
+        return f"{SYNTHETIC}_{self.batch}x{self.length}"
+
+
+def make_setup(params: P.Params, smoke: bool, seconds: float, repeats: int, real_batches: int) -> Setup:
+    if not smoke:
+        return Setup(params.model, 8000, 128, 16, seconds, repeats, 3, real_batches,
+                     (1_000_000, 10_000), 2000, False)
+    tiny = dataclasses.replace(params.model, d_model=32, n_heads=2, d_ff=64, n_layers=1,
+                               encoder_layers=None, decoder_layers=None, max_positions=64)
+    return Setup(tiny, 300, 8, 8, 0.05, 1, 1, 2, (20_000, 2_000), 100, True)
+
+
+def with_precision(params: P.Params, model: P.ModelParams, precision: str) -> P.Params:
+    """params with this model section and train.precision, validated like params.yaml."""
+    raw = dataclasses.replace(params, model=model).to_dict()
+    raw["train"]["precision"] = precision
+    return P.from_dict(raw)
+
+
+def autocast(precision: str) -> contextlib.AbstractContextManager:
+    """What the Trainer does on CPU: bf16 autocast, or nothing for fp32."""
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    return torch.autocast("cpu", dtype=torch.bfloat16)
+
+
+# --- batches ------------------------------------------------------------------------
+
+
+def synthetic_batch(vocab: int, batch: int, length: int, seed: int) -> Batch:
+    """B rows of `length` random ids each side, no padding: src ids+EOS, tgt BOS+ids / ids+EOS."""
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(N_SPECIAL, vocab, (batch, length - 1), generator=g)
+    tgt = torch.randint(N_SPECIAL, vocab, (batch, length - 1), generator=g)
+    eos, bos = torch.full((batch, 1), EOS), torch.full((batch, 1), BOS)
+    return Batch(src=torch.cat([src, eos], 1), tgt_in=torch.cat([bos, tgt], 1),
+                 tgt_out=torch.cat([tgt, eos], 1), n_src_tokens=batch * length, n_tgt_tokens=batch * length,
+                 indices=np.arange(batch))
+
+
+def write_corpus(bin_dir: Path, pairs: int, vocab: int, seed: int) -> int:
+    """A synthetic train split in binarize's format (lengths 5-40, uint16); -> bytes of its .idx files."""
+    rng = np.random.default_rng(seed)
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    index_bytes = 0
+    for side in ("src", "tgt"):
+        offsets = np.zeros(pairs + 1, dtype="<i8")
+        np.cumsum(rng.integers(5, 41, size=pairs), out=offsets[1:])
+        rng.integers(N_SPECIAL, vocab, size=int(offsets[-1]), dtype=np.uint16).astype("<u2").tofile(
+            bin_dir / f"train.{side}.bin")
+        offsets.tofile(bin_dir / f"train.{side}.idx")
+        index_bytes += offsets.nbytes
+    return index_bytes
+
+
+# --- the systems: each builder -> a step function doing one whole update -------------
+
+
+def bare_trainer(params: P.Params, model: nn.Module) -> Trainer:
+    """A Trainer holding `model` and no data: exactly the attributes train_step and optimizer_step read.
+
+    Trainer.__init__ needs a binarized corpus and sentencepiece models; the
+    update itself needs none, so it is timed on the real Trainer methods
+    without them.
+    """
+    trainer = Trainer.__new__(Trainer)
+    trainer.params, trainer.dist, trainer.device = params, Dist(), torch.device("cpu")
+    trainer.paths = Paths(*[Path(tempfile.gettempdir()) / "bench-train-speed-no-files"] * 5)
+    trainer.model, trainer.ddp = model.train(), None
+    trainer.net = trainer._wrap(model)
+    trainer.optimizer = build_optimizer(model, params.train)
+    trainer.scheduler = build_scheduler(trainer.optimizer, params.train.warmup_steps)
+    trainer.scaler = torch.amp.GradScaler("cpu", enabled=False)
+    trainer.progress, trainer.last_lr = Progress(), params.train.lr
+    return trainer
+
+
+def ours(params: P.Params, vocab: int, seed: int) -> StepFn:
+    torch.manual_seed(seed)
+    trainer = bare_trainer(params, build_model(params.model, vocab, vocab))
+    return lambda batch: trainer.train_step([batch])
+
+
+def peer_step(model: nn.Module, forward: Callable, params: P.Params) -> StepFn:
+    """The math of our update around a peer's forward, written as stock torch code.
+
+    Same loss, normalization, clipping, AdamW settings and decay groups as
+    ours, but torch's default implementations (AdamW's for-loop on CPU), not
+    pipeline.optim's: a speed-up there counts for ours only.
+    """
+    t = params.train
+    optimizer = torch.optim.AdamW(parameter_groups(model.train(), t.weight_decay), lr=t.lr,
+                                  betas=tuple(t.betas), eps=t.eps)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda k: inverse_sqrt(k + 1, t.warmup_steps))
+
+    def step(batch: Batch) -> tuple[float, int]:
+        with autocast(t.precision):
+            logits = forward(batch.src, batch.tgt_in)  # (B, T, V)
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), batch.tgt_out.flatten(), ignore_index=PAD,
+                               reduction="sum", label_smoothing=t.label_smoothing)
+        (loss / batch.n_tgt_tokens).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), t.clip_norm)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        scheduler.step()
+        return float(loss.detach()), batch.n_tgt_tokens  # one sync per update, as ours
+
+    return step
+
+
+def hf_marian(params: P.Params, vocab: int, seed: int) -> StepFn:
+    """MarianMTModel (post-LN, its only layout) at our dimensions; random weights, nothing from the hub."""
+    from transformers import MarianConfig, MarianMTModel
+
+    cfg = params.model
+    torch.manual_seed(seed)
+    config = MarianConfig(
+        vocab_size=vocab, d_model=cfg.d_model, encoder_layers=cfg.n_encoder_layers,
+        decoder_layers=cfg.n_decoder_layers, encoder_attention_heads=cfg.n_heads,
+        decoder_attention_heads=cfg.n_heads, encoder_ffn_dim=cfg.d_ff, decoder_ffn_dim=cfg.d_ff,
+        activation_function=cfg.activation, max_position_embeddings=cfg.max_positions,
+        scale_embedding=cfg.scale_embeddings, dropout=cfg.dropout, attention_dropout=cfg.attention_dropout,
+        activation_dropout=cfg.activation_dropout, share_encoder_decoder_embeddings=True,
+        tie_word_embeddings=True, pad_token_id=PAD, eos_token_id=EOS, bos_token_id=BOS,
+        decoder_start_token_id=BOS, forced_eos_token_id=None, use_cache=False,
+    )
+    model = MarianMTModel(config)
+
+    def forward(src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
+        return model(input_ids=src, attention_mask=src != PAD, decoder_input_ids=tgt_in,
+                     decoder_attention_mask=tgt_in != PAD, use_cache=False).logits
+
+    return peer_step(model, forward, params)
+
+
+class PlainTransformer(nn.Module):
+    """torch.nn.Transformer (pre-LN, batch-first) with a tied embedding and sinusoidal positions."""
+
+    def __init__(self, cfg: P.ModelParams, vocab: int):
+        super().__init__()
+        d = cfg.d_model
+        self.embed = nn.Embedding(vocab, d, padding_idx=PAD)
+        self.core = nn.Transformer(d, cfg.n_heads, cfg.n_encoder_layers, cfg.n_decoder_layers, cfg.d_ff,
+                                   cfg.dropout, cfg.activation, batch_first=True, norm_first=True)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.scale = math.sqrt(d) if cfg.scale_embeddings else 1.0
+        pos = torch.arange(cfg.max_positions, dtype=torch.float32)[:, None]  # (L, 1)
+        angle = pos * torch.exp(torch.arange(0, d, 2) * (-math.log(10000.0) / d))  # (L, D/2)
+        table = torch.stack([angle.sin(), angle.cos()], -1).flatten(1)  # (L, D): sin, cos interleaved
+        self.register_buffer("positions", table, persistent=False)
+
+    def _embed(self, ids: torch.Tensor) -> torch.Tensor:
+        """(B, L) -> (B, L, D)."""
+        return self.dropout(self.embed(ids) * self.scale + self.positions[: ids.size(1)])
+
+    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
+        """src (B, S), tgt_in (B, T) -> logits (B, T, V)."""
+        T = tgt_in.size(1)
+        causal = torch.ones(T, T, dtype=torch.bool, device=tgt_in.device).triu(1)  # True = may NOT attend
+        src_pad = src == PAD  # (B, S), True = padding, as nn.Transformer wants
+        h = self.core(self._embed(src), self._embed(tgt_in), tgt_mask=causal, src_key_padding_mask=src_pad,
+                      tgt_key_padding_mask=tgt_in == PAD, memory_key_padding_mask=src_pad, tgt_is_causal=True)
+        return h @ self.embed.weight.t()
+
+
+def torch_transformer(params: P.Params, vocab: int, seed: int) -> StepFn:
+    torch.manual_seed(seed)
+    with warnings.catch_warnings():  # "enable_nested_tensor ... norm_first": an eval-only fast path
+        warnings.simplefilter("ignore", UserWarning)
+        model = PlainTransformer(params.model, vocab)
+    return peer_step(model, model, params)
+
+
+BUILDERS: dict[str, Callable[[P.Params, int, int], StepFn]] = {
+    "ours": ours, "hf-marian": hf_marian, "torch-nn-transformer": torch_transformer,
+}
+
+
+def available_systems() -> list[str]:
+    """Every system whose library is installed (transformers is not a dependency of the pipeline)."""
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        return [s for s in SYSTEMS if s != "hf-marian"]
+    return list(SYSTEMS)
+
+
+# --- timing -------------------------------------------------------------------------
+
+
+def measure(step_fn: Callable[[], Any], tokens_per_step: int, seconds: float) -> float:
+    """Tokens/s of calling step_fn until `seconds` have passed (whole steps, at least one)."""
+    steps, start = 0, time.perf_counter()
+    while True:
+        step_fn()
+        steps += 1
+        elapsed = time.perf_counter() - start
+        if elapsed >= seconds:
+            return steps * tokens_per_step / elapsed
+
+
+def throughput(setup: Setup, params: P.Params, precisions: list[str], systems: list[str], seed: int,
+               say: Callable[[str], None]) -> list[dict]:
+    """Tokens/s of every system on one synthetic batch, per precision; median over shuffled rounds."""
+    batch = synthetic_batch(setup.vocab, setup.batch, setup.length, seed)
+    order_rng, rows = random.Random(seed), []
+    for precision in precisions:
+        run = with_precision(params, setup.model, precision)
+        steps = {name: BUILDERS[name](run, setup.vocab, seed) for name in systems}
+        for step in steps.values():
+            for _ in range(setup.warmup):
+                step(batch)
+        rates: dict[str, list[float]] = {name: [] for name in systems}
+        for round_ in range(setup.repeats):
+            order = order_rng.sample(systems, len(systems))  # slow drift favours no one
+            for name in order:
+                rate = measure(lambda: steps[name](batch), batch.n_tgt_tokens, setup.seconds / setup.repeats)
+                rates[name].append(rate)
+            say(f"{precision} round {round_ + 1}/{setup.repeats}: "
+                + ", ".join(f"{n} {rates[n][-1]:,.0f}" for n in systems) + " tok/s")
+        medians = {name: statistics.median(r) for name, r in rates.items()}
+        rows += [row(name, setup.task, precision, "tokens_per_s", medians[name]) for name in systems]
+        peers = [medians[name] for name in systems if name != "ours"]
+        if "ours" in medians and peers:
+            rows.append(row("ours", setup.task, precision, "ratio_vs_faster_peer",
+                            medians["ours"] / max(peers), digits=3))
+    return rows
+
+
+def corpus_vocab(bin_dir: Path, default: int) -> int:
+    """The model vocabulary the binarized ids need: meta.json's, else `default`."""
+    meta = bin_dir / "meta.json"
+    if not meta.is_file():
+        return default
+    sizes = json.loads(meta.read_text(encoding="utf-8"))
+    return max(sizes["src_vocab_size"], sizes["tgt_vocab_size"])
+
+
+def real_batch_speed(setup: Setup, params: P.Params, bin_dir: Path, precisions: list[str], seed: int,
+                     say: Callable[[str], None]) -> list[dict]:
+    """Our step on the corpus's own token-budget batches, against the fixed synthetic batch."""
+    data = ParallelData.load(bin_dir, "train")
+    vocab = corpus_vocab(bin_dir, setup.vocab)
+    t = params.train
+    ids = token_batches(data.src.lengths, data.tgt.lengths, t.max_tokens, shuffle=True, seed=t.seed, epoch=1)
+    ids = ids[: setup.warmup + setup.real_batches]
+    began = time.perf_counter()
+    batches = [collate(data, b) for b in ids]
+    collate_ms = (time.perf_counter() - began) * 1000 / max(len(batches), 1)
+    warm, timed = batches[: setup.warmup], batches[setup.warmup :]
+    real_tokens = sum(b.n_tgt_tokens for b in timed)
+    synthetic = synthetic_batch(vocab, setup.batch, setup.length, seed)
+    n_synthetic = max(1, round(real_tokens / synthetic.n_tgt_tokens))  # the same target tokens
+    task_same = f"{SAME_TOKENS}_{setup.batch}x{setup.length}"
+    rows = []
+    for precision in precisions:
+        step = ours(with_precision(params, setup.model, precision), vocab, seed)
+        for b in warm or [synthetic]:
+            step(b)
+        real_s, synth_s = [], []
+        for _ in range(min(setup.repeats, 2)):  # interleaved, so drift hits both; 2 rounds: a pass is long
+            real_s.append(timed_pass(step, timed))
+            synth_s.append(timed_pass(step, [synthetic] * n_synthetic))
+        real_rate = real_tokens / statistics.median(real_s)
+        synth_rate = n_synthetic * synthetic.n_tgt_tokens / statistics.median(synth_s)
+        say(f"{precision} real batches: {real_rate:,.0f} tok/s; "
+            f"synthetic, same tokens: {synth_rate:,.0f} tok/s")
+        padded = sum(b.tgt_out.numel() for b in timed)
+        rows += [row("ours", REAL, precision, "tokens_per_s", real_rate),
+                 row("ours", REAL, precision, "padded_tokens_per_s", padded / statistics.median(real_s)),
+                 row("ours", task_same, precision, "tokens_per_s", synth_rate),
+                 row("ours", REAL, precision, "ratio_vs_synthetic", real_rate / synth_rate, digits=3)]
+    padded_src = sum(b.src.numel() for b in timed)
+    rows += [row("ours", REAL, "-", "batches", len(timed)),
+             row("ours", REAL, "-", "target_tokens", real_tokens),
+             row("ours", REAL, "-", "mean_batch_sentences", sum(map(len, timed)) / len(timed)),
+             row("ours", REAL, "-", "padding_fraction_tgt", 1 - real_tokens / padded, digits=4),
+             row("ours", REAL, "-", "padding_fraction_src",
+                 1 - sum(b.n_src_tokens for b in timed) / padded_src, digits=4),
+             row("ours", REAL, "-", "collate_ms_per_batch", collate_ms, digits=3)]
+    return rows
+
+
+def timed_pass(step: StepFn, batches: list[Batch]) -> float:
+    """Seconds to run one update per batch."""
+    began = time.perf_counter()
+    for b in batches:
+        step(b)
+    return time.perf_counter() - began
+
+
+# --- memory of the data path -------------------------------------------------------
+
+
+def proc_status_mb() -> dict[str, float]:
+    """This process's VmRSS, VmHWM (peak), RssAnon (heap) and RssFile (mapped pages), in MB."""
+    path = Path("/proc/self/status")
+    lines = path.read_text().splitlines() if path.is_file() else []
+    fields = dict(line.split(":", 1) for line in lines if ":" in line)
+    keys = ("VmRSS", "VmHWM", "RssAnon", "RssFile")
+    return {k: float(fields[k].split()[0]) / 1024 for k in keys if k in fields}
+
+
+def reset_peak() -> bool:
+    """Restart the peak-RSS count (VmHWM) from the current RSS; False where Linux does not allow it.
+
+    ru_maxrss cannot be restarted, and a child started by fork + exec starts
+    it at its parent's peak: that would hide everything below the parent's size.
+    """
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+def probe_memory(bin_dir: str, max_tokens: int, n_batches: int, seed: int) -> dict[str, float]:
+    """Run in a fresh process: peak RSS (MB) after each step of the data path (load, batch, collate)."""
+    reset = reset_peak()
+    peak = (lambda: proc_status_mb()["VmHWM"]) if reset else (  # noqa: E731
+        lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)  # Linux: KiB
+    out = {"baseline": proc_status_mb().get("VmRSS", peak()), "peak_reset": float(reset)}
+    data = ParallelData.load(bin_dir, "train")
+    out["after_load"] = peak()
+    batches = epoch_batches(data, max_tokens, shuffle=True, seed=seed, epoch=1)
+    out["after_batches"] = peak()
+    for ids in batches[:n_batches]:
+        collate(data, ids)  # dropped at once, as the training loop drops each batch after its update
+    out["peak"] = peak()
+    end = proc_status_mb()
+    out.update(rss_anon_end=end.get("RssAnon", math.nan), rss_file_end=end.get("RssFile", math.nan))
+    out["batches"] = min(n_batches, len(batches))
+    return out
+
+
+def memory(setup: Setup, max_tokens: int, seed: int, say: Callable[[str], None]) -> list[dict]:
+    """Peak RSS of the data path for each corpus size, each in a fresh subprocess."""
+    rows = []
+    for pairs in setup.memory_pairs:
+        with tempfile.TemporaryDirectory(prefix="bench-corpus-") as tmp:
+            index_bytes = write_corpus(Path(tmp), pairs, setup.vocab, seed)
+            code = ("import json, sys; from bench.train_speed import probe_memory; "
+                    "print(json.dumps(probe_memory(*json.loads(sys.argv[1]))))")
+            args = json.dumps([tmp, max_tokens, setup.memory_batches, seed])
+            env = dict(os.environ, OMP_NUM_THREADS="1")
+            done = subprocess.run([sys.executable, "-c", code, args], cwd=REPO, env=env, check=True,
+                                  capture_output=True, text=True)
+        probe = json.loads(done.stdout.strip().splitlines()[-1])
+        task = f"data_memory_{pairs}"
+        if not probe["peak_reset"]:
+            say("warning: cannot reset the peak RSS (/proc/self/clear_refs); peaks include the parent's")
+        say(f"{pairs:,} pairs: peak RSS {probe['peak']:.0f} MB (after imports {probe['baseline']:.0f} MB), "
+            f"index {index_bytes / 2**20:.1f} MB")
+        rows += [row("data-path", task, "-", "index_mb", index_bytes / 2**20, digits=3),
+                 row("data-path", task, "-", "baseline_rss_mb", probe["baseline"]),
+                 row("data-path", task, "-", "after_load_rss_mb", probe["after_load"]),
+                 row("data-path", task, "-", "after_batches_rss_mb", probe["after_batches"]),
+                 row("data-path", task, "-", "peak_rss_mb", probe["peak"]),
+                 row("data-path", task, "-", "peak_growth_mb", probe["peak"] - probe["baseline"]),
+                 row("data-path", task, "-", "rss_anon_end_mb", probe["rss_anon_end"]),
+                 row("data-path", task, "-", "rss_file_end_mb", probe["rss_file_end"]),
+                 row("data-path", task, "-", "batches", probe["batches"])]
+    return rows
+
+
+# --- reporting ---------------------------------------------------------------------
+
+
+def row(system: str, task: str, precision: str, metric: str, value: float, digits: int = 1) -> dict:
+    return {"system": system, "task": task, "precision": precision, "metric": metric,
+            "value": round(float(value), digits)}
+
+
+def merge_rows(path: Path, rows: list[dict]) -> list[dict]:
+    """Existing rows of `path` (a list, or {"rows": [...]}) with these replacing their keys."""
+    key = lambda r: (r["system"], r["task"], r["precision"], r["metric"])  # noqa: E731
+    old = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
+    old = old.get("rows", []) if isinstance(old, dict) else old
+    new = {key(r) for r in rows}
+    return [r for r in old if key(r) not in new] + rows
+
+
+def machine_info() -> dict[str, str]:
+    cpus = [x.split(":", 1)[1].strip() for x in Path("/proc/cpuinfo").read_text().splitlines()
+            if x.startswith("model name")] if Path("/proc/cpuinfo").is_file() else []
+    versions = {"python": platform.python_version(), "torch": torch.__version__}
+    try:
+        import transformers
+
+        versions["transformers"] = transformers.__version__
+    except ImportError:
+        versions["transformers"] = "not installed"
+    return {
+        "CPU": cpus[0] if cpus else platform.processor() or "unknown",
+        "cores (os.cpu_count)": str(os.cpu_count()),
+        "torch threads": str(torch.get_num_threads()),
+        "versions": ", ".join(f"{k} {v}" for k, v in versions.items()),
+        "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+    }
+
+
+def train_section(rows: list[dict], setup: Setup, info: dict[str, str], command: str) -> str:
+    """The Markdown training section: one table per measurement, ratios against the bar, how it was run."""
+    v = {(r["system"], r["task"], r["precision"], r["metric"]): r["value"] for r in rows}
+    precisions = sorted({r["precision"] for r in rows if r["task"] == setup.task}, key=["fp32", "bf16"].index)
+    cfg = setup.model
+    smoke = " — SMOKE RUN, tiny sizes, not a measurement" if setup.smoke else ""
+    out = [TRAIN_START, f"## Training speed (CPU){smoke}", ""]
+    out += [f"Whole updates (forward, backward, clip 1.0, AdamW, label-smoothed CE 0.1) on one synthetic "
+            f"batch of {setup.batch} x {setup.length} target tokens (no padding), the same for every system; "
+            f"d_model {cfg.d_model}, {cfg.n_encoder_layers}+{cfg.n_decoder_layers} layers, FFN {cfg.d_ff}, "
+            f"{cfg.n_heads} heads, vocabulary {setup.vocab}, dropout {cfg.dropout}. Median of "
+            f"{setup.repeats} round(s) of {setup.seconds / setup.repeats:g} s each (systems shuffled per "
+            f"round) after {setup.warmup} warm-up update(s). Target tokens/s:", ""]
+    systems = [s for s in SYSTEMS if any(k[0] == s and k[1] == setup.task for k in v)]
+    out += ["| system | " + " | ".join(precisions) + " |", "|---|" + "---:|" * len(precisions)]
+    for s in systems:
+        out.append(f"| {s} | " + " | ".join(f"{v.get((s, setup.task, p, 'tokens_per_s'), float('nan')):,.0f}"
+                                            for p in precisions) + " |")
+    out += ["", f"| ours / faster peer | " + " | ".join(precisions) + " | needed |",
+            "|---|" + "---:|" * len(precisions) + "---|"]
+    cells = []
+    for p in precisions:
+        ratio = v.get(("ours", setup.task, p, "ratio_vs_faster_peer"))
+        cells.append("-" if ratio is None else f"{ratio:.2f}x " + ("ok" if ratio >= BAR else "MISSED"))
+    out += [f"| ratio | {' | '.join(cells)} | >= {BAR}x |", ""]
+    if any(k[1] == REAL for k in v):
+        out += real_table(v, setup, precisions)
+    if any(k[0] == "data-path" for k in v):
+        out += memory_table(v, setup)
+    out += ["Notes on equal work: the peers do our update's math in stock torch code (F.cross_entropy "
+            "with label smoothing in fp32, torch.optim.AdamW with torch's default implementation, the same "
+            "decay groups and schedule, clip_grad_norm_); ours is Trainer.train_step itself on a Trainer "
+            "without data (bench.train_speed.bare_trainer). MarianMTModel is post-LN (its only layout) and "
+            "adds a final logits bias; nn.Transformer applies its dropout inside the FFN as well "
+            "(ours: activation_dropout 0.0).", "", "Run with:", "", "```", command, "```", ""]
+    out += [f"- {k}: {val}" for k, val in info.items()]
+    out += ["", TRAIN_END]
+    return "\n".join(out)
+
+
+def real_table(v: dict, setup: Setup, precisions: list[str]) -> list[str]:
+    same = f"{SAME_TOKENS}_{setup.batch}x{setup.length}"
+    get = lambda p, m, task=REAL: v.get(("ours", task, p, m), float("nan"))  # noqa: E731
+    out = [f"Ours on the first {get('-', 'batches'):.0f} real train batches (token budget, shuffled; "
+           f"{get('-', 'target_tokens'):,.0f} target tokens, "
+           f"{get('-', 'mean_batch_sentences'):.1f} sentences a batch, padding "
+           f"{get('-', 'padding_fraction_tgt'):.1%} of target and "
+           f"{get('-', 'padding_fraction_src'):.1%} of source positions; collate "
+           f"{get('-', 'collate_ms_per_batch'):.2f} ms a batch, not timed below) against the fixed "
+           f"{setup.batch}x{setup.length} batch for the same number of target tokens:", "",
+           "| precision | real tok/s (non-pad) | real padded tok/s | synthetic tok/s | real / synthetic |",
+           "|---|---:|---:|---:|---:|"]
+    for p in precisions:
+        out.append(f"| {p} | {get(p, 'tokens_per_s'):,.0f} | {get(p, 'padded_tokens_per_s'):,.0f} | "
+                   f"{get(p, 'tokens_per_s', same):,.0f} | {get(p, 'ratio_vs_synthetic'):.2f}x |")
+    return out + [""]
+
+
+def memory_table(v: dict, setup: Setup) -> list[str]:
+    get = lambda n, m: v.get(("data-path", f"data_memory_{n}", "-", m), float("nan"))  # noqa: E731
+    out = ["Data path only (load the .bin/.idx, one epoch's token batches, collate the first "
+           f"{setup.memory_batches}; no model), each in a fresh process; peaks are VmHWM, restarted after "
+           "the imports (/proc/self/clear_refs); MB:", "",
+           "| pairs | index (.idx, both sides) | RSS after imports | after load | after batching | peak | "
+           "peak - imports | RssAnon at end | RssFile at end (mapped corpus pages) |",
+           "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for n in sorted(setup.memory_pairs):
+        cells = [get(n, m) for m in ("index_mb", "baseline_rss_mb", "after_load_rss_mb",
+                                     "after_batches_rss_mb", "peak_rss_mb", "peak_growth_mb",
+                                     "rss_anon_end_mb", "rss_file_end_mb")]
+        out.append(f"| {n:,} | " + " | ".join(f"{c:.1f}" for c in cells) + " |")
+    small, large = sorted(setup.memory_pairs)[0], sorted(setup.memory_pairs)[-1]
+    growth = get(large, "peak_growth_mb") - get(small, "peak_growth_mb")
+    index = get(large, "index_mb") - get(small, "index_mb")
+    out += ["", f"From {small:,} to {large:,} pairs the peak grows by {growth:.1f} MB while the index "
+            f"grows by {index:.1f} MB ({growth / index:.1f}x the index: offsets, lengths, the sort keys and "
+            "the batch list are all O(pairs); the token ids stay on disk, memory-mapped).", ""]
+    return out
+
+
+def write_markdown(path: Path, section: str) -> None:
+    """Replace the training section of `path` (or append it), keeping everything else."""
+    text = path.read_text(encoding="utf-8") if path.is_file() else "# Benchmarks\n"
+    if TRAIN_START in text and TRAIN_END in text:
+        head, rest = text.split(TRAIN_START, 1)
+        text = head + section + rest.split(TRAIN_END, 1)[1]
+    else:
+        text = text.rstrip("\n") + "\n\n" + section + "\n"
+    write_text(path, text)
+
+
+# --- the run -----------------------------------------------------------------------
+
+
+def benchmark(*, smoke: bool = False, params_file: Path = REPO / "params.yaml",
+              bin_dir: Optional[Path] = None, out_json: Optional[Path] = None,
+              out_md: Optional[Path] = None, seconds: float = 20.0,
+              repeats: int = 5, real_batches: int = 20, precisions: tuple[str, ...] = ("fp32", "bf16"),
+              memory_check: bool = True, seed: int = 1, command: str = "",
+              say: Callable[[str], None] = print) -> list[dict]:
+    """Every measurement; merges the rows into out_json and the section into out_md when given; -> rows."""
+    threads = torch.get_num_threads()
+    if smoke:
+        torch.set_num_threads(1)  # tiny sizes; and never compete with a real run for the cores
+    try:
+        rows, setup, info = measure_all(smoke, params_file, bin_dir, seconds, repeats, real_batches,
+                                        list(precisions), memory_check, seed, say)
+    finally:
+        torch.set_num_threads(threads)  # a caller (the smoke test) keeps its own setting
+    if out_json is not None:
+        write_json(out_json, merge_rows(out_json, rows))
+    if out_md is not None:
+        write_markdown(out_md, train_section(rows, setup, info, command or "python -m bench.train_speed"))
+    return rows
+
+
+def measure_all(smoke: bool, params_file: Path, bin_dir: Optional[Path], seconds: float, repeats: int,
+                real_batches: int, precisions: list[str], memory_check: bool, seed: int,
+                say: Callable[[str], None]) -> tuple[list[dict], Setup, dict[str, str]]:
+    """The three measurements; -> (rows, the sizes used, machine info as measured)."""
+    params = P.load(params_file)
+    setup = make_setup(params, smoke, seconds, repeats, real_batches)
+    systems = available_systems()
+    say(f"train_speed: systems {', '.join(systems)}; {torch.get_num_threads()} torch threads")
+    info = machine_info()  # while the thread count is the one measured with
+    rows = throughput(setup, params, precisions, systems, seed, say)
+    if bin_dir is not None:
+        rows += real_batch_speed(setup, params, bin_dir, precisions, seed, say)
+    if memory_check:
+        rows += memory(setup, params.train.max_tokens, seed, say)
+    if smoke:
+        rows = [r | {"smoke": True} for r in rows]
+    return rows, setup, info
+
+
+@click.command()
+@click.option("--smoke", is_flag=True, help="Tiny sizes, one thread, a few seconds: checks that it runs.")
+@click.option("--params", "params_file", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              default=REPO / "params.yaml", show_default=True)
+@click.option("--bin", "bin_dir", type=click.Path(file_okay=False, exists=True, path_type=Path), default=None,
+              help="The binarize stage's output (data/bin): adds the real-batch measurement.")
+@click.option("--out-json", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Rows merged here [default: reports/bench.json; with --smoke: not written].")
+@click.option("--out-md", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Training section written here [default: reports/bench.md; with --smoke: not written].")
+@click.option("--seconds", type=click.FloatRange(min=0.01), default=20.0, show_default=True,
+              help="Timed seconds per (system, precision), split over the repeats.")
+@click.option("--repeats", type=click.IntRange(min=1), default=5, show_default=True)
+@click.option("--real-batches", type=click.IntRange(min=1), default=20, show_default=True)
+@click.option("--precisions", default="fp32,bf16", show_default=True)
+@click.option("--memory/--no-memory", "memory_check", default=True, show_default=True,
+              help="Measure the data path's peak RSS on synthetic 1M- and 10k-pair corpora.")
+@click.option("--seed", type=int, default=1, show_default=True)
+def main(smoke: bool, params_file: Path, bin_dir: Optional[Path], out_json: Optional[Path],
+         out_md: Optional[Path], seconds: float, repeats: int, real_batches: int, precisions: str,
+         memory_check: bool, seed: int) -> None:
+    """Measure training throughput of ours and its peers, real-batch speed, and data-path memory."""
+    chosen = tuple(p.strip() for p in precisions.split(",") if p.strip())
+    if not chosen or set(chosen) - {"fp32", "bf16"}:
+        raise click.BadParameter("a comma-separated subset of fp32,bf16", param_hint="--precisions")
+    if not smoke:
+        out_json = out_json or Path("reports/bench.json")
+        out_md = out_md or Path("reports/bench.md")
+    command = "python -m bench.train_speed " + " ".join(sys.argv[1:])
+    benchmark(smoke=smoke, params_file=params_file, bin_dir=bin_dir, out_json=out_json, out_md=out_md,
+              seconds=seconds, repeats=repeats, real_batches=real_batches, precisions=chosen,
+              memory_check=memory_check, seed=seed, command=command, say=lambda m: click.echo(m, err=True))
+    for path in (out_json, out_md):
+        if path is not None:
+            click.echo(f"wrote {path}", err=True)
+
+
+if __name__ == "__main__":
+    main()
