@@ -2,7 +2,7 @@
 
 import click
 
-from pipeline import binarize, bpe, clean, decode, download, experiments, report, score, train, translate
+from pipeline import binarize, bpe, clean, ct2, decode, download, experiments, report, score, train, translate
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -12,3 +12,4 @@ def cli() -> None:
 
 for _module in (download, clean, bpe, binarize, train, decode, score, report, translate, experiments):
     cli.add_command(_module.command)
+cli.add_command(ct2.export_command)

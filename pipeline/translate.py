@@ -19,9 +19,12 @@ length-normalized log-probability the search ranked by; up to K lines per
 input, best first (a blank line, or a search space smaller than K, gives
 fewer, but always at least one).
 
-Backends: --backend names how the model runs. "torch" is the one here; a
-faster one (e.g. CTranslate2) can be added to BACKENDS as a loader returning
-an object with the same translate / translate_nbest methods.
+Backends: --backend names how the model runs. "torch" is the Translator
+here; "ctranslate2" (pipeline/ct2.py, the optional `ct2` extra) runs a
+CTranslate2 conversion of the same model, made on first use beside the model
+directory (or an export-ct2 directory given as --model), with weights in
+--quantization (float32 by default; int8 is faster on CPU). A backend is a
+loader in BACKENDS returning an object with translate / translate_nbest.
 """
 
 from __future__ import annotations
@@ -184,7 +187,30 @@ class Backend(Protocol):
         ...
 
 
-BACKENDS: dict[str, Callable[[Path, str], Backend]] = {"torch": Translator.from_dir}
+def load_torch(model_dir: Path, device: str, quantization: str | None) -> Backend:
+    if quantization not in (None, "float32"):
+        raise UserError(
+            f"--quantization {quantization} needs --backend ctranslate2; the torch backend runs float32"
+        )
+    return Translator.from_dir(model_dir, device)
+
+
+def load_ctranslate2(model_dir: Path, device: str, quantization: str | None) -> Backend:
+    from pipeline import ct2  # imported on use: ctranslate2 is an optional extra
+
+    return ct2.CT2Translator.from_dir(model_dir, device, quantization)
+
+
+# (model_dir, device, quantization or None) -> a backend
+BACKENDS: dict[str, Callable[[Path, str, str | None], Backend]] = {
+    "torch": load_torch,
+    "ctranslate2": load_ctranslate2,
+}
+# CTranslate2's weight types (ctranslate2.specs.model_spec.ACCEPTED_MODEL_TYPES), listed here so
+# that the command's help does not need ctranslate2 installed.
+QUANTIZATIONS = (
+    "float32", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16",
+)
 
 
 # --- input and output --------------------------------------------------------------
@@ -283,13 +309,17 @@ def translate_stream(render: Render, source: BinaryIO, out: BinaryIO, *, interac
               default=None, help="Read from this file instead of stdin.")
 @click.option("--output", "output_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write here (atomically) instead of stdout.")
-@click.option("--backend", type=click.Choice(sorted(BACKENDS)), default="torch", show_default=True)
+@click.option("--backend", type=click.Choice(sorted(BACKENDS)), default="torch", show_default=True,
+              help="torch, or ctranslate2 (converts the model on first use; needs the ct2 extra).")
+@click.option("--quantization", type=click.Choice(QUANTIZATIONS), default=None,
+              help="ctranslate2 weight type, e.g. int8.  "
+              "[default: float32, or what --model was exported with]")
 def command(
     model_dir: Path, beam: int | None, batch_tokens: int | None, device: str, n_best: int,
-    input_file: Path | None, output_file: Path | None, backend: str,
+    input_file: Path | None, output_file: Path | None, backend: str, quantization: str | None,
 ) -> None:
     """Translate raw text, one sentence a line (interactive when stdin is a terminal)."""
-    translator = BACKENDS[backend](model_dir, device)
+    translator = BACKENDS[backend](model_dir, device, quantization)
     s = translator.settings
     check_settings(dataclasses.replace(s, beam=beam or s.beam, n_best=n_best))  # before reading any input
     render = renderer(translator, n_best, beam, batch_tokens)

@@ -170,3 +170,21 @@ def test_interactive_mode_prompts_and_answers_each_line(translator: Translator, 
     assert invalid == 1
     assert out.getvalue().decode("utf-8").split("\n")[:-1] == translator.translate(["ein hund", "\ufffdkind"])
     assert capsys.readouterr().err.count("> ") == 3  # one prompt per line, and one answered by EOF
+
+
+def test_quantization_needs_the_ctranslate2_backend(model_dir: Path) -> None:
+    result = run(["--model", str(model_dir), "--device", "cpu", "--quantization", "int8"], b"ein hund\n")
+    assert result.exit_code == 1
+    assert "--quantization int8 needs --backend ctranslate2" in result.output
+
+
+def test_min_len_fixes_the_output_length_for_benchmarks(translator: Translator) -> None:
+    from pipeline.search import translate_ids
+
+    ids = translator.vocab.encode_src(["ein hund", "die katze springt über die straße"])
+    for beam in (1, 3):
+        hyps = translate_ids(
+            translator.model, ids, beam=beam, length_penalty=1.0, max_len_a=0.0, max_len_b=7,
+            batch_tokens=1000, device="cpu", min_len=7, n_best=beam,
+        )
+        assert all(len(h.tokens) == 7 and 3 not in h.tokens for hs in hyps for h in hs)

@@ -1,0 +1,447 @@
+"""Decoding speed on CPU: this project's decoder against the uncached one, HF generate and CTranslate2.
+
+    python -m bench.decode_speed --model data/model --split-file data/clean/test.src \\
+        --out reports/bench.json --md reports/bench.md
+
+Not a test: it measures, in one run and on the same batches, sentences/s and
+target tokens/s of greedy search and beam 5 for
+- pytorch-kv-cache: search.translate_ids with the KV cache (what `translate` runs),
+- pytorch-no-cache: the same search re-running the whole prefix each step (use_cache=False),
+- hf-marian-generate: transformers' MarianMTModel.generate() at the same dimensions, random
+  weights (built from a MarianConfig, nothing from the hub),
+- ctranslate2 float32 and int8: pipeline/ct2.py's export of the same model.
+
+The rule, for every system: batches of --batch-size sentences (sorted by
+length, the same batches for all), and exactly --steps (20) decoding steps
+per sentence, EOS refused before: HF min_new_tokens = max_new_tokens = 20,
+CT2 min_decoding_length = max_decoding_length = 20, ours min_len = max_len
+= 19 tokens and then its forced EOS, the 20th step. Each run is checked to
+have produced exactly that many tokens per sentence, so tokens/s = 20 x
+sentences/s. Every system runs one warm-up pass over the batches, then
+--repeats timed passes; the median is reported. One thread count for all
+(torch.set_num_threads, CT2 intra_threads).
+
+With --model, the trained model (and its sentencepiece model, to encode
+--split-file) is used; without it, a random-weights model at params.yaml's
+dimensions (d_model 256, 3+3 layers, FFN 1024) with an 8000-token vocabulary,
+and random source ids (lengths from --split-file's word counts if given).
+
+Output: rows {system, task, precision, metric, value} merged into --out (rows
+of other benchmarks, or with another system/task/precision/metric, are kept),
+and the section between DECODE_START and DECODE_END of --md regenerated from
+them (the rest of the file is kept). --smoke runs every installed system on a
+tiny model in seconds, marks its rows smoke, and writes only where --out/--md say.
+
+On a 2-core machine shared with other work, pass --threads 1: two OpenMP
+threads whose second core is busy elsewhere stall each other (tens of times
+slower for small matrices).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import os
+import platform
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+import click
+import torch
+
+from pipeline import checkpoint
+from pipeline import params as P
+from pipeline.clean import normalize
+from pipeline.data import collate_src
+from pipeline.files import read_lines, write_json, write_text
+from pipeline.model import Transformer, build_model
+from pipeline.search import translate_ids
+from pipeline.tokens import BOS, EOS, N_SPECIAL, PAD
+from pipeline.vocab import Vocab
+
+REPO = Path(__file__).resolve().parents[1]
+DECODE_START, DECODE_END = "<!-- decode:start -->", "<!-- decode:end -->"
+TASKS = {"decode_greedy": 1, "decode_beam5": 5}
+RANDOM_VOCAB = 8000
+SPECIAL_PIECES = ["<pad>", "<unk>", "<s>", "</s>", "<sep>"]
+# The issue's reference numbers (sentences/s, batch 64, 20 output tokens, same dimensions).
+REFERENCE = {
+    ("hf-marian-generate", "fp32"): {"decode_greedy": 173, "decode_beam5": 62},
+    ("ctranslate2", "fp32"): {"decode_greedy": 217, "decode_beam5": 93},
+    ("ctranslate2", "int8"): {"decode_greedy": 300, "decode_beam5": 128},
+    ("pytorch-no-cache", "fp32"): {"decode_greedy": 50},
+}
+OURS = ("pytorch-kv-cache", "fp32")
+
+Batch = list[list[int]]  # source ids, without EOS
+Runner = Callable[[Batch, int], list[int]]  # (batch, beam) -> output tokens of each 1-best
+
+
+@dataclasses.dataclass
+class Subject:
+    """The model every system decodes with (or mirrors), and its pieces in id order."""
+
+    model: Transformer
+    src_pieces: list[str]
+    tgt_pieces: list[str]
+    vocab: Vocab | None
+    label: str
+
+
+# --- what is decoded ---------------------------------------------------------------
+
+
+def load_subject(model_dir: Path | None, seed: int) -> Subject:
+    """The trained model, or random weights at params.yaml's model dimensions."""
+    if model_dir is not None:
+        path = model_dir / checkpoint.MODEL_FILE
+        model, _ = checkpoint.restore_model(checkpoint.load(path), path)
+        vocab = Vocab.load(model_dir)
+        pieces = (vocab.src_pieces(range(vocab.src_size)), vocab.tgt_pieces(range(vocab.tgt_size)))
+        return Subject(model.eval(), *pieces, vocab, f"trained model {model_dir}")
+    cfg = dataclasses.replace(P.load(REPO / "params.yaml").model, dropout=0.0, attention_dropout=0.0)
+    torch.manual_seed(seed)
+    model = build_model(cfg, RANDOM_VOCAB, RANDOM_VOCAB).eval()
+    pieces = SPECIAL_PIECES + [f"t{i}" for i in range(N_SPECIAL, RANDOM_VOCAB)]
+    return Subject(model, pieces, pieces, None, "random weights, params.yaml dimensions, vocabulary 8000")
+
+
+def source_ids(subject: Subject, split_file: Path | None, n: int, seed: int) -> list[list[int]]:
+    """n non-empty sources: encoded lines of split_file, or random ids (lengths from its word counts)."""
+    lines = [normalize(x) for x in read_lines(split_file)] if split_file else []
+    lines = [x for x in lines if x][:n]
+    rng = random.Random(seed)
+    if subject.vocab is not None and lines:
+        return subject.vocab.encode_src(lines)
+    lengths = [len(x.split()) for x in lines] or [rng.randint(5, 25) for _ in range(n)]
+    vocab = len(subject.src_pieces)
+    return [[rng.randrange(N_SPECIAL, vocab) for _ in range(max(k, 1))] for k in lengths]
+
+
+def make_batches(seqs: list[list[int]], size: int) -> list[Batch]:
+    """Sorted by length (as every system's own batching would), cut into batches of `size`."""
+    ordered = sorted(seqs, key=len, reverse=True)
+    return [ordered[i : i + size] for i in range(0, len(ordered), size)]
+
+
+# --- the systems -------------------------------------------------------------------
+
+
+def torch_runner(model: Transformer, steps: int, use_cache: bool) -> Runner:
+    def run(batch: Batch, beam: int) -> list[int]:
+        hyps = translate_ids(
+            model, batch, beam=beam, length_penalty=1.0, max_len_a=0.0, max_len_b=steps - 1,
+            batch_tokens=10**9, device="cpu", use_cache=use_cache, min_len=steps - 1,
+        )
+        return [len(h[0].tokens) + 1 for h in hyps]  # + the forced EOS, the last step
+
+    return run
+
+
+def hf_runner(model: Transformer, steps: int) -> Runner:
+    """MarianMTModel at the same dimensions, random weights, generate() with a fixed length."""
+    from transformers import MarianConfig, MarianMTModel
+
+    cfg = model.cfg
+    config = MarianConfig(
+        vocab_size=model.out_weight.size(0), d_model=cfg.d_model, encoder_layers=cfg.n_encoder_layers,
+        decoder_layers=cfg.n_decoder_layers, encoder_attention_heads=cfg.n_heads,
+        decoder_attention_heads=cfg.n_heads, encoder_ffn_dim=cfg.d_ff, decoder_ffn_dim=cfg.d_ff,
+        activation_function=cfg.activation, max_position_embeddings=cfg.max_positions,
+        scale_embedding=cfg.scale_embeddings, pad_token_id=PAD, eos_token_id=EOS, bos_token_id=BOS,
+        decoder_start_token_id=BOS, forced_eos_token_id=None, dropout=0.0, attention_dropout=0.0,
+    )
+    hf = MarianMTModel(config).eval()
+
+    def run(batch: Batch, beam: int) -> list[int]:
+        src = collate_src(batch)  # (B, S), as ours is fed
+        with torch.inference_mode():
+            out = hf.generate(
+                input_ids=src, attention_mask=src != PAD, num_beams=beam, do_sample=False,
+                min_new_tokens=steps, max_new_tokens=steps, length_penalty=1.0,
+            )
+        return [out.size(1) - 1] * len(batch)  # minus the decoder start token
+
+    return run
+
+
+def ct2_runner(subject: Subject, steps: int, quantization: str, threads: int, tmp: Path) -> Runner:
+    import ctranslate2
+
+    from pipeline import ct2
+
+    spec = ct2.build_spec(subject.model, subject.src_pieces, subject.tgt_pieces)
+    spec.validate()
+    spec.optimize(quantization=quantization)
+    out = tmp / f"ct2-{quantization}"
+    out.mkdir()
+    spec.save(str(out))
+    translator = ctranslate2.Translator(str(out), device="cpu", intra_threads=threads)
+
+    def run(batch: Batch, beam: int) -> list[int]:
+        pieces = [[subject.src_pieces[i] for i in src] for src in batch]
+        results = translator.translate_batch(
+            pieces, beam_size=beam, min_decoding_length=steps, max_decoding_length=steps,
+            max_input_length=0, max_batch_size=0,
+        )
+        return [len(r.hypotheses[0]) for r in results]
+
+    return run
+
+
+# --- timing ------------------------------------------------------------------------
+
+
+def time_passes(run: Runner, batches: list[Batch], beam: int, steps: int, repeats: int) -> float:
+    """Median seconds of one pass over all batches, after a warm-up pass that checks the lengths."""
+    lengths = [n for batch in batches for n in run(batch, beam)]
+    if set(lengths) != {steps}:
+        raise RuntimeError(f"expected {steps} output tokens per sentence, got {sorted(set(lengths))}")
+    seconds = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for batch in batches:
+            run(batch, beam)
+        seconds.append(time.perf_counter() - start)
+    return statistics.median(seconds)
+
+
+def measure(
+    systems: dict[tuple[str, str], Callable[[], Runner]], batches: list[Batch], steps: int, repeats: int,
+    log: Callable[[str], None],
+) -> list[dict]:
+    """Rows {system, task, precision, metric, value} for every system and task."""
+    n = sum(map(len, batches))
+    rows = []
+    for (system, precision), make in systems.items():
+        run = make()
+        for task, beam in TASKS.items():
+            seconds = time_passes(run, batches, beam, steps, repeats)
+            log(f"{system:20s} {precision:5s} {task:14s} {n / seconds:8.1f} sentences/s")
+            for metric, value in (("sentences_per_s", n / seconds), ("tokens_per_s", n * steps / seconds)):
+                rows.append(
+                    dict(system=system, task=task, precision=precision, metric=metric, value=round(value, 2))
+                )
+    return rows
+
+
+# --- reporting ---------------------------------------------------------------------
+
+
+def merge_rows(path: Path, rows: list[dict]) -> list[dict]:
+    """Existing rows of `path` (a list, or {"rows": [...]}) with these replacing their keys."""
+    key = lambda r: (r["system"], r["task"], r["precision"], r["metric"])  # noqa: E731
+    old = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
+    old = old.get("rows", []) if isinstance(old, dict) else old
+    new = {key(r) for r in rows}
+    return [r for r in old if key(r) not in new] + rows
+
+
+def machine_info(threads: int) -> dict[str, str]:
+    cpu = platform.processor() or "unknown"
+    try:
+        names = [x.split(":", 1)[1].strip() for x in Path("/proc/cpuinfo").read_text().splitlines()
+                 if x.startswith("model name")]
+        cpu = names[0] if names else cpu
+    except OSError:
+        pass
+    versions = {"python": platform.python_version(), "torch": torch.__version__}
+    for name in ("transformers", "ctranslate2"):
+        try:
+            versions[name] = __import__(name).__version__
+        except ImportError:
+            versions[name] = "not installed"
+    return {
+        "CPU": cpu,
+        "cores (os.cpu_count)": str(os.cpu_count()),
+        "threads (torch, CT2 intra_threads)": str(threads),
+        "versions": ", ".join(f"{k} {v}" for k, v in versions.items()),
+        "load average (1 min) before / after": "",
+    }
+
+
+def decode_section(
+    rows: list[dict], info: dict[str, str], command: str, note: str, smoke: bool = False
+) -> str:
+    """The Markdown decoding section: sentences/s table, ratios against the bars, how it was run."""
+    def by_key(metric: str) -> dict[tuple[str, str, str], float]:
+        return {(r["system"], r["precision"], r["task"]): r["value"] for r in rows
+                if r["metric"] == metric and r["task"] in TASKS}
+
+    value, tok = by_key("sentences_per_s"), by_key("tokens_per_s")
+    systems = sorted({(s, p) for s, p, _ in value}, key=lambda k: -value.get((*k, "decode_greedy"), 0))
+    title = "## Decoding speed (CPU)" + (" — SMOKE RUN, tiny sizes, not a measurement" if smoke else "")
+    out = [DECODE_START, title, "", note, "",
+           "| system | precision | greedy sent/s | greedy tok/s | beam 5 sent/s | beam 5 tok/s "
+           "| issue's reference (greedy / beam 5) |",
+           "|---|---|---:|---:|---:|---:|---|"]
+    for s, p in systems:
+        ref = REFERENCE.get((s, p), {})
+        nan = float("nan")
+        cells = [f"{value.get((s, p, t), nan):.1f} | {tok.get((s, p, t), nan):.0f}" for t in TASKS]
+        refs = " / ".join(str(ref.get(t, "-")) for t in TASKS)
+        out.append(f"| {s} | {p} | {' | '.join(cells)} | {refs} |")
+    out += ["", "| bar (sentences/s) | greedy | beam 5 | needed |", "|---|---:|---:|---|"]
+    for label, other, needed, invert in (
+        ("ours / uncached", ("pytorch-no-cache", "fp32"), 3.0, False),
+        ("ours / HF generate", ("hf-marian-generate", "fp32"), 1.5, False),
+        ("CT2 fp32 / ours", ("ctranslate2", "fp32"), 1.5, True),
+        ("CT2 int8 / ours", ("ctranslate2", "int8"), None, True),
+    ):
+        ratios = []
+        for t in TASKS:
+            a, b = value.get((*OURS, t)), value.get((*other, t))
+            ratio = (b / a if invert else a / b) if a and b else None
+            ratios.append("-" if ratio is None else f"{ratio:.2f}x" + ("" if needed is None else (
+                " ok" if (ratio <= needed if invert else ratio >= needed) else " MISSED")))
+        want = "-" if needed is None else (f"<= {needed}x" if invert else f">= {needed}x")
+        out.append(f"| {label} | {ratios[0]} | {ratios[1]} | {want} |")
+    out += ["", "Run with:", "", "```", command, "```", ""]
+    out += [f"- {k}: {v}" for k, v in info.items()]
+    out += ["", DECODE_END]
+    return "\n".join(out)
+
+
+def write_markdown(path: Path, section: str) -> None:
+    """Replace the decoding section of `path` (or append it), keeping everything else."""
+    text = path.read_text(encoding="utf-8") if path.is_file() else "# Benchmarks\n"
+    if DECODE_START in text and DECODE_END in text:
+        head, rest = text.split(DECODE_START, 1)
+        tail = rest.split(DECODE_END, 1)[1]
+        text = head + section + tail
+    else:
+        text = text.rstrip("\n") + "\n\n" + section + "\n"
+    write_text(path, text)
+
+
+SYSTEMS = (
+    "pytorch-kv-cache", "pytorch-no-cache", "hf-marian-generate", "ctranslate2-fp32", "ctranslate2-int8",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Setup:
+    """What one run measures: the issue's sizes, or tiny ones (--smoke)."""
+
+    sentences: int
+    batch_size: int
+    steps: int
+    repeats: int
+    smoke: bool = False
+
+
+SMOKE_MODEL = dict(d_model=32, n_heads=2, d_ff=64, n_layers=1, encoder_layers=None, decoder_layers=None)
+SMOKE_VOCAB = 300
+
+
+def benchmark(
+    setup: Setup, *, model_dir: Path | None = None, split_file: Path | None = None,
+    systems: Sequence[str] = SYSTEMS,
+    seed: int = 1, out: Path | None = None, md: Path | None = None, command: str = "",
+    say: Callable[[str], None] = lambda _: None,
+) -> list[dict]:
+    """Measure `systems` on the same batches; rows merged into `out`, the section into `md` (if given)."""
+    threads = torch.get_num_threads()
+    subject = smoke_subject(seed) if setup.smoke else load_subject(model_dir, seed)
+    batches = make_batches(source_ids(subject, split_file, setup.sentences, seed), setup.batch_size)
+    load_before = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory() as tmp, torch.inference_mode():
+        model, steps = subject.model, setup.steps
+        factories: dict[str, tuple[tuple[str, str], Callable[[], Runner]]] = {
+            "pytorch-kv-cache": (("pytorch-kv-cache", "fp32"), lambda: torch_runner(model, steps, True)),
+            "pytorch-no-cache": (("pytorch-no-cache", "fp32"), lambda: torch_runner(model, steps, False)),
+            "hf-marian-generate": (("hf-marian-generate", "fp32"), lambda: hf_runner(model, steps)),
+            "ctranslate2-fp32": (("ctranslate2", "fp32"),
+                                 lambda: ct2_runner(subject, steps, "float32", threads, Path(tmp))),
+            "ctranslate2-int8": (("ctranslate2", "int8"),
+                                 lambda: ct2_runner(subject, steps, "int8", threads, Path(tmp))),
+        }
+        chosen = dict(factories[s] for s in systems)
+        rows = measure(chosen, batches, setup.steps, setup.repeats, say)
+    if setup.smoke:
+        rows = [r | {"smoke": True} for r in rows]
+    info = machine_info(threads)
+    info["load average (1 min) before / after"] = f"{load_before:.2f} / {os.getloadavg()[0]:.2f}"
+    n = sum(map(len, batches))
+    note = (f"{subject.label}; {n} sentences in batches of {setup.batch_size}, exactly {setup.steps} "
+            f"decoding steps each (EOS refused before), median of {setup.repeats} passes after a warm-up; "
+            f"sentences/s, tokens/s = {setup.steps} x sentences/s.")
+    if max(load_before, os.getloadavg()[0]) > 0.5 * (os.cpu_count() or 1):
+        note += (" Other processes were running (see the load average below): on a shared machine these "
+                 "numbers move by 10-20% between runs.")
+    if out is not None:
+        write_json(out, merge_rows(out, rows))
+    if md is not None:
+        # The table shows this run's rows and, for systems not run now, those already in `out`.
+        shown = merge_rows(out, rows) if out is not None else rows
+        write_markdown(md, decode_section(shown, info, command, note, smoke=setup.smoke))
+    return rows
+
+
+def smoke_subject(seed: int) -> Subject:
+    """A tiny random model: every system runs, in seconds."""
+    base = P.load(REPO / "params.yaml").model
+    cfg = dataclasses.replace(base, **SMOKE_MODEL, dropout=0.0, attention_dropout=0.0)
+    torch.manual_seed(seed)
+    model = build_model(cfg, SMOKE_VOCAB, SMOKE_VOCAB).eval()
+    pieces = SPECIAL_PIECES + [f"t{i}" for i in range(N_SPECIAL, SMOKE_VOCAB)]
+    return Subject(model, pieces, pieces, None, "SMOKE RUN: tiny random model")
+
+
+def available_systems() -> list[str]:
+    """The systems whose packages are installed (HF and CT2 are optional extras)."""
+    have = {name: importlib.util.find_spec(name) is not None for name in ("transformers", "ctranslate2")}
+    return [s for s in SYSTEMS if not (s.startswith("hf") and not have["transformers"])
+            and not (s.startswith("ctranslate2") and not have["ctranslate2"])]
+
+
+@click.command()
+@click.option("--model", "model_dir", type=click.Path(file_okay=False, exists=True, path_type=Path),
+              default=None,
+              help="A trained model directory; default: random weights at params.yaml's dimensions.")
+@click.option("--split-file", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+              help="Source sentences (e.g. data/clean/test.src); default: random ids.")
+@click.option("--sentences", type=click.IntRange(min=1), default=256, show_default=True)
+@click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True)
+@click.option("--steps", type=click.IntRange(min=2), default=20, show_default=True,
+              help="Decoding steps (output tokens) per sentence, for every system.")
+@click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True)
+@click.option("--threads", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Threads for every system; 0: torch's default.")
+@click.option("--systems", default=None, help="Comma-separated subset.  [default: all installed]")
+@click.option("--seed", type=int, default=1, show_default=True)
+@click.option("--smoke", is_flag=True,
+              help="A tiny model and sizes, one thread: checks that it runs (seconds).")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Rows merged here  [default: reports/bench.json; with --smoke: not written]")
+@click.option("--md", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Decoding section written here  [default: reports/bench.md; with --smoke: not written]")
+def main(model_dir: Path | None, split_file: Path | None, sentences: int, batch_size: int, steps: int,
+         repeats: int, threads: int, systems: str | None, seed: int, smoke: bool, out: Path | None,
+         md: Path | None) -> None:
+    """Measure decoding speed of every system on the same batches; merge into --out and --md."""
+    if not smoke:
+        out, md = out or REPO / "reports/bench.json", md or REPO / "reports/bench.md"
+    if threads or smoke:
+        torch.set_num_threads(1 if smoke else threads)
+    chosen = [s.strip() for s in systems.split(",") if s.strip()] if systems else available_systems()
+    unknown = set(chosen) - set(SYSTEMS)
+    if unknown:
+        raise click.BadParameter(
+            f"unknown {sorted(unknown)}; choose from {', '.join(SYSTEMS)}", param_hint="--systems"
+        )
+    setup = Setup(8, 4, 4, 1, smoke=True) if smoke else Setup(sentences, batch_size, steps, repeats)
+    command = "python -m bench.decode_speed " + " ".join(sys.argv[1:])
+    benchmark(setup, model_dir=model_dir, split_file=split_file, systems=chosen, seed=seed, out=out, md=md,
+              command=command, say=lambda m: click.echo(m, err=True))
+    click.echo(f"wrote {out} and {md}" if out else "smoke run: nothing written", err=True)
+
+
+if __name__ == "__main__":
+    main()

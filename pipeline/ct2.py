@@ -1,0 +1,446 @@
+"""CTranslate2: export a model directory, and translate with the exported model.
+
+    python -m pipeline export-ct2 --model data/model --out data/ct2 [--quantization int8]
+    python -m pipeline translate --backend ctranslate2 --model data/model [--quantization int8]
+
+The export writes CTranslate2's TransformerSpec layer by layer (as its own
+fairseq and OpenNMT-py converters do): our fused self-attention QKV (3D, D)
+and cross-attention Q (D, D) + fused KV (2D, D) are already CT2's layout;
+each Residual's LayerNorm is the norm of the sublayer it wraps, pre-LN or
+post-LN (CT2's `pre_norm`), and a pre-LN stack's final LayerNorm is the
+spec's `layer_norm`; LayerNorm epsilon 1e-5 (torch's, CT2's default is 1e-6).
+Position encodings are always passed as a table: CT2's built-in sinusoid is
+[sin | cos] over positions counted from 1 with a depth/2 - 1 denominator,
+ours interleaves sin and cos from position 0 (pipeline/model.py), so CT2
+gets our table, SINUSOID_ROWS rows long, which then bounds the input and
+output lengths as a learned table does. The vocabulary is the sentencepiece
+pieces in id order, so CT2's token ids are ours. The decoder-only
+architecture is refused (CT2 would need a Generator and our padding-aware
+positions; the torch backend serves it).
+
+The exported directory holds model.bin, config.json, the vocabularies, our
+sentencepiece model(s) and pipeline.json (the params, the quantization, the
+position rows and the model.pt digest), so it translates on its own.
+
+Search, matched to pipeline/search.py:
+- Beam search: CT2's beam search, like ours, takes the 2K best extensions,
+  finishes the EOS ones among the top K and keeps K live beams, and stops a
+  sentence once K hypotheses are finished (`patience` 1). Its length
+  normalization is sum / len^alpha, applied only to the finished list; ours
+  is GNMT's sum / ((5 + len) / 6)^alpha. So CT2 is run with a length penalty
+  of 1e-9 (a zero one would switch on its early exit, which stops at the
+  first finished top beam; 1e-9 changes no float32 score), returns its K
+  finished hypotheses with their raw log-prob sums, and they are re-ranked
+  here with GNMT's penalty. When more than K finish (several at the last
+  step), CT2 keeps the K of highest raw sum; GNMT's best is always among
+  them (a dropped one of the last step's length is beaten by a kept one of
+  that length at a higher sum; a dropped shorter one, by the same kept one:
+  lower sum and smaller penalty), so the 1-best is ours, and only the lower
+  ranks of an n-best list can differ.
+- Length: our output is at most max_len tokens, then EOS, whose log-prob is
+  scored. CT2 has one max_decoding_length per call, so each call holds
+  sentences of one max_len, with max_decoding_length = max_len + 1 (room for
+  the EOS). A hypothesis that reaches that bound without EOS is cut to max_len
+  tokens and rescored with the EOS (CT2's score_batch): exactly our greedy
+  output; in a beam, the hypotheses CT2 keeps at that last step can differ
+  from ours (it may extend one beam twice). Only sentences whose search runs
+  to the length limit are affected.
+- PAD, BOS and SEP are suppressed (`suppress_sequences`). CT2 masks them
+  before its softmax, so its log-probs are renormalized over the allowed
+  tokens, where ours are not: a difference of log(1 - mass on those tokens)
+  per step, nil for a trained model (they never occur as targets).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import shutil
+import types
+from pathlib import Path
+from typing import Any, Sequence
+
+import click
+import numpy as np
+import torch
+from torch import nn
+
+from pipeline import checkpoint
+from pipeline import params as P
+from pipeline.clean import normalize
+from pipeline.errors import UserError
+from pipeline.files import atomic_path, write_json
+from pipeline.model import Transformer
+from pipeline.params import DecodeParams
+from pipeline.search import BANNED, Hypothesis, SearchStats, fit_to_model, length_penalty
+from pipeline.tokens import EOS
+from pipeline.translate import QUANTIZATIONS, Translation, check_settings
+from pipeline.vocab import Vocab
+
+log = logging.getLogger(__name__)
+
+INFO_FILE = "pipeline.json"
+FORMAT = "nmt-pipeline-ct2/1"
+SINUSOID_ROWS = 1024  # sinusoidal models: positions exported (an input or output longer is cut)
+LN_EPS = 1e-5  # nn.LayerNorm's default, which the model uses
+NO_EARLY_EXIT = 1e-9  # a length penalty CT2 treats as nonzero, and that changes no float32 score
+
+
+def _ctranslate2() -> types.ModuleType:
+    """Import ctranslate2 on use: it is an optional extra."""
+    try:
+        import ctranslate2
+    except ImportError:
+        raise UserError("ctranslate2 is not installed; install it with `pip install 'nmt-pipeline[ct2]'`")
+    return ctranslate2
+
+
+# --- the spec, layer by layer ---------------------------------------------------------
+
+
+def _np(t: torch.Tensor) -> np.ndarray:
+    return t.detach().cpu().float().numpy().copy()
+
+
+def _set_linear(spec, linear: nn.Linear) -> None:
+    spec.weight = _np(linear.weight)
+    if linear.bias is not None:
+        spec.bias = _np(linear.bias)
+
+
+def _set_norm(spec, norm: nn.LayerNorm) -> None:
+    spec.gamma, spec.beta = _np(norm.weight), _np(norm.bias)
+
+
+def _set_attention(spec, attn, residual) -> None:
+    """CT2 self-attention: linear[0] fused QKV, [1] out; cross: [0] Q, [1] fused KV, [2] out."""
+    if attn.self_attention:
+        _set_linear(spec.linear[0], attn.qkv)
+    else:
+        _set_linear(spec.linear[0], attn.q)
+        _set_linear(spec.linear[1], attn.kv)
+    _set_linear(spec.linear[-1], attn.out)
+    _set_norm(spec.layer_norm, residual.norm)
+
+
+def _set_ffn(spec, ffn, residual) -> None:
+    _set_linear(spec.linear_0, ffn.up)
+    _set_linear(spec.linear_1, ffn.down)
+    _set_norm(spec.layer_norm, residual.norm)
+
+
+def position_rows(cfg: P.ModelParams) -> int:
+    """Rows of the exported position table: the learned table, or SINUSOID_ROWS of ours."""
+    return cfg.max_positions if cfg.positions == "learned" else max(cfg.max_positions, SINUSOID_ROWS)
+
+
+def _set_embeddings(spec, embedder, cfg: P.ModelParams) -> None:
+    embeddings = spec.embeddings[0] if isinstance(spec.embeddings, list) else spec.embeddings
+    embeddings.weight = _np(embedder.tokens.weight)
+    spec.scale_embeddings = cfg.scale_embeddings  # True: x sqrt(D), as ours
+    if cfg.positions == "learned":
+        spec.position_encodings.encodings = _np(embedder.positions.table.weight)
+    else:
+        spec.position_encodings.encodings = _np(embedder.positions._table(position_rows(cfg)))
+
+
+def check_expressible(cfg: P.ModelParams) -> None:
+    """Refuse, naming the param, what CT2's TransformerSpec cannot express."""
+    if cfg.arch != "encoder_decoder":
+        raise UserError(
+            f"model.arch={cfg.arch}: the CTranslate2 export supports encoder_decoder only (a decoder-only "
+            "model would need CT2's Generator and our padding-aware positions); use --backend torch"
+        )
+    if cfg.activation not in ("relu", "gelu"):
+        raise UserError(f"model.activation={cfg.activation}: CTranslate2 export supports relu and gelu")
+
+
+def build_spec(model: Transformer, src_pieces: Sequence[str], tgt_pieces: Sequence[str]):
+    """Our encoder-decoder as a CTranslate2 TransformerSpec, its vocabularies the pieces in id order.
+
+    Not yet validated or optimized (quantized).
+    """
+    _ctranslate2()
+    from ctranslate2.specs import common_spec, transformer_spec
+
+    cfg = model.cfg
+    check_expressible(cfg)
+    activation = {"relu": common_spec.Activation.RELU, "gelu": common_spec.Activation.GELU}[cfg.activation]
+    spec = transformer_spec.TransformerSpec.from_config(
+        (cfg.n_encoder_layers, cfg.n_decoder_layers), cfg.n_heads, pre_norm=cfg.norm == "pre",
+        activation=activation,
+    )
+    _set_embeddings(spec.encoder, model.src_embed, cfg)
+    for layer_spec, layer in zip(spec.encoder.layer, model.encoder):
+        _set_attention(layer_spec.self_attention, layer.self_attn, layer.sub[0])
+        _set_ffn(layer_spec.ffn, layer.ffn, layer.sub[1])
+    _set_embeddings(spec.decoder, model.tgt_embed, cfg)
+    for layer_spec, layer in zip(spec.decoder.layer, model.decoder):
+        _set_attention(layer_spec.self_attention, layer.self_attn, layer.sub[0])
+        _set_attention(layer_spec.attention, layer.cross_attn, layer.sub[1])
+        _set_ffn(layer_spec.ffn, layer.ffn, layer.sub[2])
+    if cfg.norm == "pre":
+        _set_norm(spec.encoder.layer_norm, model.encoder_norm)
+        _set_norm(spec.decoder.layer_norm, model.decoder_norm)
+    spec.decoder.projection.weight = _np(model.out_weight)
+    if model.out_bias is not None:
+        spec.decoder.projection.bias = _np(model.out_bias)
+    spec.register_source_vocabulary(list(src_pieces))
+    spec.register_target_vocabulary(list(tgt_pieces))
+    spec.config.layer_norm_epsilon = LN_EPS
+    spec.config.add_source_eos = True  # our source is its pieces, then EOS (data.collate_src)
+    spec.config.decoder_start_token = tgt_pieces[model.start_token]
+    return spec
+
+
+# --- export ------------------------------------------------------------------------
+
+
+def _digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def export(model_dir: Path, out_dir: Path, quantization: str = "float32") -> Path:
+    """Convert model_dir (model.pt + sentencepiece model(s)) into a CTranslate2 directory, atomically."""
+    _ctranslate2()
+    if quantization not in QUANTIZATIONS:
+        raise UserError(f"quantization {quantization!r}: choose one of {', '.join(QUANTIZATIONS)}")
+    model_dir, out_dir = Path(model_dir), Path(out_dir)
+    path = model_dir / checkpoint.MODEL_FILE
+    obj = checkpoint.load(path)
+    check_expressible(P.from_dict(obj["params"]).model)
+    model, params = checkpoint.restore_model(obj, path)
+    vocab = Vocab.load(model_dir)
+    pieces = vocab.src_pieces(range(vocab.src_size)), vocab.tgt_pieces(range(vocab.tgt_size))
+    spec = build_spec(model.eval(), *pieces)
+    spec.validate()
+    spec.optimize(quantization=quantization)
+    info = {
+        "format": FORMAT,
+        "quantization": quantization,
+        "position_rows": position_rows(params.model),
+        "model_sha256": _digest(path),
+        "params": params.to_dict(),
+    }
+    with atomic_path(out_dir) as tmp:
+        tmp.mkdir()
+        spec.save(str(tmp))
+        for f in vocab.model_files():
+            shutil.copy(f, tmp / f.name)
+        write_json(tmp / INFO_FILE, info)
+    return out_dir
+
+
+def cache_dir(model_dir: Path, quantization: str) -> Path:
+    """Where translate keeps an on-the-fly conversion: beside the model directory, not in it,
+
+    because data/model is a DVC output and a file added inside it would change its hash.
+    """
+    model_dir = Path(model_dir)
+    return model_dir.with_name(f"{model_dir.name}.ct2-{quantization}")
+
+
+def is_exported(path: Path) -> bool:
+    return (Path(path) / INFO_FILE).is_file() and (Path(path) / "model.bin").is_file()
+
+
+def _read_info(ct2_dir: Path) -> dict[str, Any]:
+    info = json.loads((ct2_dir / INFO_FILE).read_text(encoding="utf-8"))
+    if info.get("format") != FORMAT:
+        raise UserError(f"{ct2_dir}: not a CTranslate2 export of this pipeline; re-export with export-ct2")
+    return info
+
+
+def resolve(model_dir: Path, quantization: str | None) -> Path:
+    """An exported directory as given, or model_dir's cached conversion, made (or remade) if needed."""
+    model_dir = Path(model_dir)
+    if is_exported(model_dir):
+        info = _read_info(model_dir)
+        if quantization is not None and quantization != info["quantization"]:
+            raise UserError(
+                f"{model_dir} was exported with quantization {info['quantization']}, not {quantization}; "
+                "drop --quantization or export again with it"
+            )
+        return model_dir
+    quantization = quantization or "float32"
+    cached = cache_dir(model_dir, quantization)
+    fresh = is_exported(cached) and (model_dir / checkpoint.MODEL_FILE).is_file() and (
+        _read_info(cached).get("model_sha256") == _digest(model_dir / checkpoint.MODEL_FILE)
+    )
+    if not fresh:
+        log.info(f"converting {model_dir} to CTranslate2 ({quantization}) in {cached}")
+        export(model_dir, cached, quantization)
+    return cached
+
+
+# --- translating -------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class _Found:
+    """One hypothesis as CT2 returned it, in our ids."""
+
+    tokens: list[int]
+    total: float  # sum of log-probs, the EOS included
+    complete: bool  # ended in EOS (else cut at max_len, to rescore)
+
+
+class CT2Translator:
+    """The Translator interface (translate / translate_nbest) over a ctranslate2.Translator."""
+
+    def __init__(self, ct2_dir: Path, device: str = "auto", settings: DecodeParams | None = None,
+                 threads: int = 0):
+        ct2 = _ctranslate2()
+        ct2_dir = Path(ct2_dir)
+        info = _read_info(ct2_dir)
+        self.params = P.from_dict(info["params"])
+        self.settings = settings or self.params.decode
+        self.quantization = info["quantization"]
+        self.vocab = Vocab.load(ct2_dir)
+        # fit_to_model reads only cfg; the exported table bounds sinusoidal lengths as a learned one does.
+        cfg = dataclasses.replace(self.params.model, positions="learned", max_positions=info["position_rows"])
+        self._limits = types.SimpleNamespace(cfg=cfg)
+        self._tgt_ids = {p: i for i, p in enumerate(self.vocab.tgt_pieces(range(self.vocab.tgt_size)))}
+        self._banned = [[p] for p in self.vocab.tgt_pieces(BANNED)]
+        self.device = _resolve_device(ct2, device)
+        self.translator = ct2.Translator(
+            str(ct2_dir), device=self.device, intra_threads=threads or torch.get_num_threads()
+        )
+
+    @classmethod
+    def from_dir(cls, model_dir: str | Path, device: str = "auto", quantization: str | None = None,
+                 settings: DecodeParams | None = None) -> "CT2Translator":
+        """A model directory (converted on first use) or an export-ct2 directory."""
+        return cls(resolve(Path(model_dir), quantization), device, settings)
+
+    def translate(self, lines: Sequence[str], *, beam: int | None = None, length_penalty: float | None = None,
+                  batch_tokens: int | None = None, stats: SearchStats | None = None) -> list[str]:
+        """One detokenized 1-best translation per line; None settings come from self.settings."""
+        s = self._settings(beam, length_penalty, batch_tokens, 1)
+        return [self.vocab.decode_tgt(hyps[0].tokens) for hyps in self.search(lines, s, stats)]
+
+    def translate_nbest(self, lines: Sequence[str], n_best: int | None = None, *, beam: int | None = None,
+                        length_penalty: float | None = None, batch_tokens: int | None = None,
+                        stats: SearchStats | None = None) -> list[list[Translation]]:
+        """Up to n_best translations per line, best first, with their GNMT-normalized scores."""
+        s = self._settings(beam, length_penalty, batch_tokens, n_best or self.settings.n_best)
+        return [
+            [Translation(self.vocab.decode_tgt(h.tokens), h.score) for h in hyps]
+            for hyps in self.search(lines, s, stats)
+        ]
+
+    def _settings(
+        self, beam: int | None, alpha: float | None, batch_tokens: int | None, n_best: int
+    ) -> DecodeParams:
+        s = self.settings
+        settings = dataclasses.replace(
+            s, beam=s.beam if beam is None else beam,
+            length_penalty=s.length_penalty if alpha is None else alpha,
+            batch_tokens=s.batch_tokens if batch_tokens is None else batch_tokens, n_best=n_best,
+        )
+        check_settings(settings)
+        return settings
+
+    def search(
+        self, lines: Sequence[str], s: DecodeParams, stats: SearchStats | None = None
+    ) -> list[list[Hypothesis]]:
+        """Raw lines -> per line its n_best hypotheses (our ids), as translate_ids gives them."""
+        texts = [normalize(line) for line in lines]
+        ids = [seq if text else [] for text, seq in zip(texts, self.vocab.encode_src(texts))]
+        return self.search_ids(ids, s, stats)
+
+    def search_ids(self, seqs: Sequence[Sequence[int]], s: DecodeParams,
+                   stats: SearchStats | None = None) -> list[list[Hypothesis]]:
+        """Source ids (without EOS) -> per input its n_best hypotheses, in input order."""
+        stats = stats if stats is not None else SearchStats()
+        fitted = [fit_to_model(self._limits, q, s.max_len_a, s.max_len_b) if q else ([], 0) for q in seqs]
+        truncated = sum(len(f[0]) < len(q) for f, q in zip(fitted, seqs))
+        if truncated:
+            log.warning(
+                f"{truncated} of {len(seqs)} inputs exceed the exported position table and were truncated"
+            )
+        results: list[list[Hypothesis]] = [[Hypothesis([], 0.0)] for _ in seqs]
+        groups: dict[int, list[int]] = {}
+        for i, (src, max_len) in enumerate(fitted):
+            if src:
+                groups.setdefault(max_len, []).append(i)
+        for max_len, group in sorted(groups.items()):
+            found = self._decode([fitted[i][0] for i in group], max_len, s)
+            for i, hyps in zip(group, found):
+                results[i] = self._rank(hyps, s)
+            stats.batches += 1
+        stats.sentences += len(seqs)
+        stats.src_tokens += sum(len(f[0]) for f in fitted)
+        stats.out_tokens += sum(len(r[0].tokens) + 1 for r, q in zip(results, seqs) if q)
+        stats.truncated += truncated
+        return results
+
+    def _decode(self, sources: list[list[int]], max_len: int, s: DecodeParams) -> list[list[_Found]]:
+        """CT2's search over sentences of one max_len -> every finished hypothesis, raw scores."""
+        pieces = [self.vocab.src_pieces(src) for src in sources]
+        beam = s.beam
+        results = self.translator.translate_batch(
+            pieces, beam_size=beam, patience=1, num_hypotheses=beam,
+            length_penalty=NO_EARLY_EXIT if beam > 1 else 0.0, return_scores=True, return_end_token=True,
+            max_decoding_length=max_len + 1, min_decoding_length=0, max_input_length=0,
+            suppress_sequences=self._banned, max_batch_size=max(s.batch_tokens // beam, 1),
+            batch_type="tokens",
+        )
+        found = [[self._found(h, sc, max_len) for h, sc in zip(r.hypotheses, r.scores)] for r in results]
+        self._rescore_cut(pieces, found)
+        return found
+
+    def _found(self, hypothesis: list[str], score: float, max_len: int) -> _Found:
+        tokens = [self._tgt_ids[p] for p in hypothesis]
+        if tokens and tokens[-1] == EOS:
+            return _Found(tokens[:-1], score, True)
+        return _Found(tokens[:max_len], score, False)
+
+    def _rescore_cut(self, pieces: list[list[str]], found: list[list[_Found]]) -> None:
+        """Score hypotheses cut at max_len as ours are: their tokens, then EOS (CT2 appends it)."""
+        cut = [(i, h) for i, hyps in enumerate(found) for h in hyps if not h.complete]
+        if not cut:
+            return
+        targets = [self.vocab.tgt_pieces(h.tokens) for _, h in cut]
+        scored = self.translator.score_batch([pieces[i] for i, _ in cut], targets, max_input_length=0)
+        for (_, h), r in zip(cut, scored):
+            h.total = float(sum(r.log_probs))
+
+    @staticmethod
+    def _rank(found: list[_Found], s: DecodeParams) -> list[Hypothesis]:
+        """GNMT-normalized, distinct, best first, n_best of them."""
+        best: dict[tuple[int, ...], float] = {}
+        for h in found:
+            key = tuple(h.tokens)
+            best[key] = max(best.get(key, float("-inf")), h.total)
+        alpha = s.length_penalty
+        hyps = [Hypothesis(list(k), t / length_penalty(len(k) + 1, alpha)) for k, t in best.items()]
+        return sorted(hyps, key=lambda h: -h.score)[: s.n_best]
+
+
+def _resolve_device(ct2: types.ModuleType, name: str) -> str:
+    cuda = ct2.get_cuda_device_count() > 0
+    if name == "auto":
+        return "cuda" if cuda else "cpu"
+    if name == "cuda" and not cuda:
+        raise UserError("device cuda: CTranslate2 sees no CUDA device here; use --device cpu (or auto)")
+    return name
+
+
+@click.command("export-ct2")
+@click.option("--model", "model_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="The train stage's model directory (data/model).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Where to write the CTranslate2 model directory (replaced atomically).")
+@click.option("--quantization", type=click.Choice(QUANTIZATIONS), default="float32", show_default=True,
+              help="Weight type of the exported model (int8: about 4x smaller, faster on CPU).")
+def export_command(model_dir: Path, out_dir: Path, quantization: str) -> None:
+    """Export a trained model to CTranslate2 (for `translate --backend ctranslate2`)."""
+    export(model_dir, out_dir, quantization)
+    click.echo(f"wrote {out_dir} ({quantization})", err=True)

@@ -1,0 +1,72 @@
+"""Cross-attention heatmaps: the matrices drawn are attention distributions, and the PNGs are valid."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pipeline import heatmaps
+from pipeline.errors import UserError
+from pipeline.translate import Translator
+from tests.test_translate import make_model_dir
+
+SENTENCES = ["ein hund läuft über die straße", "die katze"]
+
+
+@pytest.fixture(scope="module")
+def translator(tmp_path_factory) -> Translator:
+    return Translator.from_dir(make_model_dir(tmp_path_factory.mktemp("h") / "model"), device="cpu")
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    """(width, height) from the IHDR chunk, after checking the PNG signature."""
+    head = path.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR", f"{path} is not a PNG"
+    return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+
+
+def test_matrices_are_distributions_over_the_source(translator: Translator) -> None:
+    att = heatmaps.cross_attention(translator, SENTENCES[0])
+    assert att.layers == [0, 1] and len(att.matrices) == 2
+    assert att.src_pieces[-1] == att.tgt_pieces[-1] == "</s>"
+    translation = translator.translate([SENTENCES[0]])[0]
+    assert "".join(att.tgt_pieces[:-1]).replace("▁", " ").strip() == translation.strip()
+    for m in att.matrices:
+        assert m.shape == (len(att.tgt_pieces), len(att.src_pieces))
+        np.testing.assert_allclose(m.sum(axis=1), 1.0, atol=1e-5)
+        assert (m >= 0).all()
+
+
+def test_heads_mean_is_the_average_of_the_single_heads(translator: Translator) -> None:
+    mean = heatmaps.cross_attention(translator, SENTENCES[1], layers=[1]).matrices[0]
+    single = [
+        heatmaps.cross_attention(translator, SENTENCES[1], layers=[1], heads=h).matrices[0] for h in range(4)
+    ]
+    np.testing.assert_allclose(np.mean(single, axis=0), mean, atol=1e-6)
+    assert not np.allclose(single[0], single[1]), "heads should differ"
+
+
+def test_plot_writes_one_png_per_sentence_sized_to_its_panels(translator: Translator, tmp_path: Path) -> None:
+    paths = heatmaps.plot_cross_attention(translator, SENTENCES, tmp_path / "figs")
+    assert [p.name for p in paths] == ["cross_attention_0.png", "cross_attention_1.png"]
+    sizes = [png_size(p) for p in paths]
+    assert all(w > 200 and h > 150 for w, h in sizes)
+    assert sizes[0][0] > sizes[1][0], "the longer source gets wider panels"
+    one_layer = heatmaps.plot_sentence(translator, SENTENCES[0], tmp_path / "one.png", layers=[0], heads=2)
+    assert png_size(one_layer)[0] < sizes[0][0], "one panel instead of two"
+    assert sorted(p.name for p in (tmp_path / "figs").iterdir()) == [p.name for p in paths]  # no temporaries
+
+
+def test_model_dir_and_refusals(tmp_path: Path) -> None:
+    model_dir = make_model_dir(tmp_path / "model")
+    (path,) = heatmaps.plot_cross_attention(model_dir, ["der mann"], tmp_path / "out")
+    png_size(path)
+    with pytest.raises(UserError, match="empty sentence"):
+        heatmaps.plot_cross_attention(model_dir, ["  "], tmp_path / "out")
+    with pytest.raises(TypeError, match="plot_sentence"):
+        heatmaps.plot_cross_attention(model_dir, "der mann", tmp_path / "out")
+    decoder_only = Translator.from_dir(make_model_dir(tmp_path / "dec", arch="decoder_only"), device="cpu")
+    with pytest.raises(UserError, match="no cross-attention"):
+        heatmaps.cross_attention(decoder_only, "der mann")
