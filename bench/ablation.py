@@ -1,14 +1,16 @@
 """Ablation of the architecture choices, as DVC experiments on a reduced training budget.
 
-    python -m bench.ablation queue          # one queued `dvc exp run` per variant
+    python -m bench.ablation queue          # one queued `dvc exp run ... train` per variant
     dvc queue start -j 1                    # run them (dvc queue status to follow)
     python -m bench.ablation table          # reports/ablation.{md,json} from those runs in MLflow
 
 Every variant differs from the baseline (the default params.yaml) in the
 settings listed in VARIANTS, and all of them, the baseline included, share
-BUDGET, so the table compares architectures at equal training steps. The
-numbers come from the runs themselves (MLflow, where train and score log them),
-never typed in.
+BUDGET, so the table compares architectures at equal training steps. Only the
+stages up to train run: the BLEU compared is the train stage's own validation
+BLEU (greedy decoding of the val split, logged as val_bleu), which keeps an
+ablation run to a few minutes on a CPU. The numbers come from the runs
+themselves (MLflow, where train logs them), never typed in.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from pathlib import Path
 import click
 import pandas as pd
 
-from pipeline import experiments, files
+from pipeline import files, tracking
 from pipeline import params as P
 
 BUDGET = {"train.max_steps": 200, "train.warmup_steps": 100}
@@ -51,7 +53,7 @@ def queue() -> None:
     """Queue one `dvc exp run` per variant (then run `dvc queue start -j 1`)."""
     for name, (_, changes) in VARIANTS.items():
         settings = {**BUDGET, **changes}
-        args = [_dvc(), "exp", "run", "--queue", "-n", name]
+        args = [_dvc(), "exp", "run", "--queue", "-n", name, "train"]
         for key, value in settings.items():
             args += ["-S", f"{key}={value}"]
         subprocess.run(args, check=True)
@@ -64,21 +66,48 @@ def queue() -> None:
 def table(params_file: Path, out: Path) -> None:
     """Write the ablation table from the variants' latest finished runs in MLflow."""
     params = P.load(params_file)
-    frame = latest_runs(experiments.mlflow_table(params.tracking.experiment))
+    frame = latest_runs(mlflow_runs(params.tracking.experiment))
     files.write_text(out, render(frame))
     files.write_json(out.with_suffix(".json"), json.loads(frame.to_json(orient="records")))
     click.echo(f"wrote {out}")
 
 
+METRICS = ("val_bleu", "val_loss", "n_params", "train_seconds", "tokens_per_s")
+
+
+def mlflow_runs(experiment: str) -> pd.DataFrame:
+    """The ablation variants' finished runs: dvc_exp, commit, started and METRICS (their last values)."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking.tracking_uri())
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        raise click.ClickException(f"no MLflow experiment {experiment!r} at {tracking.tracking_uri()}")
+    names = ", ".join(f"'{name}'" for name in VARIANTS)
+    runs = client.search_runs(
+        [found.experiment_id], f"tags.dvc_exp IN ({names}) and attributes.status = 'FINISHED'", max_results=1000
+    )
+    return pd.DataFrame(
+        {
+            "dvc_exp": run.data.tags["dvc_exp"],
+            "commit": run.data.tags.get("git_commit", "")[:7],
+            "started": run.info.start_time,
+            **{m: run.data.metrics.get(m, float("nan")) for m in METRICS},
+        }
+        for run in runs
+    )
+
+
 def latest_runs(frame: pd.DataFrame) -> pd.DataFrame:
     """One row per variant: its newest finished run, in VARIANTS order."""
-    done = frame[frame["dvc_exp"].isin(list(VARIANTS)) & (frame["status"] == "finished")]
-    done = done.sort_values("started").groupby("dvc_exp").tail(1).set_index("dvc_exp")
+    if frame.empty:
+        raise click.ClickException("no finished ablation run in MLflow yet: queue them and run dvc queue start")
+    done = frame.sort_values("started").groupby("dvc_exp").tail(1).set_index("dvc_exp")
     missing = [name for name in VARIANTS if name not in done.index]
     if missing:
         click.echo(f"warning: no finished run yet for {', '.join(missing)}", err=True)
     rows = [
-        {"variant": name, "change": VARIANTS[name][0], **done.loc[name, ["commit", "test_bleu", "test_chrf", "dev_bleu", "n_params", "train_seconds", "tokens_per_s"]].to_dict()}
+        {"variant": name, "change": VARIANTS[name][0], **done.loc[name, ["commit", *METRICS]].to_dict()}
         for name in VARIANTS
         if name in done.index
     ]
@@ -92,18 +121,19 @@ def render(frame: pd.DataFrame) -> str:
         "",
         f"Every run uses the default params.yaml plus {budget} (a reduced budget: about",
         "0.8 epoch of Multi30k, so absolute BLEU is far below the full run's), and the change",
-        "named in its row. Scores: sacreBLEU on test_2016_flickr after the decode stage",
-        "(beam and length penalty from params.yaml). Generated by `python -m bench.ablation table`",
-        "from the runs in MLflow; the experiments were run with `python -m bench.ablation queue`",
-        "and `dvc queue start -j 1`.",
+        "named in its row. BLEU: sacreBLEU of greedy decoding of the val split at the end of",
+        "that budget, as the train stage logs it (val_bleu); loss: the val split's per-token NLL.",
+        "Train time includes that validation. Generated by `python -m bench.ablation table` from",
+        "the runs in MLflow; the experiments were run with `python -m bench.ablation queue` and",
+        "`dvc queue start -j 1` on the 2-core CPU of the README's results.",
         "",
-        "| variant | change | test BLEU | test chrF | val BLEU | parameters | train time | target tok/s | commit |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---|",
+        "| variant | change | val BLEU | val loss | parameters | train time | target tok/s | commit |",
+        "|---|---|---:|---:|---:|---:|---:|---|",
     ]
     for row in frame.to_dict("records"):
         lines.append(
-            f"| {row['variant']} | {row['change']} | {row['test_bleu']:.1f} | {row['test_chrf']:.1f} | "
-            f"{row['dev_bleu']:.1f} | {int(row['n_params']):,} | {row['train_seconds'] / 60:.1f} min | "
+            f"| {row['variant']} | {row['change']} | {row['val_bleu']:.1f} | {row['val_loss']:.3f} | "
+            f"{int(row['n_params']):,} | {row['train_seconds'] / 60:.1f} min | "
             f"{row['tokens_per_s']:,.0f} | {row['commit'] or ''} |"
         )
     return "\n".join(lines) + "\n"
