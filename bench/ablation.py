@@ -34,7 +34,7 @@ VARIANTS: dict[str, tuple[str, dict[str, object]]] = {
     "abl-learned-pos": ("learned instead of sinusoidal positions", {"model.positions": "learned"}),
     "abl-untied": ("untied embeddings (joint vocabulary)", {"model.tie_embeddings": "none"}),
     "abl-10-2": ("deep encoder, shallow decoder: 10+2", {"model.encoder_layers": 10, "model.decoder_layers": 2}),
-    "abl-decoder-only": ("decoder-only, 6 layers, on source <sep> target", {"model.arch": "decoder_only", "model.decoder_layers": 6}),
+    "abl-decoder-only": ("decoder-only, 6 layers, on `source <sep> target`", {"model.arch": "decoder_only", "model.decoder_layers": 6}),
 }
 
 
@@ -83,10 +83,8 @@ def mlflow_runs(experiment: str) -> pd.DataFrame:
     found = client.get_experiment_by_name(experiment)
     if found is None:
         raise click.ClickException(f"no MLflow experiment {experiment!r} at {tracking.tracking_uri()}")
-    names = ", ".join(f"'{name}'" for name in VARIANTS)
-    runs = client.search_runs(
-        [found.experiment_id], f"tags.dvc_exp IN ({names}) and attributes.status = 'FINISHED'", max_results=1000
-    )
+    runs = client.search_runs([found.experiment_id], "attributes.status = 'FINISHED'", max_results=1000)
+    runs = [run for run in runs if run.data.tags.get("dvc_exp") in VARIANTS]
     return pd.DataFrame(
         {
             "dvc_exp": run.data.tags["dvc_exp"],
