@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
-import json
 import os
 import platform
 import random
@@ -55,11 +54,12 @@ from typing import Callable, Sequence
 import click
 import torch
 
+from bench.common import merge_rows, write_section
 from pipeline import checkpoint
 from pipeline import params as P
 from pipeline.clean import normalize
 from pipeline.data import collate_src
-from pipeline.files import read_lines, write_json, write_text
+from pipeline.files import read_lines, write_json
 from pipeline.model import Transformer, build_model
 from pipeline.search import translate_ids
 from pipeline.tokens import BOS, EOS, N_SPECIAL, PAD
@@ -234,14 +234,6 @@ def measure(
 # --- reporting ---------------------------------------------------------------------
 
 
-def merge_rows(path: Path, rows: list[dict]) -> list[dict]:
-    """Existing rows of `path` (a list, or {"rows": [...]}) with these replacing their keys."""
-    key = lambda r: (r["system"], r["task"], r["precision"], r["metric"])  # noqa: E731
-    old = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
-    old = old.get("rows", []) if isinstance(old, dict) else old
-    new = {key(r) for r in rows}
-    return [r for r in old if key(r) not in new] + rows
-
 
 def machine_info(threads: int) -> dict[str, str]:
     cpu = platform.processor() or "unknown"
@@ -310,14 +302,7 @@ def decode_section(
 
 def write_markdown(path: Path, section: str) -> None:
     """Replace the decoding section of `path` (or append it), keeping everything else."""
-    text = path.read_text(encoding="utf-8") if path.is_file() else "# Benchmarks\n"
-    if DECODE_START in text and DECODE_END in text:
-        head, rest = text.split(DECODE_START, 1)
-        tail = rest.split(DECODE_END, 1)[1]
-        text = head + section + tail
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    write_text(path, text)
+    write_section(path, DECODE_START, DECODE_END, section)
 
 
 SYSTEMS = (

@@ -66,9 +66,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from bench.common import merge_rows, write_section
 from pipeline import params as P
 from pipeline.data import Batch, ParallelData, collate, epoch_batches, token_batches
-from pipeline.files import write_json, write_text
+from pipeline.files import write_json
 from pipeline.model import build_model
 from pipeline.optim import build_optimizer, build_scheduler, inverse_sqrt, parameter_groups
 from pipeline.tokens import BOS, EOS, N_SPECIAL, PAD
@@ -474,14 +475,6 @@ def row(system: str, task: str, precision: str, metric: str, value: float, digit
             "value": round(float(value), digits)}
 
 
-def merge_rows(path: Path, rows: list[dict]) -> list[dict]:
-    """Existing rows of `path` (a list, or {"rows": [...]}) with these replacing their keys."""
-    key = lambda r: (r["system"], r["task"], r["precision"], r["metric"])  # noqa: E731
-    old = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
-    old = old.get("rows", []) if isinstance(old, dict) else old
-    new = {key(r) for r in rows}
-    return [r for r in old if key(r) not in new] + rows
-
 
 def machine_info() -> dict[str, str]:
     cpus = [x.split(":", 1)[1].strip() for x in Path("/proc/cpuinfo").read_text().splitlines()
@@ -520,7 +513,7 @@ def train_section(rows: list[dict], setup: Setup, info: dict[str, str], command:
     for s in systems:
         out.append(f"| {s} | " + " | ".join(f"{v.get((s, setup.task, p, 'tokens_per_s'), float('nan')):,.0f}"
                                             for p in precisions) + " |")
-    out += ["", f"| ours / faster peer | " + " | ".join(precisions) + " | needed |",
+    out += ["", "| ours / faster peer | " + " | ".join(precisions) + " | needed |",
             "|---|" + "---:|" * len(precisions) + "---|"]
     cells = []
     for p in precisions:
@@ -584,13 +577,7 @@ def memory_table(v: dict, setup: Setup) -> list[str]:
 
 def write_markdown(path: Path, section: str) -> None:
     """Replace the training section of `path` (or append it), keeping everything else."""
-    text = path.read_text(encoding="utf-8") if path.is_file() else "# Benchmarks\n"
-    if TRAIN_START in text and TRAIN_END in text:
-        head, rest = text.split(TRAIN_START, 1)
-        text = head + section + rest.split(TRAIN_END, 1)[1]
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    write_text(path, text)
+    write_section(path, TRAIN_START, TRAIN_END, section)
 
 
 # --- the run -----------------------------------------------------------------------
