@@ -1,0 +1,37 @@
+"""Atomic outputs: a failed write leaves the previous output whole and no temporaries."""
+
+import pytest
+
+from pipeline import files
+
+
+def test_a_failed_file_write_keeps_the_previous_file(tmp_path):
+    path = tmp_path / "out.txt"
+    files.write_text(path, "old\n")
+    with pytest.raises(RuntimeError):
+        with files.atomic_path(path) as tmp:
+            tmp.write_text("half of the new", encoding="utf-8")
+            raise RuntimeError("killed mid-write")
+    assert path.read_text() == "old\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["out.txt"]
+
+
+def test_a_directory_is_replaced_whole(tmp_path):
+    out = tmp_path / "stage"
+    with files.atomic_path(out) as tmp:
+        tmp.mkdir()
+        (tmp / "a").write_text("1")
+        (tmp / "stale").write_text("x")
+    with files.atomic_path(out) as tmp:
+        tmp.mkdir()
+        (tmp / "a").write_text("2")
+    assert sorted(p.name for p in out.iterdir()) == ["a"] and (out / "a").read_text() == "2"
+    assert [p.name for p in tmp_path.iterdir()] == ["stage"]
+
+
+def test_lines_round_trip_and_split_on_lf_only(tmp_path):
+    path = tmp_path / "lines"
+    files.write_lines(path, ["a\rb", "", "c"])
+    assert files.read_lines(path) == ["a\rb", "", "c"]
+    files.write_lines(path, [])
+    assert files.read_lines(path) == []
