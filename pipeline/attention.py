@@ -1,9 +1,12 @@
 """Multi-head attention on torch's fused kernels, with a key/value cache.
 
-Training and decoding use `F.scaled_dot_product_attention` (flash and
-memory-efficient kernels on GPU). Only when a caller asks for the weights
-(`record` set, see `Transformer.recording_attention`) is attention computed
-explicitly, so inspection never slows the training path.
+Decoding, and training on GPU, use `F.scaled_dot_product_attention` (flash
+and memory-efficient kernels on GPU). Training on CPU with attention dropout
+computes attention explicitly, because there torch's kernel falls back to
+the same explicit math with its costly dropout mask (pipeline/dropout.py).
+When a caller asks for the weights (`record` set, see
+`Transformer.recording_attention`), attention is computed explicitly too, so
+inspection never slows the training path.
 
 Shapes: B batch, T query length, K key length, D d_model, H heads, Dh = D / H.
 Masks follow pipeline/masks.py: boolean, True = may attend.
@@ -17,6 +20,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from pipeline.dropout import dropout
 
 
 @dataclass
@@ -92,24 +97,26 @@ class MultiHeadAttention(nn.Module):
         it is not combined with `mask`.
         """
         q, k, v = self._project(x, memory, cache)
-        dropout = self.dropout if self.training else 0.0
-        if self.record is not None:
+        p = self.dropout if self.training else 0.0
+        if self.record is not None or (p > 0.0 and q.device.type == "cpu"):
             if causal:
                 mask = torch.ones(q.size(2), k.size(2), dtype=torch.bool, device=q.device).tril()
-            y, weights = attention_with_weights(q, k, v, mask)
-            self.record.append(weights.detach())
+            y, weights = attention_with_weights(q, k, v, mask, p)
+            if self.record is not None:
+                self.record.append(weights.detach())
         else:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=causal)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=causal)
         B, H, T, Dh = y.shape
         return self.out(y.transpose(1, 2).reshape(B, T, H * Dh))  # (B, T, D)
 
 
 def attention_with_weights(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, dropout_p: float = 0.0
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """softmax(q k^T / sqrt(Dh)) v, explicitly: -> (B, H, T, Dh) and weights (B, H, T, K)."""
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, H, T, K)
+    """dropout(softmax(q k^T / sqrt(Dh))) v, explicitly: -> (B, H, T, Dh) and the weights (B, H, T, K)
+    before dropout."""
+    scores = q @ k.transpose(-2, -1) * (1.0 / math.sqrt(q.size(-1)))  # (B, H, T, K)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     weights = scores.softmax(dim=-1)
-    return weights @ v, weights
+    return dropout(weights, dropout_p, training=dropout_p > 0.0) @ v, weights
