@@ -25,6 +25,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from pipeline.attention import KVCache, MultiHeadAttention
+from pipeline.dropout import Dropout
+from pipeline.loss import projected_loss
 from pipeline.masks import causal_padding_mask, padding_mask
 from pipeline.params import ModelParams
 from pipeline.tokens import BOS, PAD, SEP
@@ -83,7 +85,7 @@ class Embedder(nn.Module):
         self.scale = math.sqrt(cfg.d_model) if cfg.scale_embeddings else 1.0
         positions = SinusoidalPositions if cfg.positions == "sinusoidal" else LearnedPositions
         self.positions = positions(cfg.d_model, cfg.max_positions)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
 
     def forward(self, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """ids (B, L), positions (B, L) or (L,) -> (B, L, D)."""
@@ -99,7 +101,7 @@ class Residual(nn.Module):
     def __init__(self, d_model: int, dropout: float, pre_norm: bool):
         super().__init__()
         self.norm = nn.LayerNorm(d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.pre_norm = pre_norm
 
     def forward(self, x: torch.Tensor, sublayer) -> torch.Tensor:
@@ -116,7 +118,7 @@ class FeedForward(nn.Module):
         self.up = nn.Linear(cfg.d_model, cfg.d_ff)
         self.down = nn.Linear(cfg.d_ff, cfg.d_model)
         self.activation = nn.ReLU() if cfg.activation == "relu" else nn.GELU()
-        self.dropout = nn.Dropout(cfg.activation_dropout)
+        self.dropout = Dropout(cfg.activation_dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down(self.dropout(self.activation(self.up(x))))
@@ -212,6 +214,7 @@ class Seq2SeqBase(nn.Module):
     """What both architectures share: the output projection, and the decoding interface.
 
     forward(src (B, S), tgt_in (B, T)) -> logits (B, T, V)   teacher forcing
+    forward(src, tgt_in, target (B, T), smoothing) -> loss   summed over non-PAD targets, fused
     start(src (B, S)) -> DecoderState                        before the first step
     step(tokens (B, 1), state) -> logits (B, V)               one position, cached
     start_token: the id fed at the first step
@@ -223,6 +226,16 @@ class Seq2SeqBase(nn.Module):
         vocab = tgt_embedding.num_embeddings
         self.out_weight = tgt_embedding.weight if tie else nn.Parameter(torch.empty(vocab, cfg.d_model))
         self.out_bias = nn.Parameter(torch.zeros(vocab)) if cfg.output_bias else None
+
+    def forward(
+        self, src: torch.Tensor, tgt_in: torch.Tensor, target: torch.Tensor | None = None, smoothing: float = 0.0
+    ) -> torch.Tensor:
+        """Logits (B, T, V); or, given `target` (B, T), the label-smoothed loss summed over its
+        non-PAD tokens, computed by pipeline.loss.projected_loss without holding the logits."""
+        h = self.features(src, tgt_in)  # (B, T, D)
+        if target is None:
+            return self.project(h)
+        return projected_loss(h, self.out_weight, self.out_bias, target, smoothing)
 
     def project(self, h: torch.Tensor) -> torch.Tensor:
         """(..., D) -> (..., V) logits."""
@@ -293,13 +306,13 @@ class Transformer(Seq2SeqBase):
             x = layer(x, src_mask)
         return self.encoder_norm(x), src_mask
 
-    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
-        """src (B, S), tgt_in (B, T) -> logits (B, T, V)."""
+    def features(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
+        """src (B, S), tgt_in (B, T) -> the decoder's output (B, T, D), before the projection."""
         memory, src_mask = self.encode(src)
         x = self.tgt_embed(tgt_in, torch.arange(tgt_in.size(1), device=tgt_in.device))
         for layer in self.decoder:
             x = layer(x, None, memory, src_mask)
-        return self.project(self.decoder_norm(x))
+        return self.decoder_norm(x)
 
     def start(self, src: torch.Tensor) -> DecoderState:
         """Encode src (B, S) and compute each layer's cross-attention keys and values once."""
@@ -349,11 +362,10 @@ class DecoderOnly(Seq2SeqBase):
             x = block(x, mask, cache=caches[i] if caches else None)
         return self.norm(x)
 
-    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
-        """src (B, S), tgt_in (B, T) starting with BOS -> logits (B, T, V) for the target part only."""
+    def features(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
+        """src (B, S), tgt_in (B, T) starting with BOS -> hidden states (B, T, D) of the target part."""
         ids = torch.cat([src, torch.full_like(tgt_in[:, :1], SEP), tgt_in[:, 1:]], dim=1)  # (B, S+T)
-        h = self._run(ids, ids != PAD, None)
-        return self.project(h[:, src.size(1) :])
+        return self._run(ids, ids != PAD, None)[:, src.size(1) :]
 
     def start(self, src: torch.Tensor) -> DecoderState:
         """Run the source prefix (B, S) through the blocks, filling the caches."""

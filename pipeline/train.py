@@ -69,7 +69,7 @@ from pipeline.data import Batch, ParallelData, collate, shard, token_batches
 from pipeline.errors import UserError
 from pipeline.files import atomic_path, write_json, write_lines, write_text
 from pipeline.model import build_model, count_parameters
-from pipeline.optim import build_optimizer, build_scheduler, label_smoothed_loss
+from pipeline.optim import build_optimizer, build_scheduler
 from pipeline.search import translate_ids
 from pipeline.stage import load_params, params_option
 from pipeline.tracking import Tracker, tracking_uri
@@ -333,8 +333,7 @@ class Trainer:
             sync = i == len(batches) - 1 or self.ddp is None
             with contextlib.nullcontext() if sync else self.ddp.no_sync():
                 with self.autocast():
-                    logits = self.net(batch.src, batch.tgt_in)  # (B, T, V)
-                loss = label_smoothed_loss(logits, batch.tgt_out, t.label_smoothing)
+                    loss = self.net(batch.src, batch.tgt_in, batch.tgt_out, t.label_smoothing)
                 self.scaler.scale(loss * scale).backward()
             total += loss.detach()
         total = self.all_sum(total)
@@ -519,8 +518,7 @@ class Trainer:
         for b in batches:
             batch = collate(data, ids[b]).to(self.device)
             with self.autocast():
-                logits = self.model(batch.src, batch.tgt_in)  # (B, T, V)
-            total += float(label_smoothed_loss(logits, batch.tgt_out, 0.0))
+                total += float(self.model(batch.src, batch.tgt_in, batch.tgt_out, smoothing=0.0))
             tokens += batch.n_tgt_tokens
         return total / tokens
 

@@ -1,22 +1,17 @@
-"""LR schedule, optimizer parameter groups, and the label-smoothed loss."""
+"""LR schedule and optimizer parameter groups."""
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
-import torch.nn.functional as F
 
 from pipeline.model import build_model
 from pipeline.optim import (
     build_optimizer,
     build_scheduler,
     inverse_sqrt,
-    label_smoothed_loss,
     parameter_groups,
 )
-from pipeline.tokens import PAD
 
 
 def test_warmup_is_linear_up_to_the_peak():
@@ -78,45 +73,3 @@ def test_optimizer_kind_and_settings(params):
     assert type(opt).__name__ == {"adamw": "AdamW", "adam": "Adam"}[params.train.optimizer]
     assert opt.param_groups[0]["betas"] == tuple(params.train.betas)
     assert opt.param_groups[0]["lr"] == params.train.lr
-
-
-def _logits_and_target(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    logits = torch.randn(3, 5, 11, generator=g)  # (B, T, V)
-    target = torch.randint(5, 11, (3, 5), generator=g)
-    target[0, 3:] = PAD
-    target[2, 1:] = PAD
-    return logits, target
-
-
-def test_loss_ignores_padding_positions():
-    logits, target = _logits_and_target()
-    changed = logits.clone()
-    changed[target == PAD] = torch.randn_like(changed[target == PAD]) * 100
-    for eps in (0.0, 0.1):
-        expected = float(label_smoothed_loss(changed, target, eps))
-        assert label_smoothed_loss(logits, target, eps) == pytest.approx(expected)
-
-
-def test_no_smoothing_is_plain_cross_entropy_summed_over_tokens():
-    logits, target = _logits_and_target(1)
-    keep = target != PAD
-    expected = F.cross_entropy(logits[keep], target[keep], reduction="sum")
-    assert label_smoothed_loss(logits, target, 0.0) == pytest.approx(float(expected))
-
-
-def test_smoothing_mixes_in_the_uniform_distribution():
-    logits, target = _logits_and_target(2)
-    keep = target != PAD
-    lprobs = logits.log_softmax(-1)[keep]  # (N, V)
-    nll = -lprobs.gather(1, target[keep][:, None]).sum()
-    uniform = -lprobs.mean(-1).sum()
-    eps = 0.2
-    expected = (1 - eps) * nll + eps * uniform
-    assert label_smoothed_loss(logits, target, eps) == pytest.approx(float(expected), rel=1e-5)
-
-
-def test_loss_is_float32_under_bf16_logits():
-    logits, target = _logits_and_target(3)
-    loss = label_smoothed_loss(logits.bfloat16(), target, 0.1)
-    assert loss.dtype == torch.float32 and math.isfinite(float(loss))
