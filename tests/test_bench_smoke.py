@@ -37,11 +37,15 @@ def test_smoke_rows_and_report(tmp_path: Path) -> None:
     assert 0 <= real["-", "padding_fraction_tgt"] < 1 and real["-", "batches"] == 2
 
     memory = {(r["task"], r["metric"]): r["value"] for r in rows if r["system"] == "data-path"}
-    for pairs in (20_000, 2_000):
-        task = f"data_memory_{pairs}"
+    for pairs, scale in ((2_000, 1), (20_000, 1), (20_000, 4)):
+        task = train_speed.memory_task(pairs, scale)
         assert memory[task, "index_mb"] == round(2 * (pairs + 1) * 8 / 2**20, 3)  # int64 offsets, both sides
         assert memory[task, "peak_rss_mb"] >= memory[task, "after_load_rss_mb"] > 0
+        assert memory[task, "heap_peak_mb"] >= memory[task, "heap_after_load_mb"] > 0
         assert 0 < memory[task, "batches"] <= 100
+    # 4x the tokens, the same sentences: the heap does not grow with the tokens.
+    assert memory["data_memory_20000_x4", "tokens"] > 3 * memory["data_memory_20000", "tokens"]
+    assert memory["data_memory_20000_x4", "heap_peak_mb"] <= 1.1 * memory["data_memory_20000", "heap_peak_mb"]
 
     saved = json.loads(out_json.read_text())
     assert OTHER in saved and len(saved) == len(rows) + 1  # another benchmark's row is kept
