@@ -1,12 +1,16 @@
-"""Multi-head attention on torch's fused kernels, with a key/value cache.
+"""Multi-head attention with a key/value cache.
 
-Decoding, and training on GPU, use `F.scaled_dot_product_attention` (flash
-and memory-efficient kernels on GPU). Training on CPU with attention dropout
-computes attention explicitly, because there torch's kernel falls back to
-the same explicit math with its costly dropout mask (pipeline/dropout.py).
-When a caller asks for the weights (`record` set, see
-`Transformer.recording_attention`), attention is computed explicitly too, so
-inspection never slows the training path.
+On GPU, attention runs in `F.scaled_dot_product_attention` (flash and
+memory-efficient kernels). On CPU it is computed explicitly: torch's CPU
+flash kernel was slower for this project's shapes (a decoding step's single
+query: 2-4x; bf16 training: 3x), and with dropout it falls back to the same
+math anyway, with a costlier mask than pipeline/dropout.py's. When a caller
+asks for the weights (`record` set, see `Transformer.recording_attention`)
+they come from the explicit computation on any device.
+
+During beam search the beams of a sentence share its cross-attention keys and
+values: the cache holds one row per sentence and the queries of its beams are
+attended together (`group` below), never copying the encoder's keys per beam.
 
 Shapes: B batch, T query length, K key length, D d_model, H heads, Dh = D / H.
 Masks follow pipeline/masks.py: boolean, True = may attend.
@@ -91,23 +95,36 @@ class MultiHeadAttention(nn.Module):
         causal: bool = False,
         cache: KVCache | None = None,
     ) -> torch.Tensor:
-        """x (B, T, D), memory (B, S, D) for cross-attention, mask (B|1, 1, T|1, K) -> (B, T, D).
+        """x (B, T, D), memory (B', S, D) for cross-attention, mask (B|B'|1, 1, T|1, K) -> (B, T, D).
 
         `causal` asks for a lower-triangular mask over a fresh (uncached) sequence;
-        it is not combined with `mask`.
+        it is not combined with `mask`. Cached cross-attention keys of B' = B / g
+        sentences serve g consecutive query rows each (a sentence's beams).
         """
         q, k, v = self._project(x, memory, cache)
+        B, H, T, Dh = q.shape
+        group = B // k.size(0)
+        if group > 1:  # (B, H, T, Dh) -> (B', H, g*T, Dh): a sentence's beams as one query block
+            q = q.view(-1, group, H, T, Dh).transpose(1, 2).reshape(-1, H, group * T, Dh)
         p = self.dropout if self.training else 0.0
-        if self.record is not None or (p > 0.0 and q.device.type == "cpu"):
+        if self.record is not None or q.device.type == "cpu":
             if causal:
                 mask = torch.ones(q.size(2), k.size(2), dtype=torch.bool, device=q.device).tril()
             y, weights = attention_with_weights(q, k, v, mask, p)
             if self.record is not None:
-                self.record.append(weights.detach())
+                self.record.append(_ungroup(weights.detach(), group, B))
         else:
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=causal)
-        B, H, T, Dh = y.shape
+        y = _ungroup(y, group, B)  # (B, H, T, Dh)
         return self.out(y.transpose(1, 2).reshape(B, T, H * Dh))  # (B, T, D)
+
+
+def _ungroup(x: torch.Tensor, group: int, rows: int) -> torch.Tensor:
+    """(B', H, g*T, E) -> (B, H, T, E), B = rows = B' * g: undo the query grouping above."""
+    if group == 1:
+        return x
+    _, H, gT, E = x.shape
+    return x.view(-1, H, group, gT // group, E).transpose(1, 2).reshape(rows, H, gT // group, E)
 
 
 def attention_with_weights(

@@ -375,10 +375,7 @@ class CT2Translator:
             for i, hyps in zip(group, found):
                 results[i] = self._rank(hyps, s)
             stats.batches += 1
-        stats.sentences += len(seqs)
-        stats.src_tokens += sum(len(f[0]) for f in fitted)
-        stats.out_tokens += sum(len(r[0].tokens) + 1 for r, q in zip(results, seqs) if q)
-        stats.truncated += truncated
+        stats.add(seqs, fitted, results, truncated)
         return results
 
     def _decode(self, sources: list[list[int]], max_len: int, s: DecodeParams) -> list[list[_Found]]:

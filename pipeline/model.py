@@ -188,23 +188,41 @@ class DecoderLayer(nn.Module):
 
 @dataclass
 class DecoderState:
-    """What a model carries from one decoding step to the next, for B rows (sentences x beams)."""
+    """What a model carries from one decoding step to the next.
+
+    Rows are sentences x beams (R = B x beams, a sentence's beams adjacent). What
+    depends on the sentence alone, the cross-attention keys and values and the
+    source mask, is kept once per sentence and shared by its beams.
+    """
 
     caches: list[LayerCache]
-    positions: torch.Tensor  # (B,) position of the next token
+    positions: torch.Tensor  # (R,) position of the next token
     memory_mask: torch.Tensor | None = None  # (B, 1, 1, S), encoder-decoder
-    keep: torch.Tensor | None = None  # (B, L) real tokens so far, decoder-only
+    keep: torch.Tensor | None = None  # (R, L) real tokens so far, decoder-only
+    beams: int = 1  # rows per sentence
 
-    def reorder(self, index: torch.Tensor) -> None:
-        """Keep rows `index` (B',) in that order: expands a batch to beams, or follows survivors."""
-        for cache in self.caches:
-            cache.self_attn.reorder(index)
-            cache.cross_attn.reorder(index)
-        self.positions = self.positions.index_select(0, index)
-        if self.memory_mask is not None:
-            self.memory_mask = self.memory_mask.index_select(0, index)
-        if self.keep is not None:
-            self.keep = self.keep.index_select(0, index)
+    def reorder(self, index: torch.Tensor, beams: int | None = None) -> None:
+        """Keep rows `index` (R',) in that order, `beams` rows per sentence from now on (default: as
+        before): expands sentences to beams, follows survivors, drops finished sentences.
+
+        Each group of `beams` consecutive entries must come from one sentence, the
+        sentences in order (as beam search's selections do).
+        """
+        beams = self.beams if beams is None else beams
+        n_sentences = self.positions.size(0) // self.beams
+        sentences = index[::beams] // self.beams  # (B',)
+        if not torch.equal(sentences, torch.arange(n_sentences, device=index.device)):
+            for cache in self.caches:
+                cache.cross_attn.reorder(sentences)
+            if self.memory_mask is not None:
+                self.memory_mask = self.memory_mask.index_select(0, sentences)
+        if not torch.equal(index, torch.arange(self.positions.size(0), device=index.device)):
+            for cache in self.caches:
+                cache.self_attn.reorder(index)
+            self.positions = self.positions.index_select(0, index)
+            if self.keep is not None:
+                self.keep = self.keep.index_select(0, index)
+        self.beams = beams
 
 
 # --- the models ---------------------------------------------------------------------

@@ -4,7 +4,9 @@ The search uses only `model.start`, `model.step`, `state.reorder` and
 `model.start_token` (see pipeline/model.py), so it serves both architectures.
 With the KV cache, self-attention keys and values grow by one position a
 step and the encoder's cross-attention keys and values are computed once per
-sentence (`model.start`), then copied to the beams. `use_cache=False` re-runs
+sentence (`model.start`) and shared by its beams (pipeline/attention.py). The
+first step runs one row per sentence, the start token, and expands it into
+the K beams. `use_cache=False` re-runs
 the model over the whole prefix every step instead: slow, but an independent
 check that the cache changes nothing.
 
@@ -34,7 +36,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 from dataclasses import dataclass
 from typing import Iterator, Protocol, Sequence
 
@@ -68,6 +69,14 @@ class SearchStats:
     truncated: int = 0
     batches: int = 0
 
+    def add(self, seqs: Sequence[Sequence[int]], fitted: Sequence[tuple[list[int], int]],
+            results: Sequence[list[Hypothesis]], truncated: int) -> None:
+        """Count one call's inputs, their fitted sources and 1-best outputs (batches are counted apart)."""
+        self.sentences += len(seqs)
+        self.src_tokens += sum(len(f[0]) for f in fitted)
+        self.out_tokens += sum(len(r[0].tokens) + 1 for r, s in zip(results, seqs) if s)
+        self.truncated += truncated
+
 
 def length_penalty(length: int, alpha: float) -> float:
     """GNMT's lp(Y) = ((5 + |Y|) / 6) ** alpha; alpha 0 leaves scores as raw log-prob sums."""
@@ -82,43 +91,29 @@ class Decoder(Protocol):
 
     def step(self, tokens: torch.Tensor) -> torch.Tensor: ...  # (R, 1) -> (R, V)
 
-    def reorder(self, index: torch.Tensor) -> None: ...  # keep rows `index` (R',)
+    def reorder(self, index: torch.Tensor, beams: int) -> None: ...  # keep rows `index` (R',), `beams` a sentence
 
 
 class CachedDecoder:
-    """model.step with the KV cache; the source is encoded once, then copied to K beams."""
+    """model.step with the KV cache: the source is encoded once; see DecoderState."""
 
-    def __init__(self, model: Seq2SeqBase, src: torch.Tensor, beam: int):
+    def __init__(self, model: Seq2SeqBase, src: torch.Tensor):
         self.model = model
-        self.beam = beam
-        self.state = model.start(src)  # src (B, S)
-        self.rows = torch.arange(src.size(0) * beam, device=src.device)  # (R,)
-        self.state.reorder(self.rows // beam)
+        self.state = model.start(src)  # src (B, S): one row per sentence until the first reorder
 
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.model.step(tokens, self.state)
 
-    def reorder(self, index: torch.Tensor) -> None:
-        # While no sentence leaves the batch, each row stays among its sentence's beams, and
-        # those share all but their self-attention keys and values (the cross-attention cache,
-        # positions and masks are copies): only these need to follow, and nothing at all when
-        # no beam moved (greedy search). Copying the cross-attention caches every step cost
-        # about a tenth of a beam-5 step on CPU (bench/decode_speed.py).
-        if index.numel() == self.rows.numel() and bool((index // self.beam == self.rows // self.beam).all()):
-            if not torch.equal(index, self.rows):
-                for cache in self.state.caches:
-                    cache.self_attn.reorder(index)
-            return
-        self.state.reorder(index)
-        self.rows = self.rows[: index.numel()]
+    def reorder(self, index: torch.Tensor, beams: int) -> None:
+        self.state.reorder(index, beams)
 
 
 class NaiveDecoder:
     """Runs model(src, BOS + prefix) over the whole prefix every step: no cache at all."""
 
-    def __init__(self, model: Seq2SeqBase, src: torch.Tensor, beam: int):
+    def __init__(self, model: Seq2SeqBase, src: torch.Tensor):
         self.model = model
-        self.src = src.repeat_interleave(beam, dim=0)  # (R, S)
+        self.src = src  # (R, S)
         self.prefix: torch.Tensor | None = None  # (R, t+1): BOS, then the tokens fed so far
 
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -128,7 +123,7 @@ class NaiveDecoder:
         self.prefix = bos if self.prefix is None else torch.cat([self.prefix, tokens], dim=1)
         return self.model(self.src, self.prefix)[:, -1]
 
-    def reorder(self, index: torch.Tensor) -> None:
+    def reorder(self, index: torch.Tensor, beams: int) -> None:
         self.src = self.src.index_select(0, index)
         if self.prefix is not None:
             self.prefix = self.prefix.index_select(0, index)
@@ -139,21 +134,22 @@ class NaiveDecoder:
 
 @dataclass
 class Beams:
-    """The live part of a batch's search: its active sentences and their K beams each."""
+    """The live part of a batch's search: its active sentences and their k beams each.
+
+    k is 1 before the first step (every beam would be the start token alone), then K.
+    """
 
     sentences: torch.Tensor  # (n,) index in the batch of each active sentence
     max_lens: torch.Tensor  # (n,) their maximum output lengths
-    history: torch.Tensor  # (n*K, t+1) start token, then the tokens generated
-    scores: torch.Tensor  # (n, K) float32 sums of log-probs
+    history: torch.Tensor  # (n*k, t+1) start token, then the tokens generated
+    scores: torch.Tensor  # (n, k) float32 sums of log-probs
 
 
-def initial_beams(model: Seq2SeqBase, max_lens: torch.Tensor, beam: int) -> Beams:
-    """K copies of the start token per sentence; only the first copy may expand at step 0."""
+def initial_beams(model: Seq2SeqBase, max_lens: torch.Tensor) -> Beams:
+    """One start token per sentence: the first step expands it into K beams."""
     B, device = max_lens.size(0), max_lens.device
-    scores = torch.full((B, beam), float("-inf"), device=device)
-    scores[:, 0] = 0.0  # otherwise K identical beams would fill the beam with one hypothesis
-    history = torch.full((B * beam, 1), model.start_token, dtype=torch.long, device=device)
-    return Beams(torch.arange(B, device=device), max_lens, history, scores)
+    history = torch.full((B, 1), model.start_token, dtype=torch.long, device=device)
+    return Beams(torch.arange(B, device=device), max_lens, history, torch.zeros(B, 1, device=device))
 
 
 def step_log_probs(logits: torch.Tensor, force_eos: torch.Tensor, ban_eos: bool = False) -> torch.Tensor:
@@ -176,16 +172,16 @@ def step_log_probs(logits: torch.Tensor, force_eos: torch.Tensor, ban_eos: bool 
 
 
 def top_candidates(
-    scores: torch.Tensor, lprobs: torch.Tensor
+    scores: torch.Tensor, lprobs: torch.Tensor, beam: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """scores (n, K) + lprobs (n*K, V) -> the 2K best extensions per sentence, best first:
+    """scores (n, k) + lprobs (n*k, V) -> the 2K best extensions per sentence (K = beam), best first:
 
     their summed log-probs, the beam each extends and the token it adds, each (n, 2K).
     """
-    n, K = scores.shape
+    n, k = scores.shape
     V = lprobs.size(-1)
-    totals = (scores[:, :, None] + lprobs.view(n, K, V)).view(n, K * V)  # (n, K*V)
-    values, flat = totals.topk(min(2 * K, K * V), dim=1)  # (n, 2K)
+    totals = (scores[:, :, None] + lprobs.view(n, k, V)).view(n, k * V)  # (n, k*V)
+    values, flat = totals.topk(min(2 * beam, k * V), dim=1)  # (n, 2K)
     return values, flat // V, flat % V
 
 
@@ -195,15 +191,16 @@ def finish(
     values: torch.Tensor,
     parents: torch.Tensor,
     words: torch.Tensor,
+    K: int,
     alpha: float,
 ) -> None:
     """Move the EOS candidates ranked in the top K into `finished` (per batch sentence)."""
-    K = beams.scores.size(1)
+    k = beams.scores.size(1)
     hits = ((words[:, :K] == EOS) & values[:, :K].isfinite()).nonzero().tolist()  # [(i, rank)]
     if not hits:
         return
     top_values, top_parents = values[:, :K].tolist(), parents[:, :K].tolist()  # one sync, not one a hit
-    rows = [i * K + top_parents[i][r] for i, r in hits]
+    rows = [i * k + top_parents[i][r] for i, r in hits]
     prefixes = beams.history[rows, 1:].tolist()
     lp = length_penalty(beams.history.size(1), alpha)  # tokens generated so far, + the EOS
     sentences = beams.sentences.tolist()
@@ -216,11 +213,14 @@ def survivors(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The K best candidates that do not end in EOS: scores, parent beams, tokens, each (n, K).
 
-    Each beam offers one EOS candidate at most, so 2K candidates hold K others.
+    Each of k beams offers one EOS candidate at most, so 2K candidates hold K
+    others; only a vocabulary smaller than the beam leaves fewer (then all are kept).
     """
     rank = torch.arange(words.size(1), device=words.device)
-    order = (words == EOS).long() * words.size(1) + rank  # non-EOS first, by rank
-    pick = order.topk(beam, dim=1, largest=False).indices  # (n, K), in rank order
+    is_eos = words == EOS
+    width = min(beam, words.size(1) - int(is_eos.sum(1).max()))
+    order = is_eos.long() * words.size(1) + rank  # non-EOS first, by rank
+    pick = order.topk(width, dim=1, largest=False).indices  # (n, K), in rank order
     return values.gather(1, pick), parents.gather(1, pick), words.gather(1, pick)
 
 
@@ -228,17 +228,19 @@ def advance(
     beams: Beams,
     decoder: Decoder,
     finished: list[list[Hypothesis]],
+    beam: int,
     scores: torch.Tensor,
     parents: torch.Tensor,
     words: torch.Tensor,
 ) -> Beams:
-    """Drop done sentences, move the survivors into place (history and decoder rows)."""
-    K = scores.size(1)
+    """Drop done sentences (`beam` finished, or at their maximum length), move the survivors
+    (scores, parents, words: (n, K)) into place: history and decoder rows."""
+    k, K = beams.scores.size(1), scores.size(1)
     steps = beams.history.size(1) - 1  # tokens generated before this step's
     counts = torch.tensor([len(finished[s]) for s in beams.sentences.tolist()], device=scores.device)
-    keep = ((counts < K) & (beams.max_lens > steps)).nonzero().squeeze(1)  # (n',)
-    rows = (keep[:, None] * K + parents[keep]).view(-1)  # (n'*K,) parents' rows
-    decoder.reorder(rows)
+    keep = ((counts < beam) & (beams.max_lens > steps)).nonzero().squeeze(1)  # (n',)
+    rows = (keep[:, None] * k + parents[keep]).view(-1)  # (n'*K,) parents' rows
+    decoder.reorder(rows, K)
     history = torch.cat([beams.history[rows], words[keep].view(-1, 1)], dim=1)
     return Beams(beams.sentences[keep], beams.max_lens[keep], history, scores[keep])
 
@@ -259,16 +261,16 @@ def beam_search(
     min_len: EOS is refused until that many tokens are generated (a benchmark's fixed
     output length: min_len = max_len); at max_len it is still forced.
     """
-    decoder = (CachedDecoder if use_cache else NaiveDecoder)(model, src, beam)
-    beams = initial_beams(model, max_lens.to(src.device), beam)
+    decoder = (CachedDecoder if use_cache else NaiveDecoder)(model, src)
+    beams = initial_beams(model, max_lens.to(src.device))
     finished: list[list[Hypothesis]] = [[] for _ in range(src.size(0))]
     while beams.sentences.numel():
         steps = beams.history.size(1) - 1
-        force_eos = (beams.max_lens <= steps).repeat_interleave(beam)  # (R,)
+        force_eos = (beams.max_lens <= steps).repeat_interleave(beams.scores.size(1))  # (R,)
         lprobs = step_log_probs(decoder.step(beams.history[:, -1:]), force_eos, ban_eos=steps < min_len)
-        values, parents, words = top_candidates(beams.scores, lprobs)
-        finish(finished, beams, values, parents, words, alpha)
-        beams = advance(beams, decoder, finished, *survivors(values, parents, words, beam))
+        values, parents, words = top_candidates(beams.scores, lprobs, beam)
+        finish(finished, beams, values, parents, words, beam, alpha)
+        beams = advance(beams, decoder, finished, beam, *survivors(values, parents, words, beam))
     return [sorted(hyps, key=lambda h: -h.score)[:n_best] for hyps in finished]
 
 
@@ -378,8 +380,5 @@ def translate_ids(
             for i, h in zip(batch, hyps):
                 results[i] = h
             stats.batches += 1
-    stats.sentences += len(seqs)
-    stats.src_tokens += sum(len(f[0]) for f in fitted)
-    stats.out_tokens += sum(len(r[0].tokens) + 1 for r, s in zip(results, seqs) if s)
-    stats.truncated += truncated
+    stats.add(seqs, fitted, results, truncated)
     return results

@@ -447,6 +447,29 @@ def test_reordered_decoder_state_follows_the_selected_rows(name):
     torch.testing.assert_close(torch.stack(got, dim=1), want[index, 2:], **EXACT)
 
 
+def test_beams_share_their_sentence_cross_attention_cache():
+    """Expand 3 sentences to 2 beams each, then drop the middle sentence: the cross-attention
+    keys stay one row per sentence, and every beam still gets its teacher-forced logits."""
+    model, sv, tv = build("pre-ln")
+    src, tgt_in, _ = batch(sv, tv, [7, 4, 5], [6, 6, 6])
+    fed = tgt_in.clone()
+    fed[:, 0] = model.start_token
+    want = model(src, tgt_in)  # (3, T, V)
+    state = model.start(src)
+    model.step(fed[:, :1], state)
+    expand = torch.tensor([0, 0, 1, 1, 2, 2])
+    state.reorder(expand, beams=2)
+    got = [model.step(fed[expand, t : t + 1], state) for t in (1, 2)]
+    assert all(c.cross_attn.k.size(0) == 3 for c in state.caches) and state.memory_mask.size(0) == 3
+    keep = torch.tensor([1, 0, 5, 4])  # rows of sentences 0 and 2, beams swapped
+    state.reorder(keep)
+    rows = expand[keep]
+    got2 = [model.step(fed[rows, t : t + 1], state) for t in range(3, fed.size(1))]
+    assert all(c.cross_attn.k.size(0) == 2 for c in state.caches)
+    torch.testing.assert_close(torch.stack(got, dim=1), want[expand, 1:3], **EXACT)
+    torch.testing.assert_close(torch.stack(got2, dim=1), want[rows, 3:], **EXACT)
+
+
 # --- initialization and modes ---------------------------------------------------------------------
 
 
