@@ -17,8 +17,10 @@ per sentence, EOS refused before: HF min_new_tokens = max_new_tokens = 20,
 CT2 min_decoding_length = max_decoding_length = 20, ours min_len = max_len
 = 19 tokens and then its forced EOS, the 20th step. Each run is checked to
 have produced exactly that many tokens per sentence, so tokens/s = 20 x
-sentences/s. Every system runs one warm-up pass over the batches, then
---repeats timed passes; the median is reported. One thread count for all
+sentences/s. Every system and task runs one warm-up pass over the batches;
+then --repeats rounds each time one pass of every (system, task), in a
+shuffled order, and the median round is reported: interleaved, so a drift
+in the machine's speed moves every system alike. One thread count for all
 (torch.set_num_threads, CT2 intra_threads).
 
 With --model, the trained model (and its sentencepiece model, to encode
@@ -198,36 +200,47 @@ def ct2_runner(subject: Subject, steps: int, quantization: str, threads: int, tm
 # --- timing ------------------------------------------------------------------------
 
 
-def time_passes(run: Runner, batches: list[Batch], beam: int, steps: int, repeats: int) -> float:
-    """Median seconds of one pass over all batches, after a warm-up pass that checks the lengths."""
+def check_lengths(run: Runner, batches: list[Batch], beam: int, steps: int) -> None:
+    """A warm-up pass that also checks every output has exactly `steps` tokens."""
     lengths = [n for batch in batches for n in run(batch, beam)]
     if set(lengths) != {steps}:
         raise RuntimeError(f"expected {steps} output tokens per sentence, got {sorted(set(lengths))}")
-    seconds = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for batch in batches:
-            run(batch, beam)
-        seconds.append(time.perf_counter() - start)
-    return statistics.median(seconds)
+
+
+def time_pass(run: Runner, batches: list[Batch], beam: int) -> float:
+    """Seconds of one pass over all batches."""
+    start = time.perf_counter()
+    for batch in batches:
+        run(batch, beam)
+    return time.perf_counter() - start
 
 
 def measure(
     systems: dict[tuple[str, str], Callable[[], Runner]], batches: list[Batch], steps: int, repeats: int,
-    log: Callable[[str], None],
+    log: Callable[[str], None], seed: int = 1,
 ) -> list[dict]:
-    """Rows {system, task, precision, metric, value} for every system and task."""
+    """Rows {system, task, precision, metric, value} for every system and task.
+
+    Every (system, task) is warmed up and checked first; then each of `repeats`
+    rounds times one pass of each, in a shuffled order, and the median round
+    counts. Interleaving keeps the ratios fair on a machine whose speed drifts.
+    """
     n = sum(map(len, batches))
+    runners = {key: make() for key, make in systems.items()}
+    cells = [(key, task, beam) for key in runners for task, beam in TASKS.items()]
+    for key, _, beam in cells:
+        check_lengths(runners[key], batches, beam, steps)
+    seconds: dict[tuple, list[float]] = {(key, task): [] for key, task, _ in cells}
+    rng = random.Random(seed)
+    for _ in range(repeats):
+        for key, task, beam in rng.sample(cells, len(cells)):
+            seconds[key, task].append(time_pass(runners[key], batches, beam))
     rows = []
-    for (system, precision), make in systems.items():
-        run = make()
-        for task, beam in TASKS.items():
-            seconds = time_passes(run, batches, beam, steps, repeats)
-            log(f"{system:20s} {precision:5s} {task:14s} {n / seconds:8.1f} sentences/s")
-            for metric, value in (("sentences_per_s", n / seconds), ("tokens_per_s", n * steps / seconds)):
-                rows.append(
-                    dict(system=system, task=task, precision=precision, metric=metric, value=round(value, 2))
-                )
+    for (system, precision), task, _ in cells:
+        median = statistics.median(seconds[(system, precision), task])
+        log(f"{system:20s} {precision:5s} {task:14s} {n / median:8.1f} sentences/s")
+        for metric, value in (("sentences_per_s", n / median), ("tokens_per_s", n * steps / median)):
+            rows.append(dict(system=system, task=task, precision=precision, metric=metric, value=round(value, 2)))
     return rows
 
 
@@ -348,14 +361,15 @@ def benchmark(
                                  lambda: ct2_runner(subject, steps, "int8", threads, Path(tmp))),
         }
         chosen = dict(factories[s] for s in systems)
-        rows = measure(chosen, batches, setup.steps, setup.repeats, say)
+        rows = measure(chosen, batches, setup.steps, setup.repeats, say, seed)
     if setup.smoke:
         rows = [r | {"smoke": True} for r in rows]
     info = machine_info(threads)
     info["load average (1 min) before / after"] = f"{load_before:.2f} / {os.getloadavg()[0]:.2f}"
     n = sum(map(len, batches))
     note = (f"{subject.label}; {n} sentences in batches of {setup.batch_size}, exactly {setup.steps} "
-            f"decoding steps each (EOS refused before), median of {setup.repeats} passes after a warm-up; "
+            f"decoding steps each (EOS refused before), median of {setup.repeats} interleaved passes after a "
+            f"warm-up; "
             f"sentences/s, tokens/s = {setup.steps} x sentences/s.")
     if max(load_before, os.getloadavg()[0]) > 0.5 * (os.cpu_count() or 1):
         note += (" Other processes were running (see the load average below): on a shared machine these "
