@@ -71,7 +71,7 @@ from pipeline.files import atomic_path, write_json, write_lines, write_text
 from pipeline.model import build_model, count_parameters
 from pipeline.optim import build_optimizer, build_scheduler
 from pipeline.search import translate_ids
-from pipeline.stage import load_params, params_option
+from pipeline.stage import load_params, module_closure, params_option
 from pipeline.tracking import Tracker, tracking_uri
 from pipeline.vocab import Vocab
 
@@ -187,6 +187,12 @@ def fitting_sentences(data: ParallelData, cfg: P.ModelParams) -> np.ndarray:
     return np.flatnonzero(ok)
 
 
+def code_fingerprint() -> dict[str, str]:
+    """sha256 of every source file the train stage runs, by name: a saved run resumes only
+    under the code that wrote it (dvc.yaml re-runs the stage when any of them changes)."""
+    return {path.name: hashlib.sha256(path.read_bytes()).hexdigest() for path in module_closure("pipeline.train")}
+
+
 def data_fingerprint(bin_dir: Path, vocab: Vocab) -> str:
     """sha256 of the sentence offsets and the subword models: changes when the data does."""
     digest = hashlib.sha256()
@@ -241,6 +247,7 @@ class Trainer:
         self.train_data = ParallelData.load(paths.bin_dir, "train")
         self.val_data = ParallelData.load(paths.bin_dir, "val")
         self.fingerprint = data_fingerprint(paths.bin_dir, self.vocab)
+        self.code = code_fingerprint()
         self.train_ids = self._fitting(self.train_data, "train")
         self.val_ids = self._fitting(self.val_data, "val")
         self.model = build_model(params.model, self.vocab.src_size, self.vocab.tgt_size).to(self.device)
@@ -550,6 +557,7 @@ class Trainer:
             "params": self.params.to_dict(),
             "world_size": self.dist.world_size,
             "data": self.fingerprint,
+            "code": self.code,
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
@@ -601,12 +609,17 @@ class Trainer:
         self.say(f"train: resuming from step {p.step} ({state})")
 
     def changes_from(self, saved: dict[str, Any]) -> list[str]:
-        """What differs between a saved run and this one: params, data, number of processes."""
+        """What differs between a saved run and this one: params, data, code, number of processes."""
         old, new = _weight_settings(saved["params"]), _weight_settings(self.params.to_dict())
         changes = [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in sorted(set(old) | set(new))
                    if k not in MAY_CHANGE and old.get(k) != new.get(k)]
         if saved["data"] != self.fingerprint:
             changes.append(f"the data in {self.paths.bin_dir} or {self.paths.bpe_dir} changed")
+        old_code = saved.get("code", {})
+        edited = sorted(f for f in set(old_code) | set(self.code) if old_code.get(f) != self.code.get(f))
+        if edited:
+            names = ", ".join(f"pipeline/{f}" for f in edited[:3]) + (", ..." if len(edited) > 3 else "")
+            changes.append(f"the training code changed ({names})")
         if saved["world_size"] != self.dist.world_size:
             changes.append(f"{saved['world_size']} processes -> {self.dist.world_size}")
         return changes

@@ -301,6 +301,22 @@ def test_resume_with_changed_params_is_refused_or_restarted(tmp_path, capsys):
     assert checkpoint.load(paths.ckpt_dir / "last.pt")["params"]["train"]["lr"] == 0.01
 
 
+def test_resume_under_changed_code_is_refused_or_restarted(tmp_path, capsys, monkeypatch):
+    paths = make_corpus(tmp_path, n_train=60)
+    train(tiny_params(max_steps=4), paths, tracking=False)
+    real = train_stage.code_fingerprint()
+    edited = dict(real, **{"model.py": "0" * 64})
+    monkeypatch.setattr(train_stage, "code_fingerprint", lambda: edited)
+    with pytest.raises(UserError, match=r"the training code changed \(pipeline/model.py\)"):
+        train(tiny_params(max_steps=4), paths, tracking=False)
+    summary = train(tiny_params(max_steps=4), paths, on_change="restart", tracking=False)
+    assert "starting afresh" in capsys.readouterr().err and summary["steps"] == 4
+    assert checkpoint.load(paths.ckpt_dir / "last.pt")["code"] == edited
+    monkeypatch.setattr(train_stage, "code_fingerprint", lambda: edited)  # the same code again: resumes
+    train(tiny_params(max_steps=4), paths, tracking=False)
+    assert "resuming from step 4" in capsys.readouterr().err
+
+
 def test_a_finished_run_only_rebuilds_its_outputs(tmp_path, capsys):
     paths = make_corpus(tmp_path, n_train=60)
     params = tiny_params(max_steps=4)
