@@ -187,7 +187,8 @@ class Backend(Protocol):
         ...
 
 
-def load_torch(model_dir: Path, device: str, quantization: str | None) -> Backend:
+def load_torch(model_dir: Path, device: str, quantization: str | None, exact: bool = True) -> Backend:
+    """The reference search itself: `exact` changes nothing."""
     if quantization not in (None, "float32"):
         raise UserError(
             f"--quantization {quantization} needs --backend ctranslate2; the torch backend runs float32"
@@ -195,14 +196,14 @@ def load_torch(model_dir: Path, device: str, quantization: str | None) -> Backen
     return Translator.from_dir(model_dir, device)
 
 
-def load_ctranslate2(model_dir: Path, device: str, quantization: str | None) -> Backend:
+def load_ctranslate2(model_dir: Path, device: str, quantization: str | None, exact: bool = False) -> Backend:
     from pipeline import ct2  # imported on use: ctranslate2 is an optional extra
 
-    return ct2.CT2Translator.from_dir(model_dir, device, quantization)
+    return ct2.CT2Translator.from_dir(model_dir, device, quantization, exact=exact)
 
 
-# (model_dir, device, quantization or None) -> a backend
-BACKENDS: dict[str, Callable[[Path, str, str | None], Backend]] = {
+# (model_dir, device, quantization or None, exact search) -> a backend
+BACKENDS: dict[str, Callable[[Path, str, str | None, bool], Backend]] = {
     "torch": load_torch,
     "ctranslate2": load_ctranslate2,
 }
@@ -314,12 +315,16 @@ def translate_stream(render: Render, source: BinaryIO, out: BinaryIO, *, interac
 @click.option("--quantization", type=click.Choice(QUANTIZATIONS), default=None,
               help="ctranslate2 weight type, e.g. int8.  "
               "[default: float32, or what --model was exported with]")
+@click.option("--exact-search", is_flag=True,
+              help="ctranslate2: reproduce the torch decoder's search and scores exactly (slower) "
+              "instead of CTranslate2's own.")
 def command(
     model_dir: Path, beam: int | None, batch_tokens: int | None, device: str, n_best: int,
     input_file: Path | None, output_file: Path | None, backend: str, quantization: str | None,
+    exact_search: bool,
 ) -> None:
     """Translate raw text, one sentence a line (interactive when stdin is a terminal)."""
-    translator = BACKENDS[backend](model_dir, device, quantization)
+    translator = BACKENDS[backend](model_dir, device, quantization, exact_search)
     s = translator.settings
     check_settings(dataclasses.replace(s, beam=beam or s.beam, n_best=n_best))  # before reading any input
     render = renderer(translator, n_best, beam, batch_tokens)

@@ -96,7 +96,7 @@ def converted(request, tmp_path_factory) -> tuple[Seq2SeqBase, ct2.CT2Translator
     root = tmp_path_factory.mktemp("ct2")
     *config, seed = request.param
     model_dir, model = make_model_dir(root / "model", *config, seed=seed)
-    return model, ct2.CT2Translator(ct2.export(model_dir, root / "ct2"), "cpu")
+    return model, ct2.CT2Translator(ct2.export(model_dir, root / "ct2"), "cpu", exact=True)
 
 
 def test_greedy_tokens_and_scores_equal_the_torch_decoder(converted) -> None:
@@ -137,6 +137,29 @@ def test_every_ct2_hypothesis_carries_its_exact_score(converted) -> None:
         for h in hyps:
             assert len(h.tokens) <= int(MAX_LEN_A * len(src) + MAX_LEN_B)
             assert h.score == pytest.approx(teacher_forced_score(model, src, h.tokens), abs=1e-3)
+
+
+def test_native_search_greedy_equals_the_torch_decoder_and_reports_ct2_scores(converted) -> None:
+    """CTranslate2's own search (the default): greedy is the same argmax path as ours; its beam
+    hypotheses keep their length limit and carry CT2's score, sum of log-probs / length^alpha."""
+    model, exact = converted
+    native = ct2.CT2Translator(exact.ct2_dir, "cpu")
+    assert not native.exact
+    seqs = random_seqs(40, native.vocab.src_size, seed=1)
+    want = torch_decode(model, seqs, beam=1)
+    got = native.search_ids(seqs, settings(native, beam=1))
+    limits = [int(MAX_LEN_A * len(s) + MAX_LEN_B) for s in seqs]
+    free = [i for i, (h, n) in enumerate(zip(want, limits)) if len(h[0].tokens) < n]
+    assert len(free) >= 10 and all(got[i][0].tokens == want[i][0].tokens for i in free)
+    beams = native.search_ids(seqs[:8], settings(native, beam=4, n_best=2))
+    for src, hyps in zip(seqs[:8], beams):
+        assert 1 <= len(hyps) <= 2
+        for h in hyps:
+            assert len(h.tokens) <= int(MAX_LEN_A * len(src) + MAX_LEN_B)
+            if len(h.tokens) < int(MAX_LEN_A * len(src) + MAX_LEN_B):  # ended in EOS, scored with it
+                raw = teacher_forced_score(model, src, h.tokens, alpha=0.0)
+                assert h.score == pytest.approx(raw / (len(h.tokens) + 1) ** native.settings.length_penalty,
+                                                abs=2e-3)
 
 
 def test_translate_keeps_blank_lines_and_order(converted) -> None:
