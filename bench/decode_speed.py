@@ -240,7 +240,8 @@ def measure(
         median = statistics.median(seconds[(system, precision), task])
         log(f"{system:20s} {precision:5s} {task:14s} {n / median:8.1f} sentences/s")
         for metric, value in (("sentences_per_s", n / median), ("tokens_per_s", n * steps / median)):
-            rows.append(dict(system=system, task=task, precision=precision, metric=metric, value=round(value, 2)))
+            rows.append(dict(system=system, task=task, precision=precision, metric=metric,
+                             value=round(value, 2)))
     return rows
 
 
@@ -355,10 +356,10 @@ def decode_section(
     backend = {r["system"]: r["value"] for r in rows if r["task"] == BACKEND_TASK}
     if len(backend) == 2:
         ratio = backend["pipeline-ct2-backend"] / backend["ctranslate2-direct"]
-        out += ["", "The CTranslate2 backend (`translate --backend ctranslate2`: raw text in, detokenized text "
-                "out, CTranslate2's own search) against CTranslate2's translate_batch called directly on the "
-                "same sentences' pieces, in the same batches, beam 5, fp32, the trained model, real test "
-                "sentences (median of the interleaved passes):", "",
+        out += ["", "The CTranslate2 backend (`translate --backend ctranslate2`: raw text in, detokenized "
+                "text out, CTranslate2's own search) against CTranslate2's translate_batch called directly "
+                "on the same sentences' pieces, in the same batches, beam 5, fp32, the trained model, real "
+                "test sentences (median of the interleaved passes):", "",
                 "| system | sentences/s |", "|---|---:|",
                 f"| ctranslate2 direct (translate_batch) | {backend['ctranslate2-direct']:.1f} |",
                 f"| this project's ctranslate2 backend | {backend['pipeline-ct2-backend']:.1f} "

@@ -471,8 +471,9 @@ def memory(setup: Setup, max_tokens: int, seed: int, say: Callable[[str], None])
         say(f"{pairs:,} pairs, {probe['tokens']:,.0f} tokens: heap peak {probe['heap_peak']:.1f} MB, "
             f"peak RSS {probe['peak']:.0f} MB (after imports {probe['baseline']:.0f} MB), "
             f"index {index_bytes / 2**20:.1f} MB")
-        metrics = dict(index_mb=index_bytes / 2**20, tokens=probe["tokens"], baseline_rss_mb=probe["baseline"],
-                       after_load_rss_mb=probe["after_load"], after_batches_rss_mb=probe["after_batches"],
+        metrics = dict(index_mb=index_bytes / 2**20, tokens=probe["tokens"],
+                       baseline_rss_mb=probe["baseline"], after_load_rss_mb=probe["after_load"],
+                       after_batches_rss_mb=probe["after_batches"],
                        peak_rss_mb=probe["peak"], peak_growth_mb=probe["peak"] - probe["baseline"],
                        heap_after_load_mb=probe["heap_after_load"],
                        heap_after_batches_mb=probe["heap_after_batches"], heap_peak_mb=probe["heap_peak"],
@@ -572,26 +573,29 @@ def real_table(v: dict, setup: Setup, precisions: list[str]) -> list[str]:
 def memory_table(v: dict, setup: Setup) -> list[str]:
     get = lambda n, x, m: v.get(("data-path", memory_task(n, x), "-", m), float("nan"))  # noqa: E731
     out = ["Data path only (load the .bin/.idx, one epoch's token batches, collate the first "
-           f"{setup.memory_batches}; no model), each in a fresh process. Heap: tracemalloc's peak (Python and "
-           "numpy allocations) after each step. RSS: VmHWM, restarted after the imports "
+           f"{setup.memory_batches}; no model), each in a fresh process. Heap: tracemalloc's peak (Python "
+           "and numpy allocations) after each step. RSS: VmHWM, restarted after the imports "
            "(/proc/self/clear_refs); it also counts the memory-mapped corpus pages that collation touched, "
            "which are file-backed and clean (page cache the kernel reclaims at will). MB:", "",
            "| pairs | tokens (both sides) | index (.idx, both sides) | heap after load | after batching | "
            "heap peak | RSS peak - imports | RssAnon at end | RssFile at end |",
            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for n, x in setup.memory_corpora:
-        cells = [get(n, x, m) for m in ("index_mb", "heap_after_load_mb", "heap_after_batches_mb",
-                                        "heap_peak_mb", "peak_growth_mb", "rss_anon_end_mb", "rss_file_end_mb")]
+        metrics = ("index_mb", "heap_after_load_mb", "heap_after_batches_mb", "heap_peak_mb",
+                   "peak_growth_mb", "rss_anon_end_mb", "rss_file_end_mb")
+        cells = [get(n, x, m) for m in metrics]
         out.append(f"| {n:,} | {get(n, x, 'tokens'):,.0f} | " + " | ".join(f"{c:.1f}" for c in cells) + " |")
-    (small, _), (large, _) = min(setup.memory_corpora), max(setup.memory_corpora)
+    large = max(n for n, _ in setup.memory_corpora)
     ratio = get(large, 1, "heap_peak_mb") / get(large, 1, "index_mb")
     longer = max(x for n, x in setup.memory_corpora if n == large)
+    tokens, long_tokens = get(large, 1, "tokens"), get(large, longer, "tokens")
+    heap, long_heap = get(large, 1, "heap_peak_mb"), get(large, longer, "heap_peak_mb")
     out += ["", f"The heap holds the index (16 bytes a pair: two int64 offsets), int32 lengths (8 bytes) "
             f"and one epoch's batch order; its peak, in the epoch's sort, is {ratio:.1f}x the index at "
             f"{large:,} pairs. It grows with the number of pairs, as the index does, and not with the "
-            f"corpus's tokens: {longer}x longer sentences ({get(large, longer, 'tokens'):,.0f} tokens instead "
-            f"of {get(large, 1, 'tokens'):,.0f}) leave the heap peak at {get(large, longer, 'heap_peak_mb'):.1f} "
-            f"MB against {get(large, 1, 'heap_peak_mb'):.1f} MB; the token ids stay on disk, memory-mapped.", ""]
+            f"corpus's tokens: {longer}x longer sentences ({long_tokens:,.0f} tokens instead of "
+            f"{tokens:,.0f}) leave the heap peak at {long_heap:.1f} MB against {heap:.1f} MB; the token ids "
+            "stay on disk, memory-mapped.", ""]
     return out
 
 
