@@ -75,14 +75,13 @@ from torch import nn
 
 from pipeline import checkpoint
 from pipeline import params as P
-from pipeline.clean import normalize
 from pipeline.errors import UserError
 from pipeline.files import atomic_path, write_json
 from pipeline.model import Transformer
 from pipeline.params import DecodeParams
 from pipeline.search import BANNED, Hypothesis, SearchStats, fit_to_model, length_penalty
 from pipeline.tokens import EOS
-from pipeline.translate import QUANTIZATIONS, Translation, check_settings
+from pipeline.translate import QUANTIZATIONS, TextTranslator
 from pipeline.vocab import Vocab
 
 log = logging.getLogger(__name__)
@@ -297,8 +296,8 @@ class _Found:
     complete: bool  # ended in EOS (else cut at max_len, to rescore)
 
 
-class CT2Translator:
-    """The Translator interface (translate / translate_nbest) over a ctranslate2.Translator."""
+class CT2Translator(TextTranslator):
+    """The ctranslate2 backend: a TextTranslator over a ctranslate2.Translator."""
 
     def __init__(self, ct2_dir: Path, device: str = "auto", settings: DecodeParams | None = None,
                  threads: int = 0, exact: bool = False):
@@ -325,42 +324,6 @@ class CT2Translator:
                  settings: DecodeParams | None = None, exact: bool = False) -> "CT2Translator":
         """A model directory (converted on first use) or an export-ct2 directory."""
         return cls(resolve(Path(model_dir), quantization), device, settings, exact=exact)
-
-    def translate(self, lines: Sequence[str], *, beam: int | None = None, length_penalty: float | None = None,
-                  batch_tokens: int | None = None, stats: SearchStats | None = None) -> list[str]:
-        """One detokenized 1-best translation per line; None settings come from self.settings."""
-        s = self._settings(beam, length_penalty, batch_tokens, 1)
-        return [self.vocab.decode_tgt(hyps[0].tokens) for hyps in self.search(lines, s, stats)]
-
-    def translate_nbest(self, lines: Sequence[str], n_best: int | None = None, *, beam: int | None = None,
-                        length_penalty: float | None = None, batch_tokens: int | None = None,
-                        stats: SearchStats | None = None) -> list[list[Translation]]:
-        """Up to n_best translations per line, best first, with their GNMT-normalized scores."""
-        s = self._settings(beam, length_penalty, batch_tokens, n_best or self.settings.n_best)
-        return [
-            [Translation(self.vocab.decode_tgt(h.tokens), h.score) for h in hyps]
-            for hyps in self.search(lines, s, stats)
-        ]
-
-    def _settings(
-        self, beam: int | None, alpha: float | None, batch_tokens: int | None, n_best: int
-    ) -> DecodeParams:
-        s = self.settings
-        settings = dataclasses.replace(
-            s, beam=s.beam if beam is None else beam,
-            length_penalty=s.length_penalty if alpha is None else alpha,
-            batch_tokens=s.batch_tokens if batch_tokens is None else batch_tokens, n_best=n_best,
-        )
-        check_settings(settings)
-        return settings
-
-    def search(
-        self, lines: Sequence[str], s: DecodeParams, stats: SearchStats | None = None
-    ) -> list[list[Hypothesis]]:
-        """Raw lines -> per line its n_best hypotheses (our ids), as translate_ids gives them."""
-        texts = [normalize(line) for line in lines]
-        ids = [seq if text else [] for text, seq in zip(texts, self.vocab.encode_src(texts))]
-        return self.search_ids(ids, s, stats)
 
     def search_ids(self, seqs: Sequence[Sequence[int]], s: DecodeParams,
                    stats: SearchStats | None = None) -> list[list[Hypothesis]]:

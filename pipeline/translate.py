@@ -14,8 +14,9 @@ are not UTF-8 become U+FFFD, and the number of lines that had any is reported
 once on stderr at the end. Output is always UTF-8, whatever the locale.
 
 With --n-best K the output is in the Moses/fairseq n-best format,
-`i ||| hypothesis ||| score`, i the 0-based input line, score the
-length-normalized log-probability the search ranked by; up to K lines per
+`i ||| hypothesis ||| score`, i the 0-based input line, score what the
+search ranked by (the GNMT-normalized log-probability; CTranslate2's own
+search reports its sum / length^alpha); up to K lines per
 input, best first (a blank line, or a search space smaller than K, gives
 fewer, but always at least one).
 
@@ -24,7 +25,7 @@ here; "ctranslate2" (pipeline/ct2.py, the optional `ct2` extra) runs a
 CTranslate2 conversion of the same model, made on first use beside the model
 directory (or an export-ct2 directory given as --model), with weights in
 --quantization (float32 by default; int8 is faster on CPU). A backend is a
-loader in BACKENDS returning an object with translate / translate_nbest.
+loader in BACKENDS returning a TextTranslator.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ import itertools
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterable, Iterator, Protocol, Sequence
+from typing import BinaryIO, Callable, Iterable, Iterator, Sequence
 
 import click
 import torch
@@ -55,7 +56,7 @@ CHUNK_LINES = 5000  # lines searched together: enough to sort into full batches,
 
 @dataclass
 class Translation:
-    """One detokenized hypothesis and its length-normalized log-probability."""
+    """One detokenized hypothesis and the length-normalized log-probability it was ranked by."""
 
     text: str
     score: float
@@ -82,8 +83,74 @@ def check_settings(s: DecodeParams) -> None:
         raise UserError(f"length penalty {s.length_penalty} must be non-negative")
 
 
-class Translator:
-    """A model, its vocabulary and decoding settings: raw lines in, detokenized lines out."""
+class TextTranslator:
+    """Raw lines in, detokenized lines out, for any backend: subclasses set `vocab` and `settings`
+    and provide `search_ids` (source ids -> per input its n_best hypotheses, in input order)."""
+
+    vocab: Vocab
+    settings: DecodeParams
+
+    def search_ids(
+        self, seqs: Sequence[Sequence[int]], s: DecodeParams, stats: SearchStats | None = None
+    ) -> list[list[Hypothesis]]:
+        raise NotImplementedError
+
+    def search(
+        self, lines: Sequence[str], s: DecodeParams, stats: SearchStats | None = None
+    ) -> list[list[Hypothesis]]:
+        """Raw lines -> per line its hypotheses; a blank line gets an empty source (and output)."""
+        texts = [normalize(line) for line in lines]
+        ids = [seq if text else [] for text, seq in zip(texts, self.vocab.encode_src(texts))]
+        return self.search_ids(ids, s, stats)
+
+    def translate(
+        self,
+        lines: Sequence[str],
+        *,
+        beam: int | None = None,
+        length_penalty: float | None = None,
+        batch_tokens: int | None = None,
+        stats: SearchStats | None = None,
+    ) -> list[str]:
+        """One detokenized 1-best translation per line; None settings come from self.settings."""
+        settings = self._settings(beam, length_penalty, batch_tokens, n_best=1)
+        return [self.vocab.decode_tgt(hyps[0].tokens) for hyps in self.search(lines, settings, stats)]
+
+    def translate_nbest(
+        self,
+        lines: Sequence[str],
+        n_best: int | None = None,
+        *,
+        beam: int | None = None,
+        length_penalty: float | None = None,
+        batch_tokens: int | None = None,
+        stats: SearchStats | None = None,
+    ) -> list[list[Translation]]:
+        """Up to n_best (default: settings.n_best) translations per line, best first, with the
+        scores the backend ranked them by."""
+        settings = self._settings(beam, length_penalty, batch_tokens, n_best=n_best or self.settings.n_best)
+        return [
+            [Translation(self.vocab.decode_tgt(h.tokens), h.score) for h in hyps]
+            for hyps in self.search(lines, settings, stats)
+        ]
+
+    def _settings(
+        self, beam: int | None, length_penalty: float | None, batch_tokens: int | None, n_best: int
+    ) -> DecodeParams:
+        s = self.settings
+        settings = dataclasses.replace(
+            s,
+            beam=s.beam if beam is None else beam,
+            length_penalty=s.length_penalty if length_penalty is None else length_penalty,
+            batch_tokens=s.batch_tokens if batch_tokens is None else batch_tokens,
+            n_best=n_best,
+        )
+        check_settings(settings)
+        return settings
+
+
+class Translator(TextTranslator):
+    """The torch backend: a model, its vocabulary and decoding settings."""
 
     def __init__(
         self, model: Seq2SeqBase, vocab: Vocab, params: Params, settings: DecodeParams, device: torch.device
@@ -114,80 +181,17 @@ class Translator:
                 )
         return cls(model, vocab, params, settings or params.decode, resolve_device(device))
 
-    def translate(
-        self,
-        lines: Sequence[str],
-        *,
-        beam: int | None = None,
-        length_penalty: float | None = None,
-        batch_tokens: int | None = None,
-        stats: SearchStats | None = None,
-    ) -> list[str]:
-        """One detokenized 1-best translation per line; None settings come from self.settings."""
-        settings = self._settings(beam, length_penalty, batch_tokens, n_best=1)
-        return [self.vocab.decode_tgt(hyps[0].tokens) for hyps in self._search(lines, settings, stats)]
-
-    def translate_nbest(
-        self,
-        lines: Sequence[str],
-        n_best: int | None = None,
-        *,
-        beam: int | None = None,
-        length_penalty: float | None = None,
-        batch_tokens: int | None = None,
-        stats: SearchStats | None = None,
-    ) -> list[list[Translation]]:
-        """Up to n_best (default: settings.n_best) translations per line, best first, with their scores."""
-        settings = self._settings(beam, length_penalty, batch_tokens, n_best=n_best or self.settings.n_best)
-        return [
-            [Translation(self.vocab.decode_tgt(h.tokens), h.score) for h in hyps]
-            for hyps in self._search(lines, settings, stats)
-        ]
-
-    def _settings(
-        self, beam: int | None, length_penalty: float | None, batch_tokens: int | None, n_best: int
-    ) -> DecodeParams:
-        s = self.settings
-        settings = dataclasses.replace(
-            s,
-            beam=s.beam if beam is None else beam,
-            length_penalty=s.length_penalty if length_penalty is None else length_penalty,
-            batch_tokens=s.batch_tokens if batch_tokens is None else batch_tokens,
-            n_best=n_best,
-        )
-        check_settings(settings)
-        return settings
-
-    def _search(
-        self, lines: Sequence[str], s: DecodeParams, stats: SearchStats | None
+    def search_ids(
+        self, seqs: Sequence[Sequence[int]], s: DecodeParams, stats: SearchStats | None = None
     ) -> list[list[Hypothesis]]:
-        texts = [normalize(line) for line in lines]
-        ids = [seq if text else [] for text, seq in zip(texts, self.vocab.encode_src(texts))]
         return translate_ids(
-            self.model, ids, beam=s.beam, length_penalty=s.length_penalty, max_len_a=s.max_len_a,
+            self.model, seqs, beam=s.beam, length_penalty=s.length_penalty, max_len_a=s.max_len_a,
             max_len_b=s.max_len_b, batch_tokens=s.batch_tokens, device=self.device, n_best=s.n_best,
             stats=stats,
         )
 
 
-class Backend(Protocol):
-    """What the translate command needs of a backend (Translator is the torch one)."""
-
-    settings: DecodeParams
-
-    def translate(
-        self, lines: Sequence[str], *, beam: int | None = ..., batch_tokens: int | None = ...
-    ) -> list[str]:
-        ...
-
-    def translate_nbest(
-        self, lines: Sequence[str], n_best: int | None = ..., *, beam: int | None = ...,
-        batch_tokens: int | None = ...,
-    ) -> list[list[Translation]]:
-        ...
-
-
-def load_torch(model_dir: Path, device: str, quantization: str | None, exact: bool = True) -> Backend:
+def load_torch(model_dir: Path, device: str, quantization: str | None, exact: bool = True) -> TextTranslator:
     """The reference search itself: `exact` changes nothing."""
     if quantization not in (None, "float32"):
         raise UserError(
@@ -196,14 +200,14 @@ def load_torch(model_dir: Path, device: str, quantization: str | None, exact: bo
     return Translator.from_dir(model_dir, device)
 
 
-def load_ctranslate2(model_dir: Path, device: str, quantization: str | None, exact: bool = False) -> Backend:
+def load_ctranslate2(model_dir: Path, device: str, quantization: str | None, exact: bool = False) -> TextTranslator:
     from pipeline import ct2  # imported on use: ctranslate2 is an optional extra
 
     return ct2.CT2Translator.from_dir(model_dir, device, quantization, exact=exact)
 
 
 # (model_dir, device, quantization or None, exact search) -> a backend
-BACKENDS: dict[str, Callable[[Path, str, str | None, bool], Backend]] = {
+BACKENDS: dict[str, Callable[[Path, str, str | None, bool], TextTranslator]] = {
     "torch": load_torch,
     "ctranslate2": load_ctranslate2,
 }
@@ -246,7 +250,7 @@ def one_line(text: str) -> str:
 Render = Callable[[list[str], int], list[str]]  # input lines, number of the first -> output lines
 
 
-def renderer(translator: Backend, n_best: int, beam: int | None, batch_tokens: int | None) -> Render:
+def renderer(translator: TextTranslator, n_best: int, beam: int | None, batch_tokens: int | None) -> Render:
     """Output lines for a chunk of input: plain translations, or `i ||| hyp ||| score` rows."""
 
     def plain(lines: list[str], first: int) -> list[str]:
