@@ -117,7 +117,8 @@ class FeedForward(nn.Module):
         super().__init__()
         self.up = nn.Linear(cfg.d_model, cfg.d_ff)
         self.down = nn.Linear(cfg.d_ff, cfg.d_model)
-        self.activation = nn.ReLU() if cfg.activation == "relu" else nn.GELU()
+        # In place: the up-projection's output is not needed again (one D x d_ff buffer less a call).
+        self.activation = nn.ReLU(inplace=True) if cfg.activation == "relu" else nn.GELU()
         self.dropout = Dropout(cfg.activation_dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -338,7 +339,9 @@ class Transformer(Seq2SeqBase):
         caches = [LayerCache() for _ in self.decoder]
         for layer, cache in zip(self.decoder, caches):
             k, v = layer.cross_attn.kv(memory).chunk(2, dim=-1)
-            cache.cross_attn.k, cache.cross_attn.v = layer.cross_attn._split(k), layer.cross_attn._split(v)
+            # Contiguous once here, or every step's attention would copy them (a strided view).
+            cache.cross_attn.k = layer.cross_attn._split(k).contiguous()
+            cache.cross_attn.v = layer.cross_attn._split(v).contiguous()
         positions = torch.zeros(src.size(0), dtype=torch.long, device=src.device)
         return DecoderState(caches, positions, memory_mask=src_mask)
 

@@ -158,8 +158,12 @@ def step_log_probs(logits: torch.Tensor, force_eos: torch.Tensor, ban_eos: bool 
     ban_eos refuses EOS in the other rows (before a minimum length). Forced rows are
     written by index, and only when there are any: a boolean-mask write touched all of
     R x V every step (about 5% of a beam-5 step at V = 8000, bench/decode_speed.py).
+    The log_softmax is written over `logits` (the caller's fresh step output, or its
+    float32 copy): a new R x V buffer a step cost more than the log_softmax itself
+    (freshly mapped pages), and the kernel reads each row whole before writing it.
     """
-    lprobs = F.log_softmax(logits.float(), dim=-1)
+    logits = logits.float()
+    lprobs = torch.log_softmax(logits, dim=-1, out=logits)
     lprobs[:, list(BANNED)] = float("-inf")
     if ban_eos:
         lprobs[:, EOS].masked_fill_(~force_eos, float("-inf"))
@@ -180,9 +184,13 @@ def top_candidates(
     """
     n, k = scores.shape
     V = lprobs.size(-1)
-    totals = (scores[:, :, None] + lprobs.view(n, k, V)).view(n, k * V)  # (n, k*V)
-    values, flat = totals.topk(min(2 * beam, k * V), dim=1)  # (n, 2K)
-    return values, flat // V, flat % V
+    # Each beam's own best 2K first: the sentence's 2K best are among them, and the
+    # sums are then taken over k x 2K candidates instead of k x V.
+    width = min(2 * beam, V)
+    best, words = lprobs.topk(width, dim=1)  # (n*k, 2K)
+    totals = (scores[:, :, None] + best.view(n, k, width)).view(n, k * width)
+    values, flat = totals.topk(min(2 * beam, k * width), dim=1)  # (n, 2K)
+    return values, flat // width, words.view(n, k * width).gather(1, flat)
 
 
 def finish(

@@ -22,6 +22,8 @@ from pipeline.search import (
     fit_to_model,
     length_batches,
     length_penalty,
+    step_log_probs,
+    top_candidates,
     translate_ids,
 )
 from pipeline.tokens import BOS, EOS, N_SPECIAL
@@ -244,3 +246,28 @@ def test_decoding_restores_the_training_mode() -> None:
     model = tiny_model().train()
     decode(model, [[5, 6]])
     assert model.training
+
+
+@pytest.mark.parametrize("k, vocab", [(1, 50), (4, 50), (4, 6), (5, 7)])
+def test_top_candidates_are_the_best_sums_over_all_extensions(k: int, vocab: int) -> None:
+    """Taking each beam's best 2K first selects exactly what ranking all k x V sums would."""
+    torch.manual_seed(k * vocab)
+    n, beam = 3, max(k, 2)
+    scores = torch.randn(n, k) * 3
+    lprobs = step_log_probs(torch.randn(n * k, vocab), torch.zeros(n * k, dtype=torch.bool))
+    values, parents, words = top_candidates(scores, lprobs, beam)
+    totals = (scores[:, :, None] + lprobs.view(n, k, vocab)).view(n, -1)  # every extension
+    width = min(2 * beam, int(totals.isfinite().sum(1).min()))
+    expected = totals.topk(width, dim=1)
+    assert torch.equal(values[:, :width], expected.values)
+    assert torch.equal(parents[:, :width] * vocab + words[:, :width], expected.indices)
+
+
+def test_step_log_probs_writes_over_its_input_and_equals_log_softmax() -> None:
+    logits = torch.randn(4, 12)
+    expected = F.log_softmax(logits, dim=-1)
+    expected[:, list(BANNED)] = float("-inf")
+    force = torch.tensor([False, True, False, False])
+    expected[1] = torch.where(torch.arange(12) == EOS, expected[1], float("-inf"))
+    got = step_log_probs(logits.clone(), force)
+    assert torch.equal(got, expected)
