@@ -11,9 +11,10 @@ respect to x is softmax(x) - (1 - eps) * onehot(t) - eps / V.
 `projected_loss` takes the decoder's hidden states and the output projection,
 not logits, and never holds the (tokens x V) logits: it projects a chunk of
 rows at a time and, since the loss is the end of the graph, computes that
-chunk's gradient right away while its logits are in cache. The backward pass only scales the stored gradients.
-On a 2-core CPU this removes most of the loss's cost (about a fifth of an
-update of the default model in bf16; bench/train_speed.py measures it).
+chunk's gradient right away while its logits are in cache. The backward pass
+only scales the stored gradients. On a 2-core CPU this removes most of the
+loss's cost (about a fifth of an update of the default model in bf16;
+bench/train_speed.py measures it).
 
 Symbols: N target tokens, D d_model, V vocabulary.
 """
@@ -27,7 +28,8 @@ import torch.nn.functional as F
 
 from pipeline.tokens import PAD
 
-CHUNK_ROWS = 1024  # rows projected at once; 1024 x 8k float32 logits = 32 MB, about L3 (measured best of 256-2048)
+# Rows projected at once: 1024 x 8k float32 logits = 32 MB, about L3 (measured best of 256-2048).
+CHUNK_ROWS = 1024
 
 
 def projected_loss(
@@ -42,8 +44,8 @@ def projected_loss(
     ignore_index=PAD, reduction="sum"), fused.
 
     hidden (..., D), weight (V, D), bias (V,) or None, target (...) -> scalar
-    float32; smoothing 0 is plain cross-entropy. PAD rows are dropped before the projection. Under autocast the
-    matmuls run in its dtype, the softmax in float32, as autocast would.
+    float32; smoothing 0 is plain cross-entropy. PAD rows are dropped before the projection.
+    Under autocast the matmuls run in its dtype, the softmax in float32, as autocast would.
     """
     keep = target != PAD
     hidden, target = hidden[keep], target[keep]  # (N, D), (N,)
@@ -82,7 +84,10 @@ class _ProjectedLoss(torch.autograd.Function):
             g[torch.arange(t.size(0), device=t.device), t] -= 1 - smoothing  # (n, V)
             g = g.to(dtype)
             grad_hidden[start : start + chunk_rows] = g @ w
-            grad_weight += g.t() @ h
+            if g.dtype == grad_weight.dtype:
+                grad_weight.addmm_(g.t(), h)  # accumulated in place: no (V, D) temporary
+            else:
+                grad_weight += g.t() @ h  # the autocast dtype's product, accumulated in float32
             if grad_bias is not None:
                 grad_bias += g.sum(0, dtype=torch.float32)
         return loss, grad_hidden, grad_weight, grad_bias
@@ -98,4 +103,5 @@ class _ProjectedLoss(torch.autograd.Function):
     def backward(ctx, grad_loss):
         grad_hidden, grad_weight, *rest = ctx.saved_tensors
         grad_bias = rest[0] * grad_loss if ctx.has_bias else None
-        return grad_hidden * grad_loss, (grad_weight * grad_loss).to(ctx.weight_dtype), grad_bias, None, None, None
+        grad_weight = (grad_weight * grad_loss).to(ctx.weight_dtype)
+        return grad_hidden * grad_loss, grad_weight, grad_bias, None, None, None

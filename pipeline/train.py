@@ -596,8 +596,7 @@ class Trainer:
             what = f"{path} is from a run with other settings ({'; '.join(changes[:4])})"
             if on_change == "refuse":
                 raise UserError(
-                    f"{what}; delete {self.paths.ckpt_dir} to train afresh, "
-                    "or restore those settings to resume"
+                    f"{what}; delete {self.paths.ckpt_dir} to train afresh, or undo those changes to resume"
                 )
             self.say(f"train: {what}; deleting {self.paths.ckpt_dir} and starting afresh")
             if self.dist.main:
