@@ -42,7 +42,9 @@ def load(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str
     if not path.is_file():
         raise UserError(f"{path}: no such checkpoint; train a model first (dvc repro train)")
     if not zipfile.is_zipfile(path):  # torch.save writes a zip; anything else is damaged or foreign
-        raise UserError(f"{path}: truncated or corrupt checkpoint (not a torch zip archive); retrain or restore it")
+        raise UserError(
+            f"{path}: truncated or corrupt checkpoint (not a torch zip archive); retrain or restore it"
+        )
     try:
         obj = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as e:
@@ -51,7 +53,9 @@ def load(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str
             "only load checkpoints you trust, and re-save them as plain state dicts"
         )
     except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as e:
-        raise UserError(f"{path}: truncated or corrupt checkpoint ({type(e).__name__}); retrain or restore it")
+        raise UserError(
+            f"{path}: truncated or corrupt checkpoint ({type(e).__name__}); retrain or restore it"
+        )
     if not isinstance(obj, dict):
         raise UserError(f"{path}: not a checkpoint of this pipeline (a {type(obj).__name__}, not a dict)")
     return obj
@@ -80,7 +84,9 @@ def model_payload(model: Seq2SeqBase, params: P.Params, src_vocab: int, tgt_voca
 def restore_model(obj: dict[str, Any], source: str | Path) -> tuple[Seq2SeqBase, P.Params]:
     """Rebuild the model a payload describes and load its weights; clear errors on mismatch."""
     if obj.get("format") != FORMAT:
-        raise UserError(f"{source}: not a model of this pipeline (format {obj.get('format')!r}, expected {FORMAT!r})")
+        raise UserError(
+            f"{source}: not a model of this pipeline (format {obj.get('format')!r}, expected {FORMAT!r})"
+        )
     params = P.from_dict(obj["params"])
     model = build_model(params.model, obj["src_vocab"], obj["tgt_vocab"])
     load_weights(model, obj["model"], source)
@@ -94,8 +100,8 @@ def load_weights(model: torch.nn.Module, state: dict[str, torch.Tensor], source:
     unexpected = sorted(set(state) - set(expected))
     if missing or unexpected:
         raise UserError(
-            f"{source}: weights are for a different architecture "
-            f"(missing {missing[:2]}, unexpected {unexpected[:2]}); check model.* params against the checkpoint"
+            f"{source}: weights are for a different architecture (missing {missing[:2]}, "
+            f"unexpected {unexpected[:2]}); check model.* params against the checkpoint"
         )
     for name, tensor in state.items():
         if tensor.shape != expected[name].shape:

@@ -304,7 +304,9 @@ def command(params_file: Path, source: str, out: Optional[Path], all_commits: bo
             raise UserError(f"{e}; set MLFLOW_TRACKING_URI or run this from the project root")
         if frame.empty:
             uri = tracking.tracking_uri()
-            raise UserError(f"no runs in the MLflow experiment {experiment!r} at {uri} yet; run `dvc exp run`")
+            raise UserError(
+                f"no runs in the MLflow experiment {experiment!r} at {uri} yet; run `dvc exp run`"
+            )
     click.echo(experiments_markdown(frame))
     if out is not None:
         write_table(frame, out)

@@ -130,10 +130,11 @@ class EncoderLayer(nn.Module):
 
     def __init__(self, cfg: ModelParams):
         super().__init__()
-        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout, self_attention=True)
+        d, h, p = cfg.d_model, cfg.n_heads, cfg.attention_dropout
+        self.self_attn = MultiHeadAttention(d, h, p, self_attention=True)
         self.ffn = FeedForward(cfg)
         pre = cfg.norm == "pre"
-        self.sub = nn.ModuleList(Residual(cfg.d_model, cfg.dropout, pre) for _ in range(2))
+        self.sub = nn.ModuleList(Residual(d, cfg.dropout, pre) for _ in range(2))
 
     def forward(self, x: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
         """x (B, S, D), src_mask (B, 1, 1, S) -> (B, S, D)."""
@@ -247,7 +248,11 @@ class Seq2SeqBase(nn.Module):
         self.out_bias = nn.Parameter(torch.zeros(vocab)) if cfg.output_bias else None
 
     def forward(
-        self, src: torch.Tensor, tgt_in: torch.Tensor, target: torch.Tensor | None = None, smoothing: float = 0.0
+        self,
+        src: torch.Tensor,
+        tgt_in: torch.Tensor,
+        target: torch.Tensor | None = None,
+        smoothing: float = 0.0,
     ) -> torch.Tensor:
         """Logits (B, T, V); or, given `target` (B, T), the label-smoothed loss summed over its
         non-PAD tokens, computed by pipeline.loss.projected_loss without holding the logits."""
@@ -305,7 +310,8 @@ class Transformer(Seq2SeqBase):
         super().__init__()
         self.cfg = cfg
         tgt_tokens = nn.Embedding(tgt_vocab, cfg.d_model, padding_idx=PAD)
-        src_tokens = tgt_tokens if cfg.tie_embeddings == "all" else nn.Embedding(src_vocab, cfg.d_model, padding_idx=PAD)
+        shared = cfg.tie_embeddings == "all"
+        src_tokens = tgt_tokens if shared else nn.Embedding(src_vocab, cfg.d_model, padding_idx=PAD)
         self.src_embed = Embedder(src_tokens, cfg)
         self.tgt_embed = Embedder(tgt_tokens, cfg)
         self.encoder = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_encoder_layers))
@@ -369,7 +375,8 @@ class DecoderOnly(Seq2SeqBase):
         self.cfg = cfg
         tokens = nn.Embedding(vocab, cfg.d_model, padding_idx=PAD)
         self.embed = Embedder(tokens, cfg)
-        self.blocks = nn.ModuleList(DecoderLayer(cfg, cross_attention=False) for _ in range(cfg.n_decoder_layers))
+        layers = range(cfg.n_decoder_layers)
+        self.blocks = nn.ModuleList(DecoderLayer(cfg, cross_attention=False) for _ in layers)
         self.norm = nn.LayerNorm(cfg.d_model) if cfg.norm == "pre" else nn.Identity()
         self._init_output(cfg, tokens, tie=cfg.tie_embeddings != "none")
         self.reset_parameters()

@@ -265,7 +265,9 @@ def validate(p: Params) -> None:
     _check(c.max_words >= 1, "clean.max_words", "must be at least 1")
     _check(c.max_ratio >= 1.0, "clean.max_ratio", "must be at least 1.0")
 
-    _check(b.vocab_size > N_SPECIAL + 2, "bpe.vocab_size", f"must exceed the {N_SPECIAL} special tokens plus 2")
+    _check(
+        b.vocab_size > N_SPECIAL + 2, "bpe.vocab_size", f"must exceed the {N_SPECIAL} special tokens plus 2"
+    )
     _check(0.9 <= b.character_coverage <= 1.0, "bpe.character_coverage", "must be within [0.9, 1.0]")
 
     for name in ("d_model", "n_heads", "d_ff", "n_layers", "max_positions"):
@@ -320,8 +322,9 @@ def validate(p: Params) -> None:
     _check(dec.beam >= 1, "decode.beam", "must be at least 1 (1 is greedy)")
     _check(1 <= dec.n_best <= dec.beam, "decode.n_best", f"must be within [1, decode.beam={dec.beam}]")
     _check(dec.length_penalty >= 0, "decode.length_penalty", "must be non-negative")
-    _check(dec.max_len_a >= 0 and dec.max_len_b >= 0, "decode.max_len_a", "max_len_a and max_len_b must be non-negative")
-    _check(dec.max_len_a > 0 or dec.max_len_b > 0, "decode.max_len_b", "max_len_a and max_len_b cannot both be 0")
+    limits = "max_len_a and max_len_b"
+    _check(dec.max_len_a >= 0 and dec.max_len_b >= 0, "decode.max_len_a", f"{limits} must be non-negative")
+    _check(dec.max_len_a > 0 or dec.max_len_b > 0, "decode.max_len_b", f"{limits} cannot both be 0")
     _check(dec.batch_tokens >= 1, "decode.batch_tokens", "must be at least 1")
 
 

@@ -91,7 +91,8 @@ class Decoder(Protocol):
 
     def step(self, tokens: torch.Tensor) -> torch.Tensor: ...  # (R, 1) -> (R, V)
 
-    def reorder(self, index: torch.Tensor, beams: int) -> None: ...  # keep rows `index` (R',), `beams` a sentence
+    # Keep rows `index` (R',), `beams` rows a sentence from now on.
+    def reorder(self, index: torch.Tensor, beams: int) -> None: ...
 
 
 class CachedDecoder:

@@ -46,5 +46,6 @@ def module_closure(module: str) -> list[Path]:
             if isinstance(node, ast.Import):
                 todo += [a.name for a in node.names if a.name.split(".")[0] == "pipeline"]
             elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "pipeline":
-                todo += [node.module] + [f"{node.module}.{a.name}" for a in node.names]  # from pipeline import x
+                # from pipeline import x: x may be a module
+                todo += [node.module] + [f"{node.module}.{a.name}" for a in node.names]
     return sorted(seen.values())

@@ -190,7 +190,8 @@ def fitting_sentences(data: ParallelData, cfg: P.ModelParams) -> np.ndarray:
 def code_fingerprint() -> dict[str, str]:
     """sha256 of every source file the train stage runs, by name: a saved run resumes only
     under the code that wrote it (dvc.yaml re-runs the stage when any of them changes)."""
-    return {path.name: hashlib.sha256(path.read_bytes()).hexdigest() for path in module_closure("pipeline.train")}
+    files = module_closure("pipeline.train")
+    return {path.name: hashlib.sha256(path.read_bytes()).hexdigest() for path in files}
 
 
 def data_fingerprint(bin_dir: Path, vocab: Vocab) -> str:

@@ -200,7 +200,9 @@ def load_torch(model_dir: Path, device: str, quantization: str | None, exact: bo
     return Translator.from_dir(model_dir, device)
 
 
-def load_ctranslate2(model_dir: Path, device: str, quantization: str | None, exact: bool = False) -> TextTranslator:
+def load_ctranslate2(
+    model_dir: Path, device: str, quantization: str | None, exact: bool = False
+) -> TextTranslator:
     from pipeline import ct2  # imported on use: ctranslate2 is an optional extra
 
     return ct2.CT2Translator.from_dir(model_dir, device, quantization, exact=exact)
