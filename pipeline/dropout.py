@@ -35,7 +35,11 @@ def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
         return x
     if x.device.type != "cpu" or p == 1.0:
         return F.dropout(x, p, training)
-    return torch.where(keep_mask(x.shape, p, x.device), x * (1.0 / (1.0 - p)), 0.0)
+    keep, scale = keep_mask(x.shape, p, x.device), 1.0 / (1.0 - p)
+    if x.dtype == torch.float32:
+        # One float32 multiplier (scale or 0): the backward pass is then a single product.
+        return x * torch.where(keep, scale, 0.0)
+    return torch.where(keep, x * scale, 0.0)  # a bf16 multiplier would round the scale
 
 
 class Dropout(nn.Module):

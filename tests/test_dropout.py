@@ -71,3 +71,15 @@ def test_the_seed_reproduces_the_mask_and_the_rng_state_resumes_it():
     torch.set_rng_state(state)
     assert torch.equal(dropout(x, 0.5, training=True), b)
     assert not torch.equal(a, b)
+
+
+def test_float32_and_bf16_paths_draw_the_same_mask_and_scale_alike():
+    """The float32 multiplier path keeps exactly the elements the bf16 path keeps, with x * scale."""
+    x = torch.randn(37, 29)
+    torch.manual_seed(5)
+    y32 = dropout(x, 0.3, training=True)
+    torch.manual_seed(5)
+    y16 = dropout(x.bfloat16(), 0.3, training=True)
+    assert torch.equal(y32 != 0, y16 != 0)
+    kept = y32 != 0
+    assert torch.equal(y32[kept], x[kept] * (1.0 / 0.7))
