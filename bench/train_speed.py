@@ -17,9 +17,10 @@ Not a test: it measures, in one run,
    in fp32 and bf16 autocast. The peers do the same math (loss, AdamW
    settings and decay groups, clipping, schedule) in stock torch code, so a
    faster implementation in pipeline.optim or train_step counts for ours.
-   Each (system, precision) cell warms up, then runs --repeats rounds of
-   --seconds / --repeats each, the systems in a shuffled order every round;
-   the median round is reported.
+   Each system warms up; then, per precision, --repeats rounds in which the
+   systems take turns one update at a time (shuffled every turn) until each
+   has run --seconds / --repeats; the median round is reported, and the
+   ratio within single rounds (lowest, highest) beside it.
 2. real batches (with --bin): our train step on the first --real-batches
    token-budget batches of the train split (max_tokens from params.yaml,
    shuffled, seed), real target tokens/s and the padding fraction, against
@@ -44,6 +45,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
+import functools
 import json
 import math
 import os
@@ -294,15 +296,21 @@ def available_systems() -> list[str]:
 # --- timing -------------------------------------------------------------------------
 
 
-def measure(step_fn: Callable[[], Any], tokens_per_step: int, seconds: float) -> float:
-    """Tokens/s of calling step_fn until `seconds` have passed (whole steps, at least one)."""
-    steps, start = 0, time.perf_counter()
-    while True:
-        step_fn()
-        steps += 1
-        elapsed = time.perf_counter() - start
-        if elapsed >= seconds:
-            return steps * tokens_per_step / elapsed
+def measure_round(steps: dict[str, Callable[[], Any]], tokens_per_step: int, seconds: float,
+                  rng: random.Random) -> dict[str, float]:
+    """Tokens/s of each system over one round: the systems take turns, one whole update each, in a
+    shuffled order every turn, until each has run for about `seconds`; each system's updates are
+    timed alone. Turns of one update keep a drift in the machine's speed from favouring anyone."""
+    names = list(steps)
+    spent = dict.fromkeys(names, 0.0)
+    done = dict.fromkeys(names, 0)
+    while min(spent.values()) < seconds:
+        for name in rng.sample(names, len(names)):
+            start = time.perf_counter()
+            steps[name]()
+            spent[name] += time.perf_counter() - start
+            done[name] += 1
+    return {name: done[name] * tokens_per_step / spent[name] for name in names}
 
 
 def throughput(setup: Setup, params: P.Params, precisions: list[str], systems: list[str], seed: int,
@@ -318,10 +326,10 @@ def throughput(setup: Setup, params: P.Params, precisions: list[str], systems: l
                 step(batch)
         rates: dict[str, list[float]] = {name: [] for name in systems}
         for round_ in range(setup.repeats):
-            order = order_rng.sample(systems, len(systems))  # slow drift favours no one
-            for name in order:
-                rate = measure(lambda: steps[name](batch), batch.n_tgt_tokens, setup.seconds / setup.repeats)
-                rates[name].append(rate)
+            calls = {name: functools.partial(steps[name], batch) for name in systems}
+            measured = measure_round(calls, batch.n_tgt_tokens, setup.seconds / setup.repeats, order_rng)
+            for name in systems:
+                rates[name].append(measured[name])
             say(f"{precision} round {round_ + 1}/{setup.repeats}: "
                 + ", ".join(f"{n} {rates[n][-1]:,.0f}" for n in systems) + " tok/s")
         medians = {name: statistics.median(r) for name, r in rates.items()}
@@ -330,6 +338,11 @@ def throughput(setup: Setup, params: P.Params, precisions: list[str], systems: l
         if "ours" in medians and peers:
             rows.append(row("ours", setup.task, precision, "ratio_vs_faster_peer",
                             medians["ours"] / max(peers), digits=3))
+            # The same ratio within each round (ours against that round's faster peer): how far it moves.
+            per_round = [rates["ours"][i] / max(rates[n][i] for n in systems if n != "ours")
+                         for i in range(setup.repeats)]
+            rows += [row("ours", setup.task, precision, "round_ratio_min", min(per_round), digits=3),
+                     row("ours", setup.task, precision, "round_ratio_max", max(per_round), digits=3)]
     return rows
 
 
@@ -523,8 +536,10 @@ def train_section(rows: list[dict], setup: Setup, info: dict[str, str], command:
             f"batch of {setup.batch} x {setup.length} target tokens (no padding), the same for every system; "
             f"d_model {cfg.d_model}, {cfg.n_encoder_layers}+{cfg.n_decoder_layers} layers, FFN {cfg.d_ff}, "
             f"{cfg.n_heads} heads, vocabulary {setup.vocab}, dropout {cfg.dropout}. Median of "
-            f"{setup.repeats} round(s) of {setup.seconds / setup.repeats:g} s each (systems shuffled per "
-            f"round) after {setup.warmup} warm-up update(s). Target tokens/s:", ""]
+            f"{setup.repeats} round(s) of about {setup.seconds / setup.repeats:g} s of updates per system, "
+            f"after {setup.warmup} warm-up update(s); within a round the systems take turns one update at "
+            f"a time, in a shuffled order each turn, so a drift in the machine's speed hits all alike. "
+            f"Target tokens/s:", ""]
     systems = [s for s in SYSTEMS if any(k[0] == s and k[1] == setup.task for k in v)]
     out += ["| system | " + " | ".join(precisions) + " |", "|---|" + "---:|" * len(precisions)]
     for s in systems:
@@ -536,7 +551,13 @@ def train_section(rows: list[dict], setup: Setup, info: dict[str, str], command:
     for p in precisions:
         ratio = v.get(("ours", setup.task, p, "ratio_vs_faster_peer"))
         cells.append("-" if ratio is None else f"{ratio:.2f}x " + ("ok" if ratio >= BAR else "MISSED"))
-    out += [f"| ratio | {' | '.join(cells)} | >= {BAR}x |", ""]
+    out += [f"| ratio | {' | '.join(cells)} | >= {BAR}x |"]
+    spread = [tuple(v.get(("ours", setup.task, p, f"round_ratio_{m}")) for m in ("min", "max"))
+              for p in precisions]
+    if all(lo is not None for lo, _ in spread):
+        out.append("| single rounds, lowest-highest | "
+                   + " | ".join(f"{lo:.2f}-{hi:.2f}x" for lo, hi in spread) + " | |")
+    out.append("")
     if any(k[1] == REAL for k in v):
         out += real_table(v, setup, precisions)
     if any(k[0] == "data-path" for k in v):

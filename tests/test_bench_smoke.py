@@ -31,6 +31,9 @@ def test_smoke_rows_and_report(tmp_path: Path) -> None:
     for p in ("fp32", "bf16"):
         faster = max(v for (s, q), v in speed.items() if q == p and s != "ours")
         assert abs(ratios[p] - speed["ours", p] / faster) < 0.02 * ratios[p] + 1e-3
+    spread = {(r["precision"], r["metric"]): r["value"] for r in rows if r["metric"].startswith("round_ratio")}
+    for p in ("fp32", "bf16"):
+        assert 0 < spread[p, "round_ratio_min"] <= spread[p, "round_ratio_max"]
 
     real = {(r["precision"], r["metric"]): r["value"] for r in rows if r["task"] == "train_real_batches"}
     assert real["fp32", "tokens_per_s"] > 0 and real["bf16", "tokens_per_s"] > 0
@@ -52,4 +55,4 @@ def test_smoke_rows_and_report(tmp_path: Path) -> None:
     md = out_md.read_text()
     assert "<!-- decode:start -->\nkept\n<!-- decode:end -->" in md
     assert md.count("<!-- train:start -->") == 1 and md.count("<!-- train:end -->") == 1
-    assert "SMOKE RUN" in md and "ours / faster peer" in md
+    assert "SMOKE RUN" in md and "ours / faster peer" in md and "single rounds, lowest-highest" in md
