@@ -81,10 +81,19 @@ class MultiHeadAttention(nn.Module):
         q = self._split(self.q(x))
         if cache is not None and cache.k is not None:
             return q, cache.k, cache.v
-        k, v = map(self._split, self.kv(memory).chunk(2, dim=-1))
+        k, v = self.memory_kv(memory)
         if cache is not None:
             cache.k, cache.v = k, v
         return q, k, v
+
+    def memory_kv(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Cross-attention keys and values of memory (B, S, D): (B, H, S, Dh) each, contiguous.
+
+        Head-split views of the fused projection would be copied by every matmul that
+        reads them: once in training anyway, but at every decoding step from a cache.
+        """
+        k, v = self.kv(memory).chunk(2, dim=-1)
+        return self._split(k).contiguous(), self._split(v).contiguous()
 
     def forward(
         self,

@@ -344,10 +344,7 @@ class Transformer(Seq2SeqBase):
         memory, src_mask = self.encode(src)
         caches = [LayerCache() for _ in self.decoder]
         for layer, cache in zip(self.decoder, caches):
-            k, v = layer.cross_attn.kv(memory).chunk(2, dim=-1)
-            # Contiguous once here, or every step's attention would copy them (a strided view).
-            cache.cross_attn.k = layer.cross_attn._split(k).contiguous()
-            cache.cross_attn.v = layer.cross_attn._split(v).contiguous()
+            cache.cross_attn.k, cache.cross_attn.v = layer.cross_attn.memory_kv(memory)
         positions = torch.zeros(src.size(0), dtype=torch.long, device=src.device)
         return DecoderState(caches, positions, memory_mask=src_mask)
 

@@ -456,6 +456,8 @@ def test_beams_share_their_sentence_cross_attention_cache():
     fed[:, 0] = model.start_token
     want = model(src, tgt_in)  # (3, T, V)
     state = model.start(src)
+    # Stored contiguous, as every step's attention reads them (a strided view would be copied each time).
+    assert all(c.cross_attn.k.is_contiguous() and c.cross_attn.v.is_contiguous() for c in state.caches)
     model.step(fed[:, :1], state)
     expand = torch.tensor([0, 0, 1, 1, 2, 2])
     state.reorder(expand, beams=2)
