@@ -365,8 +365,7 @@ class CT2Translator(TextTranslator):
         results = self.translator.translate_batch(
             [self.vocab.src_pieces(src) for src in sources], beam_size=s.beam, num_hypotheses=s.n_best,
             length_penalty=s.length_penalty, return_scores=True, max_decoding_length=max(max_lens) + 1,
-            min_decoding_length=0,
-            max_input_length=0, suppress_sequences=self._banned,
+            min_decoding_length=0, max_input_length=0, suppress_sequences=self._banned,
             max_batch_size=max(s.batch_tokens // s.beam, 1), batch_type="tokens",
         )
         return [
