@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from pipeline.dropout import dropout
+from pipeline.linear import Linear
 
 
 @dataclass
@@ -54,11 +55,11 @@ class MultiHeadAttention(nn.Module):
         self.h, self.d_head = n_heads, d_model // n_heads
         self.self_attention = self_attention
         if self_attention:
-            self.qkv = nn.Linear(d_model, 3 * d_model)
+            self.qkv = Linear(d_model, 3 * d_model)
         else:
-            self.q = nn.Linear(d_model, d_model)
-            self.kv = nn.Linear(d_model, 2 * d_model)
-        self.out = nn.Linear(d_model, d_model)
+            self.q = Linear(d_model, d_model)
+            self.kv = Linear(d_model, 2 * d_model)
+        self.out = Linear(d_model, d_model)
         self.dropout = dropout
         self.record: list[torch.Tensor] | None = None  # set to a list to collect weights
 

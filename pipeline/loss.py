@@ -24,8 +24,8 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
-import torch.nn.functional as F
 
+from pipeline.linear import linear
 from pipeline.tokens import PAD
 
 # Rows projected at once: 1024 x 8k float32 logits = 32 MB, about L3 (measured best of 256-2048).
@@ -70,7 +70,7 @@ class _ProjectedLoss(torch.autograd.Function):
         for start in range(0, N, chunk_rows):
             h = hidden[start : start + chunk_rows].to(dtype)  # (n, D)
             t = target[start : start + chunk_rows]  # (n,)
-            logits = F.linear(h, w, b).float()  # (n, V): the matmul in the autocast dtype, the rest float32
+            logits = linear(h, w, b).float()  # (n, V): the matmul in the autocast dtype, the rest float32
             picked = logits.gather(1, t[:, None]).squeeze(1)  # (n,)
             total = logits.sum(-1)  # (n,)
             top = logits.amax(-1, keepdim=True)  # (n, 1)
@@ -83,7 +83,7 @@ class _ProjectedLoss(torch.autograd.Function):
             g = e.div_(norm).sub_(smoothing / V)  # softmax - eps / V
             g[torch.arange(t.size(0), device=t.device), t] -= 1 - smoothing  # (n, V)
             g = g.to(dtype)
-            grad_hidden[start : start + chunk_rows] = g @ w
+            grad_hidden[start : start + chunk_rows] = linear(g, w.t())  # g @ w
             if g.dtype == grad_weight.dtype:
                 grad_weight.addmm_(g.t(), h)  # accumulated in place: no (V, D) temporary
             else:

@@ -26,6 +26,7 @@ from torch import nn
 
 from pipeline.attention import KVCache, MultiHeadAttention
 from pipeline.dropout import Dropout
+from pipeline.linear import Linear, linear
 from pipeline.loss import projected_loss
 from pipeline.masks import causal_padding_mask, padding_mask
 from pipeline.params import ModelParams
@@ -115,14 +116,15 @@ class FeedForward(nn.Module):
 
     def __init__(self, cfg: ModelParams):
         super().__init__()
-        self.up = nn.Linear(cfg.d_model, cfg.d_ff)
-        self.down = nn.Linear(cfg.d_ff, cfg.d_model)
-        # In place: the up-projection's output is not needed again (one D x d_ff buffer less a call).
-        self.activation = nn.ReLU(inplace=True) if cfg.activation == "relu" else nn.GELU()
+        self.up = Linear(cfg.d_model, cfg.d_ff)
+        self.down = Linear(cfg.d_ff, cfg.d_model)
+        self.relu = cfg.activation == "relu"
         self.dropout = Dropout(cfg.activation_dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down(self.dropout(self.activation(self.up(x))))
+        # ReLU inside the up-projection (oneDNN's epilogue on CPU float32, else in place).
+        h = linear(x, self.up.weight, self.up.bias, relu=True) if self.relu else F.gelu(self.up(x))
+        return self.down(self.dropout(h))
 
 
 class EncoderLayer(nn.Module):
@@ -263,7 +265,7 @@ class Seq2SeqBase(nn.Module):
 
     def project(self, h: torch.Tensor) -> torch.Tensor:
         """(..., D) -> (..., V) logits."""
-        return F.linear(h, self.out_weight, self.out_bias)
+        return linear(h, self.out_weight, self.out_bias)
 
     @contextlib.contextmanager
     def recording_attention(self) -> Iterator[dict[str, list[torch.Tensor]]]:
