@@ -1,25 +1,37 @@
-"""Linear layers whose float32 CPU matmuls run on oneDNN rather than MKL.
+"""Linear layers whose float32 CPU matmuls run on oneDNN rather than MKL, where that is faster.
 
 torch computes a float32 `F.linear` on CPU with MKL's sgemm. On the AMD EPYC
 (Zen 4, AVX-512) this project is developed on, oneDNN's sgemm, which ships in
-the same torch build, is 10-30% faster at the model's shapes (measured:
-x (64 | 320 | 2048, 256) times weights (768 | 1024 | 8000, 256) and (256,
-1024); MKL 2024.2, oneDNN 3.12, 2 threads), with the same IEEE float32
-arithmetic: no TF32 or bf16 inside, results equal to MKL's within float32
-rounding of a different summation order. CTranslate2 makes the same choice
-(MKL on Intel CPUs only).
+the same torch build, is faster at the default model's large products and
+slower at small ones, because of its higher cost per call. MKL time / oneDNN
+time, x (M, K) times weight (N, K), 2 threads, MKL 2024.2, oneDNN 3.12:
 
-`linear` takes that route for float32 CPU tensors outside autocast and
-outside torch.compile (bf16 autocast already runs on oneDNN; compiled graphs
-choose their own kernels), and `F.linear` everywhere else. With gradients, the
-input's gradient (g @ W) runs on oneDNN too; the weight's (g^T @ x) stays on
-MKL, which is the faster of the two for that transposed product.
+    N x K        M=8    M=64   M=320  M=2048
+    256 x 256    0.56   0.86   1.02   1.08
+    768 x 256    1.00   1.05   1.05   1.00
+    1024 x 256   0.99   1.14   1.06   1.02
+    256 x 1024   1.50   1.18   1.10   1.12
+    8000 x 256   1.62   1.31   1.13   1.11
+    128 x 128    0.34   0.60   0.91   1.14
+    64 x 32      0.26   0.36   0.54   0.90
+
+So `linear` takes oneDNN for products of at least MIN_MACS = 2**23
+multiply-adds (M x N x K), and MKL below. The arithmetic is the same IEEE
+float32 (no TF32 or bf16 inside): results equal MKL's within float32 rounding
+of a different summation order. CTranslate2 makes a similar choice (MKL on
+Intel CPUs only).
+
+The route applies to float32 CPU tensors outside autocast and outside
+torch.compile (bf16 autocast already runs on oneDNN; compiled graphs choose
+their own kernels); `F.linear` everywhere else. With gradients, the input's
+gradient (g @ W, the same size of product) runs on oneDNN too; the weight's
+(g^T @ x) stays on MKL, the faster of the two for that transposed product.
 `relu=True` applies the ReLU inside the matmul's epilogue (one pass over the
 output less).
 
 PIPELINE_CPU_GEMM=mkl in the environment turns the route off (torch's default,
 MKL, everywhere): for a CPU where MKL is the faster, and to measure the
-difference (bench/README.md).
+difference (bench/gemm_choice.py).
 """
 
 from __future__ import annotations
@@ -36,6 +48,7 @@ _ONEDNN = (
     and torch.backends.mkldnn.is_available()
     and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 )
+MIN_MACS = 2**23  # multiply-adds of one product from which oneDNN is the faster (table above)
 
 
 def _onednn(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], relu: bool) -> torch.Tensor:
@@ -44,13 +57,15 @@ def _onednn(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
 
 
 def takes_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    """Whether `linear` runs these operands on oneDNN (float32 CPU, no autocast, not compiling)."""
+    """Whether `linear` runs these operands on oneDNN: float32 CPU, no autocast, not compiling,
+    a product of at least MIN_MACS multiply-adds."""
     return (
         _ONEDNN
+        and not torch.compiler.is_compiling()
         and x.device.type == "cpu"
         and x.dtype == weight.dtype == torch.float32
         and not torch.is_autocast_enabled("cpu")
-        and not torch.compiler.is_compiling()
+        and x.numel() // max(x.size(-1), 1) * weight.numel() >= MIN_MACS
     )
 
 

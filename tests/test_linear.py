@@ -9,11 +9,12 @@ from pipeline import linear as L
 needs_onednn = pytest.mark.skipif(not L._ONEDNN, reason="this torch build has no oneDNN (mkldnn) linear")
 
 
-def operands(seed: int, bias: bool = True):
+def operands(seed: int, bias: bool = True, rows: int = 256):
+    """x (2, rows / 2, 256), weight (512, 256): a product of 2**25 multiply-adds at 256 rows."""
     g = torch.Generator().manual_seed(seed)
-    x = torch.randn(3, 7, 16, generator=g)
-    w = torch.randn(24, 16, generator=g)
-    b = torch.randn(24, generator=g) if bias else None
+    x = torch.randn(2, rows // 2, 256, generator=g)
+    w = torch.randn(512, 256, generator=g) / 16
+    b = torch.randn(512, generator=g) if bias else None
     return x, w, b
 
 
@@ -24,8 +25,9 @@ def test_forward_and_gradients_equal_f_linear(relu, bias):
     x, w, b = operands(0, bias)
     leaves = [t.clone().requires_grad_() for t in (x, w) + ((b,) if bias else ())]
     refs = [t.detach().clone().requires_grad_() for t in leaves]
-    up = torch.randn(3, 7, 24, generator=torch.Generator().manual_seed(1))
+    up = torch.randn(2, 128, 512, generator=torch.Generator().manual_seed(1))
 
+    assert L.takes_onednn(x, w)
     y = L.linear(*leaves[:2], leaves[2] if bias else None, relu=relu)
     r = F.linear(*refs[:2], refs[2] if bias else None)
     r = F.relu(r) if relu else r
@@ -38,9 +40,11 @@ def test_forward_and_gradients_equal_f_linear(relu, bias):
 
 
 @needs_onednn
-def test_takes_onednn_only_for_float32_cpu_outside_autocast():
+def test_takes_onednn_only_for_large_float32_cpu_products_outside_autocast():
     x, w, _ = operands(0)
     assert L.takes_onednn(x, w)
+    small, _, _ = operands(0, rows=32)  # 2**22 multiply-adds: below MIN_MACS, MKL is the faster
+    assert not L.takes_onednn(small, w)
     assert not L.takes_onednn(x.double(), w.double())
     assert not L.takes_onednn(x.bfloat16(), w.bfloat16())
     with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -64,8 +68,8 @@ def test_the_route_is_really_onednn(monkeypatch):
 
 def test_linear_module_is_a_drop_in_nn_linear():
     torch.manual_seed(0)
-    ours = L.Linear(16, 24)
-    ref = torch.nn.Linear(16, 24)
+    ours = L.Linear(256, 512)
+    ref = torch.nn.Linear(256, 512)
     ref.load_state_dict(ours.state_dict())
     x, _, _ = operands(2)
     torch.testing.assert_close(ours(x), ref(x))
