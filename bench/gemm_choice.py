@@ -1,0 +1,162 @@
+"""What the float32 GEMM library buys: this project's fp32 training update and decoding with its
+linear layers on oneDNN (pipeline/linear.py, the default) and on MKL (torch's default, what
+PIPELINE_CPU_GEMM=mkl selects), side by side in one run.
+
+    python -m bench.gemm_choice --model data/model --split-file data/clean/test.src
+
+Not a test. The two systems are the same code on the same batches and differ
+only in the route pipeline.linear takes, switched around each call:
+- training: bench/train_speed.py's fp32 update of the default model on its
+  synthetic 128 x 16 batch (two trainers built from one seed), the systems
+  taking turns one update at a time, median of --repeats rounds;
+- decoding: bench/decode_speed.py's greedy and beam-5 passes of the trained
+  model (or random weights without --model), batches of 64, exactly 20 steps,
+  interleaved rounds, median.
+The peers of those benchmarks (HF Marian, torch.nn.Transformer, HF generate)
+run on torch's default, MKL: this shows how much of ours' lead over them is
+the GEMM library and how much the rest of the implementation.
+
+Rows {system: ours-onednn | ours-mkl, task, precision fp32, metric, value} are
+merged into --out, and the section between GEMM_START and GEMM_END of --md
+regenerated. --smoke: tiny sizes, seconds, writes only where told.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import random
+import statistics
+import sys
+from pathlib import Path
+from typing import Callable, Iterator
+
+import click
+import torch
+
+from bench import decode_speed as D
+from bench import train_speed as T
+from bench.common import merge_rows, write_section
+from pipeline import linear
+from pipeline import params as P
+from pipeline.files import write_json
+
+REPO = Path(__file__).resolve().parents[1]
+GEMM_START, GEMM_END = "<!-- gemm:start -->", "<!-- gemm:end -->"
+ONEDNN, MKL = "ours-onednn", "ours-mkl"
+
+
+@contextlib.contextmanager
+def mkl_gemms() -> Iterator[None]:
+    """pipeline.linear's oneDNN route off while inside: what PIPELINE_CPU_GEMM=mkl does for a process."""
+    saved = linear._ONEDNN
+    linear._ONEDNN = False
+    try:
+        yield
+    finally:
+        linear._ONEDNN = saved
+
+
+def on_mkl(fn: Callable) -> Callable:
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        with mkl_gemms():
+            return fn(*args, **kwargs)
+
+    return run
+
+
+def training(setup: T.Setup, params: P.Params, seed: int, say: Callable[[str], None]) -> list[dict]:
+    """fp32 update tokens/s with each GEMM library: median of shuffled turn-taking rounds."""
+    run = T.with_precision(params, setup.model, "fp32")
+    batch = T.synthetic_batch(setup.vocab, setup.batch, setup.length, seed)
+    steps = {ONEDNN: T.ours(run, setup.vocab, seed), MKL: on_mkl(T.ours(run, setup.vocab, seed))}
+    for step in steps.values():
+        for _ in range(setup.warmup):
+            step(batch)
+    rng, rates = random.Random(seed), {name: [] for name in steps}
+    for round_ in range(setup.repeats):
+        calls = {name: functools.partial(step, batch) for name, step in steps.items()}
+        for name, rate in T.measure_round(calls, batch.n_tgt_tokens, setup.seconds / setup.repeats,
+                                          rng).items():
+            rates[name].append(rate)
+        say(f"fp32 train round {round_ + 1}/{setup.repeats}: "
+            + ", ".join(f"{n} {r[-1]:,.0f}" for n, r in rates.items()) + " tok/s")
+    return [T.row(name, setup.task, "fp32", "tokens_per_s", statistics.median(r)) for name, r in rates.items()]
+
+
+def decoding(setup: D.Setup, model_dir: Path | None, split_file: Path | None, seed: int,
+             say: Callable[[str], None]) -> list[dict]:
+    """Greedy and beam-5 sentences/s of the KV-cached search with each GEMM library."""
+    subject = D.smoke_subject(seed) if setup.smoke else D.load_subject(model_dir, seed)
+    batches = D.make_batches(D.source_ids(subject, split_file, setup.sentences, seed), setup.batch_size)
+    with torch.inference_mode():
+        runner = D.torch_runner(subject.model, setup.steps, use_cache=True)
+        systems = {(ONEDNN, "fp32"): lambda: runner, (MKL, "fp32"): lambda: on_mkl(runner)}
+        return D.measure(systems, batches, setup.steps, setup.repeats, say, seed)
+
+
+def section(rows: list[dict], train_task: str, command: str, smoke: bool) -> str:
+    """The Markdown section: training tok/s and decoding sentences/s per GEMM library, and their ratio."""
+    metric = {train_task: "tokens_per_s", **{task: "sentences_per_s" for task in D.TASKS}}
+    value = {(r["system"], r["task"]): r["value"] for r in rows if metric.get(r["task"]) == r["metric"]}
+    columns = [(train_task, "fp32 training update, target tok/s"), ("decode_greedy", "greedy sent/s"),
+               ("decode_beam5", "beam 5 sent/s")]
+    title = "## float32 GEMMs: oneDNN against MKL (CPU)" + (" — SMOKE RUN, not a measurement" if smoke else "")
+    out = [GEMM_START, title, "",
+           "This project's own fp32 training update and decoding, with `pipeline/linear.py` routing the "
+           "linear layers to oneDNN (the default) and to MKL (torch's default; `PIPELINE_CPU_GEMM=mkl`), "
+           "interleaved in one run on the same batches. The peers above run on MKL.", "",
+           "| system | " + " | ".join(c for _, c in columns) + " |", "|---|" + "---:|" * len(columns)]
+    for system, label in ((ONEDNN, "ours, oneDNN GEMMs"), (MKL, "ours, MKL GEMMs")):
+        out.append(f"| {label} | " + " | ".join(f"{value.get((system, t), float('nan')):,.1f}"
+                                               for t, _ in columns) + " |")
+    ratios = [value.get((ONEDNN, t), 0) / value[(MKL, t)] if value.get((MKL, t)) else float("nan")
+              for t, _ in columns]
+    out += ["| oneDNN / MKL | " + " | ".join(f"{r:.2f}x" for r in ratios) + " |", "",
+            "Run with:", "", "```", command, "```", "", GEMM_END]
+    return "\n".join(out)
+
+
+@click.command()
+@click.option("--model", "model_dir", type=click.Path(file_okay=False, exists=True, path_type=Path),
+              default=None, help="A trained model directory for decoding; default: random weights.")
+@click.option("--split-file", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+              help="Source sentences to decode (e.g. data/clean/test.src); default: random ids.")
+@click.option("--seconds", type=click.FloatRange(min=0, min_open=True), default=40.0, show_default=True,
+              help="Training time per system, split over the rounds.")
+@click.option("--repeats", type=click.IntRange(min=1), default=5, show_default=True,
+              help="Rounds of training and of decoding passes.")
+@click.option("--seed", type=int, default=1, show_default=True)
+@click.option("--smoke", is_flag=True, help="Tiny sizes, one thread: checks that it runs (seconds).")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Rows merged here  [default: reports/bench.json; with --smoke: not written]")
+@click.option("--md", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Section written here  [default: reports/bench.md; with --smoke: not written]")
+def main(model_dir: Path | None, split_file: Path | None, seconds: float, repeats: int, seed: int,
+         smoke: bool, out: Path | None, md: Path | None) -> None:
+    """fp32 training and decoding of this project with oneDNN and with MKL GEMMs, in one run."""
+    if not linear._ONEDNN:
+        raise click.UsageError("the oneDNN route is off (PIPELINE_CPU_GEMM=mkl, or no oneDNN in this torch): "
+                               "nothing to compare")
+    if smoke:
+        torch.set_num_threads(1)
+    else:
+        out, md = out or REPO / "reports/bench.json", md or REPO / "reports/bench.md"
+    say = lambda m: click.echo(m, err=True)  # noqa: E731
+    params = P.load(REPO / "params.yaml")
+    train_setup = T.make_setup(params, smoke, seconds, repeats, 0)
+    decode_setup = D.Setup(8, 4, 4, 1, smoke=True) if smoke else D.Setup(256, 64, 20, repeats)
+    rows = training(train_setup, params, seed, say) + decoding(decode_setup, model_dir, split_file, seed, say)
+    if smoke:
+        rows = [r | {"smoke": True} for r in rows]
+    if out is not None:
+        write_json(out, merge_rows(out, rows))
+    if md is not None:
+        command = "python -m bench.gemm_choice " + " ".join(sys.argv[1:])
+        write_section(md, GEMM_START, GEMM_END, section(rows, train_setup.task, command, smoke))
+    click.echo(section(rows, train_setup.task, "", smoke) if out is None else f"wrote {out} and {md}", err=True)
+
+
+if __name__ == "__main__":
+    main()
