@@ -82,7 +82,8 @@ def training(setup: T.Setup, params: P.Params, seed: int, say: Callable[[str], N
             rates[name].append(rate)
         say(f"fp32 train round {round_ + 1}/{setup.repeats}: "
             + ", ".join(f"{n} {r[-1]:,.0f}" for n, r in rates.items()) + " tok/s")
-    return [T.row(name, setup.task, "fp32", "tokens_per_s", statistics.median(r)) for name, r in rates.items()]
+    return [T.row(name, setup.task, "fp32", "tokens_per_s", statistics.median(r))
+            for name, r in rates.items()]
 
 
 def decoding(setup: D.Setup, model_dir: Path | None, split_file: Path | None, seed: int,
@@ -102,7 +103,8 @@ def section(rows: list[dict], train_task: str, command: str, smoke: bool) -> str
     value = {(r["system"], r["task"]): r["value"] for r in rows if metric.get(r["task"]) == r["metric"]}
     columns = [(train_task, "fp32 training update, target tok/s"), ("decode_greedy", "greedy sent/s"),
                ("decode_beam5", "beam 5 sent/s")]
-    title = "## float32 GEMMs: oneDNN against MKL (CPU)" + (" — SMOKE RUN, not a measurement" if smoke else "")
+    title = "## float32 GEMMs: oneDNN against MKL (CPU)"
+    title += " — SMOKE RUN, not a measurement" if smoke else ""
     out = [GEMM_START, title, "",
            "This project's own fp32 training update and decoding, with `pipeline/linear.py` routing the "
            "linear layers to oneDNN (the default) and to MKL (torch's default; `PIPELINE_CPU_GEMM=mkl`), "
@@ -137,8 +139,9 @@ def main(model_dir: Path | None, split_file: Path | None, seconds: float, repeat
          smoke: bool, out: Path | None, md: Path | None) -> None:
     """fp32 training and decoding of this project with oneDNN and with MKL GEMMs, in one run."""
     if not linear._ONEDNN:
-        raise click.UsageError("the oneDNN route is off (PIPELINE_CPU_GEMM=mkl, or no oneDNN in this torch): "
-                               "nothing to compare")
+        raise click.UsageError(
+            "the oneDNN route is off (PIPELINE_CPU_GEMM=mkl, or no oneDNN in this torch): nothing to compare"
+        )
     if smoke:
         torch.set_num_threads(1)
     else:
@@ -155,7 +158,8 @@ def main(model_dir: Path | None, split_file: Path | None, seconds: float, repeat
     if md is not None:
         command = "python -m bench.gemm_choice " + " ".join(sys.argv[1:])
         write_section(md, GEMM_START, GEMM_END, section(rows, train_setup.task, command, smoke))
-    click.echo(section(rows, train_setup.task, "", smoke) if out is None else f"wrote {out} and {md}", err=True)
+    summary = f"wrote {out} and {md}" if out is not None else section(rows, train_setup.task, "", smoke)
+    click.echo(summary, err=True)
 
 
 if __name__ == "__main__":

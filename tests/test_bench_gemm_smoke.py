@@ -1,4 +1,4 @@
-"""bench/gemm_choice.py on tiny sizes: both GEMM routes run and are reported; the switch turns the route off and back."""
+"""bench/gemm_choice.py on tiny sizes: both GEMM routes run and are reported; the switch works both ways."""
 
 import json
 from pathlib import Path

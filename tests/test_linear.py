@@ -1,4 +1,4 @@
-"""pipeline.linear: the oneDNN route equals F.linear, forward and backward, and is taken only where it should be."""
+"""pipeline.linear: the oneDNN route equals F.linear, forward and backward, and is taken only where meant."""
 
 import pytest
 import torch
