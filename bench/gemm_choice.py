@@ -107,8 +107,9 @@ def section(rows: list[dict], train_task: str, command: str, smoke: bool) -> str
     title += " — SMOKE RUN, not a measurement" if smoke else ""
     out = [GEMM_START, title, "",
            "This project's own fp32 training update and decoding, with `pipeline/linear.py` routing the "
-           "linear layers to oneDNN (the default) and to MKL (torch's default; `PIPELINE_CPU_GEMM=mkl`), "
-           "interleaved in one run on the same batches. The peers above run on MKL.", "",
+           "linear layers' large products to oneDNN (the default; from 2**23 multiply-adds) and every "
+           "product to MKL (torch's default; `PIPELINE_CPU_GEMM=mkl`), interleaved in one run on the same "
+           "batches. The peers above run on MKL.", "",
            "| system | " + " | ".join(c for _, c in columns) + " |", "|---|" + "---:|" * len(columns)]
     for system, label in ((ONEDNN, "ours, oneDNN GEMMs"), (MKL, "ours, MKL GEMMs")):
         out.append(f"| {label} | " + " | ".join(f"{value.get((system, t), float('nan')):,.1f}"

@@ -66,6 +66,19 @@ def test_the_route_is_really_onednn(monkeypatch):
         assert L.linear(x, w, b).dtype == torch.bfloat16  # autocast keeps torch's own (bf16 oneDNN) path
 
 
+def test_switched_off_the_route_is_f_linear(monkeypatch):
+    """_ONEDNN False (PIPELINE_CPU_GEMM=mkl, bench.gemm_choice's MKL side): the oneDNN op is never called."""
+    x, w, b = operands(0)
+
+    def gone(*args):
+        raise RuntimeError("oneDNN op called")
+
+    monkeypatch.setattr(L, "_onednn", gone)
+    monkeypatch.setattr(L, "_ONEDNN", False)
+    assert not L.takes_onednn(x, w)
+    torch.testing.assert_close(L.linear(x, w, b, relu=True), F.relu(F.linear(x, w, b)), rtol=0, atol=0)
+
+
 def test_linear_module_is_a_drop_in_nn_linear():
     torch.manual_seed(0)
     ours = L.Linear(256, 512)
