@@ -49,12 +49,11 @@ ONEDNN, MKL = "ours-onednn", "ours-mkl"
 @contextlib.contextmanager
 def mkl_gemms() -> Iterator[None]:
     """pipeline.linear's oneDNN route off while inside: what PIPELINE_CPU_GEMM=mkl does for a process."""
-    saved = linear._ONEDNN
-    linear._ONEDNN = False
+    saved = linear.use_onednn(False)
     try:
         yield
     finally:
-        linear._ONEDNN = saved
+        linear.use_onednn(saved)
 
 
 def on_mkl(fn: Callable) -> Callable:
@@ -139,7 +138,7 @@ def section(rows: list[dict], train_task: str, command: str, smoke: bool) -> str
 def main(model_dir: Path | None, split_file: Path | None, seconds: float, repeats: int, seed: int,
          smoke: bool, out: Path | None, md: Path | None) -> None:
     """fp32 training and decoding of this project with oneDNN and with MKL GEMMs, in one run."""
-    if not linear._ONEDNN:
+    if not linear.onednn_enabled():
         raise click.UsageError(
             "the oneDNN route is off (PIPELINE_CPU_GEMM=mkl, or no oneDNN in this torch): nothing to compare"
         )

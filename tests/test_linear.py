@@ -1,5 +1,7 @@
 """pipeline.linear: the oneDNN route equals F.linear, forward and backward, and is taken only where meant."""
 
+import warnings
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -88,3 +90,49 @@ def test_linear_module_is_a_drop_in_nn_linear():
     torch.testing.assert_close(ours(x), ref(x))
     with torch.inference_mode():
         torch.testing.assert_close(ours(x), ref(x))
+
+
+@needs_onednn
+def test_inference_packs_a_parameter_once_per_version_and_matches_the_unpacked_product(monkeypatch):
+    x, w, b = operands(3)
+    weight, bias = torch.nn.Parameter(w.clone()), torch.nn.Parameter(b.clone())
+    packs = []
+    reorder = torch.ops.mkldnn._reorder_linear_weight
+    monkeypatch.setattr(L, "_PACKED", type(L._PACKED)())
+    monkeypatch.setattr(torch.ops.mkldnn, "_reorder_linear_weight", lambda *a: packs.append(1) or reorder(*a))
+    with torch.inference_mode():
+        first, again = L.linear(x, weight, bias), L.linear(x, weight, bias)
+    assert len(packs) == 1
+    with torch.no_grad():
+        plain = L.linear(x, weight, bias)  # not inference mode: the weight as it is
+    assert torch.equal(first, plain) and torch.equal(again, plain)  # packing changes no bit
+    torch.testing.assert_close(first, F.linear(x, w, b))
+    with torch.no_grad():
+        weight.mul_(-1)  # an optimizer step or load_state_dict: a new version of the values
+    with torch.inference_mode():
+        flipped = L.linear(x, weight, bias)
+    assert len(packs) == 2
+    torch.testing.assert_close(flipped, F.linear(x, -w, b))
+
+
+@pytest.mark.parametrize("value, onednn, warns", [("mkl", False, False), ("oneDNN", True, False),
+                                                  ("mk1", True, True)])
+def test_the_environment_switch_warns_about_a_value_it_does_not_know(monkeypatch, value, onednn, warns):
+    monkeypatch.setenv("PIPELINE_CPU_GEMM", value)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert L._chosen_in_environment() is onednn
+    assert [str(w.message) for w in caught] == (
+        ["PIPELINE_CPU_GEMM='mk1' is neither of onednn, mkl; using onednn "
+         "(set PIPELINE_CPU_GEMM=mkl for torch's default)"] if warns else [])
+
+
+def test_use_onednn_switches_the_route_and_returns_the_setting_before():
+    x, w, b = operands(0)
+    before = L.use_onednn(False)
+    try:
+        assert not L.takes_onednn(x, w)
+        assert L.use_onednn(True) is False
+        assert L.takes_onednn(x, w) is L.AVAILABLE
+    finally:
+        L.use_onednn(before)
