@@ -149,6 +149,11 @@ class LayerCache:
     self_attn: KVCache = field(default_factory=KVCache)
     cross_attn: KVCache = field(default_factory=KVCache)
 
+    @classmethod
+    def sized(cls, positions: int) -> LayerCache:
+        """Self-attention buffers first sized for `positions` (more still fit)."""
+        return cls(self_attn=KVCache(capacity=positions))
+
 
 class DecoderLayer(nn.Module):
     """Causal self-attention, cross-attention on the encoder output, then the FFN.
@@ -237,7 +242,8 @@ class Seq2SeqBase(nn.Module):
 
     forward(src (B, S), tgt_in (B, T)) -> logits (B, T, V)   teacher forcing
     forward(src, tgt_in, target (B, T), smoothing) -> loss   summed over non-PAD targets, fused
-    start(src (B, S)) -> DecoderState                        before the first step
+    start(src (B, S), steps) -> DecoderState                 before the first step (steps: at most
+                                                             how many will follow; sizes the cache)
     step(tokens (B, 1), state) -> logits (B, V)               one position, cached
     start_token: the id fed at the first step
     """
@@ -341,10 +347,11 @@ class Transformer(Seq2SeqBase):
             x = layer(x, None, memory, src_mask)
         return self.decoder_norm(x)
 
-    def start(self, src: torch.Tensor) -> DecoderState:
-        """Encode src (B, S) and compute each layer's cross-attention keys and values once."""
+    def start(self, src: torch.Tensor, steps: int = 0) -> DecoderState:
+        """Encode src (B, S) and compute each layer's cross-attention keys and values once;
+        self-attention caches sized for `steps` steps."""
         memory, src_mask = self.encode(src)
-        caches = [LayerCache() for _ in self.decoder]
+        caches = [LayerCache.sized(steps) for _ in self.decoder]
         for layer, cache in zip(self.decoder, caches):
             cache.cross_attn.k, cache.cross_attn.v = layer.cross_attn.memory_kv(memory)
         positions = torch.zeros(src.size(0), dtype=torch.long, device=src.device)
@@ -394,9 +401,10 @@ class DecoderOnly(Seq2SeqBase):
         ids = torch.cat([src, torch.full_like(tgt_in[:, :1], SEP), tgt_in[:, 1:]], dim=1)  # (B, S+T)
         return self._run(ids, ids != PAD, None)[:, src.size(1) :]
 
-    def start(self, src: torch.Tensor) -> DecoderState:
-        """Run the source prefix (B, S) through the blocks, filling the caches."""
-        caches = [LayerCache() for _ in self.blocks]
+    def start(self, src: torch.Tensor, steps: int = 0) -> DecoderState:
+        """Run the source prefix (B, S) through the blocks, filling the caches (sized for it and
+        `steps` steps)."""
+        caches = [LayerCache.sized(src.size(1) + steps) for _ in self.blocks]
         keep = src != PAD
         self._run(src, keep, caches)
         return DecoderState(caches, keep.long().sum(1), keep=keep)

@@ -98,9 +98,9 @@ class Decoder(Protocol):
 class CachedDecoder:
     """model.step with the KV cache: the source is encoded once; see DecoderState."""
 
-    def __init__(self, model: Seq2SeqBase, src: torch.Tensor):
+    def __init__(self, model: Seq2SeqBase, src: torch.Tensor, steps: int):
         self.model = model
-        self.state = model.start(src)  # src (B, S): one row per sentence until the first reorder
+        self.state = model.start(src, steps)  # src (B, S): one row per sentence until the first reorder
 
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.model.step(tokens, self.state)
@@ -112,7 +112,7 @@ class CachedDecoder:
 class NaiveDecoder:
     """Runs model(src, BOS + prefix) over the whole prefix every step: no cache at all."""
 
-    def __init__(self, model: Seq2SeqBase, src: torch.Tensor):
+    def __init__(self, model: Seq2SeqBase, src: torch.Tensor, steps: int):  # steps: no cache to size
         self.model = model
         self.src = src  # (R, S)
         self.prefix: torch.Tensor | None = None  # (R, t+1): BOS, then the tokens fed so far
@@ -270,7 +270,8 @@ def beam_search(
     min_len: EOS is refused until that many tokens are generated (a benchmark's fixed
     output length: min_len = max_len); at max_len it is still forced.
     """
-    decoder = (CachedDecoder if use_cache else NaiveDecoder)(model, src)
+    fed = int(max_lens.max()) + 1 if max_lens.numel() else 0  # the start token, then up to max_len
+    decoder = (CachedDecoder if use_cache else NaiveDecoder)(model, src, fed)
     beams = initial_beams(model, max_lens.to(src.device))
     finished: list[list[Hypothesis]] = [[] for _ in range(src.size(0))]
     while beams.sentences.numel():

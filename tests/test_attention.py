@@ -120,3 +120,31 @@ def test_dropout_only_in_training():
     assert torch.equal(mha(x, causal=True), mha(x, causal=True))
     mha.train()
     assert not torch.allclose(mha(x, causal=True), mha(x, causal=True))
+
+
+def test_self_attention_cache_fills_its_buffers_in_place_and_grows_past_them():
+    steps = [(_x(3, H, t, D // H, seed=20 + t), _x(3, H, t, D // H, seed=40 + t)) for t in (2, 1, 1, 3)]
+    cache = KVCache(capacity=4)
+    cache.append(*steps[0])
+    buffers = cache.buffers
+    assert buffers[0].shape == (3, H, 4, D // H)
+    cache.append(*steps[1])
+    cache.append(*steps[2])
+    assert cache.buffers is buffers and cache.k.data_ptr() == buffers[0].data_ptr()  # no copy while room
+    cache.append(*steps[3])  # 7 positions: past the room, the buffers grow
+    assert cache.buffers is not buffers and cache.buffers[0].size(2) >= 7
+    assert torch.equal(cache.k, torch.cat([k for k, _ in steps], dim=2))
+    assert torch.equal(cache.v, torch.cat([v for _, v in steps], dim=2))
+
+
+def test_reorder_of_a_filled_cache_then_appending_follows_the_rows():
+    k, v = _x(3, H, 2, D // H, seed=5), _x(3, H, 2, D // H, seed=6)
+    cache = KVCache(capacity=5)
+    cache.append(k, v)
+    index = torch.tensor([2, 2, 0, 1])
+    cache.reorder(index)
+    k2, v2 = _x(4, H, 1, D // H, seed=7), _x(4, H, 1, D // H, seed=8)
+    cache.append(k2, v2)
+    assert cache.buffers[0].shape == (4, H, 5, D // H)
+    assert torch.equal(cache.k, torch.cat([k[index], k2], dim=2))
+    assert torch.equal(cache.v, torch.cat([v[index], v2], dim=2))
