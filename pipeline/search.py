@@ -19,6 +19,9 @@ by GNMT's length penalty ((5 + len) / 6) ** alpha (Wu et al. 2016, eq. 14),
 len counting the EOS. A sentence is done when K hypotheses have finished
 (the standard rule; it does not check whether a live beam could still beat
 them under the length penalty) or when it reaches its maximum length.
+Greedy is this search with K = 1, where the 2K candidates shrink to the best
+one: its EOS finishes the sentence, anything else is its survivor, which is
+what the two candidates would have decided.
 
 The output space: up to max_len tokens, then EOS. max_len = int(max_len_a *
 src_len + max_len_b), src_len the source's subword count (without the EOS
@@ -182,8 +185,12 @@ def top_candidates(
     """scores (n, k) + lprobs (n*k, V) -> the 2K best extensions per sentence (K = beam), best first:
 
     their summed log-probs, the beam each extends and the token it adds, each (n, 2K).
+    Greedy (K = 1) takes the best extension alone, (n, 1): see `survivors`.
     """
     n, k = scores.shape
+    if beam == 1:
+        best, words = lprobs.max(dim=1, keepdim=True)  # k is 1
+        return scores + best, torch.zeros_like(words), words
     V = lprobs.size(-1)
     # Each beam's own best 2K first: the sentence's 2K best are among them, and the
     # sums are then taken over k x 2K candidates instead of k x V.
@@ -224,7 +231,11 @@ def survivors(
 
     Each of k beams offers one EOS candidate at most, so 2K candidates hold K
     others; only a vocabulary smaller than the beam leaves fewer (then all are kept).
+    Greedy's one candidate is its survivor: where it is EOS, `finish` has taken it
+    and the sentence, with K = 1 hypotheses, is done (`advance` drops it).
     """
+    if beam == 1:
+        return values, parents, words
     rank = torch.arange(words.size(1), device=words.device)
     is_eos = words == EOS
     width = min(beam, words.size(1) - int(is_eos.sum(1).max()))

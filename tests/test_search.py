@@ -271,3 +271,12 @@ def test_step_log_probs_writes_over_its_input_and_equals_log_softmax() -> None:
     expected[1] = torch.where(torch.arange(12) == EOS, expected[1], float("-inf"))
     got = step_log_probs(logits.clone(), force)
     assert torch.equal(got, expected)
+
+
+def test_greedy_takes_the_best_extension() -> None:
+    lprobs = step_log_probs(torch.randn(3, 30), torch.zeros(3, dtype=torch.bool))
+    scores = torch.randn(3, 1)
+    values, parents, words = top_candidates(scores, lprobs, beam=1)
+    best = lprobs.max(dim=1)
+    assert torch.equal(words[:, 0], best.indices) and torch.equal(values[:, 0], scores[:, 0] + best.values)
+    assert torch.equal(parents, torch.zeros(3, 1, dtype=torch.long))
