@@ -5,7 +5,9 @@
 
 Not a test: it measures, in one run and on the same batches, sentences/s and
 target tokens/s of greedy search and beam 5 for
-- pytorch-kv-cache: search.translate_ids with the KV cache (what `translate` runs),
+- pytorch-kv-cache: search.translate_ids with the KV cache, as `translate` runs it: on a
+  CPU with 2+ threads, two batches at once (search.default_workers), the threads shared out,
+- pytorch-1-worker: the same, one batch at a time on all threads (what the workers add),
 - pytorch-no-cache: the same search re-running the whole prefix each step (use_cache=False),
 - hf-marian-generate: transformers' MarianMTModel.generate() at the same dimensions, random
   weights (built from a MarianConfig, nothing from the hub),
@@ -21,7 +23,8 @@ sentences/s. Every system and task runs one warm-up pass over the batches;
 then --repeats rounds each time one pass of every (system, task), in a
 shuffled order, and the median round is reported: interleaved, so a drift
 in the machine's speed moves every system alike. One thread count for all
-(torch.set_num_threads, CT2 intra_threads).
+(torch.set_num_threads, CT2 intra_threads); pytorch-kv-cache shares it among
+its workers, and pytorch-1-worker shows the same decoder without them.
 
 With --model, the trained model (and its sentencepiece model, to encode
 --split-file) is used; without it, a random-weights model at params.yaml's
@@ -43,6 +46,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import itertools
 import os
 import platform
 import random
@@ -63,7 +67,7 @@ from pipeline.clean import normalize
 from pipeline.data import collate_src
 from pipeline.files import read_lines, write_json
 from pipeline.model import Transformer, build_model
-from pipeline.search import translate_ids
+from pipeline.search import default_workers, translate_ids
 from pipeline.tokens import BOS, EOS, N_SPECIAL, PAD
 from pipeline.vocab import Vocab
 
@@ -82,7 +86,7 @@ REFERENCE = {
 OURS = ("pytorch-kv-cache", "fp32")
 
 Batch = list[list[int]]  # source ids, without EOS
-Runner = Callable[[Batch, int], list[int]]  # (batch, beam) -> output tokens of each 1-best
+Runner = Callable[[list[Batch], int], list[int]]  # (batches, beam) -> output tokens of each 1-best
 
 
 @dataclasses.dataclass
@@ -135,15 +139,27 @@ def make_batches(seqs: list[list[int]], size: int) -> list[Batch]:
 # --- the systems -------------------------------------------------------------------
 
 
-def torch_runner(model: Transformer, steps: int, use_cache: bool) -> Runner:
-    def run(batch: Batch, beam: int) -> list[int]:
+def torch_runner(model: Transformer, steps: int, use_cache: bool, workers: int | None = None) -> Runner:
+    """translate_ids over all batches in one call, as given (workers: default_workers)."""
+    workers = default_workers("cpu") if workers is None else workers
+
+    def run(batches: list[Batch], beam: int) -> list[int]:
+        seqs = [src for batch in batches for src in batch]
+        ends = list(itertools.accumulate(map(len, batches)))
+        indices = [list(range(end - len(batch), end)) for batch, end in zip(batches, ends)]
         hyps = translate_ids(
-            model, batch, beam=beam, length_penalty=1.0, max_len_a=0.0, max_len_b=steps - 1,
-            batch_tokens=10**9, device="cpu", use_cache=use_cache, min_len=steps - 1,
+            model, seqs, beam=beam, length_penalty=1.0, max_len_a=0.0, max_len_b=steps - 1,
+            batch_tokens=10**9, device="cpu", use_cache=use_cache, min_len=steps - 1, workers=workers,
+            batches=indices,
         )
         return [len(h[0].tokens) + 1 for h in hyps]  # + the forced EOS, the last step
 
     return run
+
+
+def per_batch(run: Callable[[Batch, int], list[int]]) -> Runner:
+    """A runner that takes one batch at a time, over all batches in turn."""
+    return lambda batches, beam: [n for batch in batches for n in run(batch, beam)]
 
 
 def hf_runner(model: Transformer, steps: int) -> Runner:
@@ -161,6 +177,7 @@ def hf_runner(model: Transformer, steps: int) -> Runner:
     )
     hf = MarianMTModel(config).eval()
 
+    @per_batch
     def run(batch: Batch, beam: int) -> list[int]:
         src = collate_src(batch)  # (B, S), as ours is fed
         with torch.inference_mode():
@@ -186,6 +203,7 @@ def ct2_runner(subject: Subject, steps: int, quantization: str, threads: int, tm
     spec.save(str(out))
     translator = ctranslate2.Translator(str(out), device="cpu", intra_threads=threads)
 
+    @per_batch
     def run(batch: Batch, beam: int) -> list[int]:
         pieces = [[subject.src_pieces[i] for i in src] for src in batch]
         results = translator.translate_batch(
@@ -202,7 +220,7 @@ def ct2_runner(subject: Subject, steps: int, quantization: str, threads: int, tm
 
 def check_lengths(run: Runner, batches: list[Batch], beam: int, steps: int) -> None:
     """A warm-up pass that also checks every output has exactly `steps` tokens."""
-    lengths = [n for batch in batches for n in run(batch, beam)]
+    lengths = run(batches, beam)
     if set(lengths) != {steps}:
         raise RuntimeError(f"expected {steps} output tokens per sentence, got {sorted(set(lengths))}")
 
@@ -210,8 +228,7 @@ def check_lengths(run: Runner, batches: list[Batch], beam: int, steps: int) -> N
 def time_pass(run: Runner, batches: list[Batch], beam: int) -> float:
     """Seconds of one pass over all batches."""
     start = time.perf_counter()
-    for batch in batches:
-        run(batch, beam)
+    run(batches, beam)
     return time.perf_counter() - start
 
 
@@ -339,15 +356,17 @@ def decode_section(
         refs = " / ".join(str(ref.get(t, "-")) for t in TASKS)
         out.append(f"| {s} | {p} | {' | '.join(cells)} | {refs} |")
     out += ["", "| bar (sentences/s) | greedy | beam 5 | needed |", "|---|---:|---:|---|"]
-    for label, other, needed, invert in (
-        ("ours / uncached", ("pytorch-no-cache", "fp32"), 3.0, False),
-        ("ours / HF generate", ("hf-marian-generate", "fp32"), 1.5, False),
-        ("CT2 fp32 / ours", ("ctranslate2", "fp32"), 1.5, True),
-        ("CT2 int8 / ours", ("ctranslate2", "int8"), None, True),
+    for label, ours, other, needed, invert in (
+        ("ours / uncached", OURS, ("pytorch-no-cache", "fp32"), 3.0, False),
+        ("ours / HF generate", OURS, ("hf-marian-generate", "fp32"), 1.5, False),
+        ("ours, 1 worker / HF generate", ("pytorch-1-worker", "fp32"), ("hf-marian-generate", "fp32"), None,
+         False),
+        ("CT2 fp32 / ours", OURS, ("ctranslate2", "fp32"), 1.5, True),
+        ("CT2 int8 / ours", OURS, ("ctranslate2", "int8"), None, True),
     ):
         ratios = []
         for t in TASKS:
-            a, b = value.get((*OURS, t)), value.get((*other, t))
+            a, b = value.get((*ours, t)), value.get((*other, t))
             ratio = (b / a if invert else a / b) if a and b else None
             ratios.append("-" if ratio is None else f"{ratio:.2f}x" + ("" if needed is None else (
                 " ok" if (ratio <= needed if invert else ratio >= needed) else " MISSED")))
@@ -376,7 +395,8 @@ def write_markdown(path: Path, section: str) -> None:
 
 
 SYSTEMS = (
-    "pytorch-kv-cache", "pytorch-no-cache", "hf-marian-generate", "ctranslate2-fp32", "ctranslate2-int8",
+    "pytorch-kv-cache", "pytorch-1-worker", "pytorch-no-cache", "hf-marian-generate", "ctranslate2-fp32",
+    "ctranslate2-int8",
 )
 
 
@@ -410,6 +430,7 @@ def benchmark(
         model, steps = subject.model, setup.steps
         factories: dict[str, tuple[tuple[str, str], Callable[[], Runner]]] = {
             "pytorch-kv-cache": (("pytorch-kv-cache", "fp32"), lambda: torch_runner(model, steps, True)),
+            "pytorch-1-worker": (("pytorch-1-worker", "fp32"), lambda: torch_runner(model, steps, True, 1)),
             "pytorch-no-cache": (("pytorch-no-cache", "fp32"), lambda: torch_runner(model, steps, False)),
             "hf-marian-generate": (("hf-marian-generate", "fp32"), lambda: hf_runner(model, steps)),
             "ctranslate2-fp32": (("ctranslate2", "fp32"),
@@ -430,6 +451,9 @@ def benchmark(
             f"decoding steps each (EOS refused before), median of {setup.repeats} interleaved passes after a "
             f"warm-up; "
             f"sentences/s, tokens/s = {setup.steps} x sentences/s.")
+    note += (f" pytorch-kv-cache runs {default_workers('cpu')} batches at once (translate's default on "
+             f"this machine), the {threads} threads shared among them; pytorch-1-worker one batch at a time "
+             "on all threads.")
     note += (" Interleaving evens out drifts in the machine's speed within a run, not between runs: on "
              "the 2-core development VM, runs an hour apart moved single cells by 20-30%.")
     if out is not None:

@@ -47,7 +47,7 @@ from pipeline.errors import UserError
 from pipeline.files import atomic_path
 from pipeline.model import Seq2SeqBase
 from pipeline.params import DecodeParams, Params
-from pipeline.search import Hypothesis, SearchStats, translate_ids
+from pipeline.search import Hypothesis, SearchStats, default_workers, translate_ids
 from pipeline.vocab import Vocab
 
 DEVICES = ("auto", "cpu", "cuda")
@@ -150,20 +150,27 @@ class TextTranslator:
 
 
 class Translator(TextTranslator):
-    """The torch backend: a model, its vocabulary and decoding settings."""
+    """The torch backend: a model, its vocabulary and decoding settings.
+
+    `workers`: batches decoded at once on CPU (search.search_batches); by default
+    search.default_workers. Outputs do not depend on it.
+    """
 
     def __init__(
-        self, model: Seq2SeqBase, vocab: Vocab, params: Params, settings: DecodeParams, device: torch.device
+        self, model: Seq2SeqBase, vocab: Vocab, params: Params, settings: DecodeParams, device: torch.device,
+        workers: int | None = None,
     ):
         self.model = model.to(device).eval()
         self.vocab = vocab
         self.params = params  # the params the model was trained with
         self.settings = settings
         self.device = device
+        self.workers = default_workers(device) if workers is None else workers
 
     @classmethod
     def from_dir(
-        cls, model_dir: str | Path, device: str = "auto", settings: DecodeParams | None = None
+        cls, model_dir: str | Path, device: str = "auto", settings: DecodeParams | None = None,
+        workers: int | None = None,
     ) -> "Translator":
         """Load model_dir's model.pt and sentencepiece model(s); settings default to its decode params."""
         model_dir = Path(model_dir)
@@ -179,7 +186,7 @@ class Translator(TextTranslator):
                     f"sentencepiece model has {spm_size}, so they come from different runs; copy in the "
                     "sentencepiece model(s) the model was trained with, or retrain"
                 )
-        return cls(model, vocab, params, settings or params.decode, resolve_device(device))
+        return cls(model, vocab, params, settings or params.decode, resolve_device(device), workers)
 
     def search_ids(
         self, seqs: Sequence[Sequence[int]], s: DecodeParams, stats: SearchStats | None = None
@@ -187,7 +194,7 @@ class Translator(TextTranslator):
         return translate_ids(
             self.model, seqs, beam=s.beam, length_penalty=s.length_penalty, max_len_a=s.max_len_a,
             max_len_b=s.max_len_b, batch_tokens=s.batch_tokens, device=self.device, n_best=s.n_best,
-            stats=stats,
+            stats=stats, workers=self.workers,
         )
 
 
@@ -324,13 +331,20 @@ def translate_stream(render: Render, source: BinaryIO, out: BinaryIO, *, interac
 @click.option("--exact-search", is_flag=True,
               help="ctranslate2: reproduce the torch decoder's search and scores exactly (slower) "
               "instead of CTranslate2's own.")
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="torch on CPU: batches decoded at once, sharing torch's threads.  "
+              "[default: 2 with at least 2 threads, else 1]")
 def command(
     model_dir: Path, beam: int | None, batch_tokens: int | None, device: str, n_best: int,
     input_file: Path | None, output_file: Path | None, backend: str, quantization: str | None,
-    exact_search: bool,
+    exact_search: bool, workers: int | None,
 ) -> None:
     """Translate raw text, one sentence a line (interactive when stdin is a terminal)."""
+    if workers is not None and backend != "torch":
+        raise UserError(f"--workers applies to the torch backend; {backend} runs its own threads")
     translator = BACKENDS[backend](model_dir, device, quantization, exact_search)
+    if workers is not None:
+        translator.workers = workers
     s = translator.settings
     check_settings(dataclasses.replace(s, beam=beam or s.beam, n_best=n_best))  # before reading any input
     render = renderer(translator, n_best, beam, batch_tokens)

@@ -6,6 +6,7 @@ import dataclasses
 import itertools
 import logging
 import random
+import threading
 from pathlib import Path
 
 import pytest
@@ -273,6 +274,43 @@ def test_step_log_probs_writes_over_its_input_and_equals_log_softmax() -> None:
     assert torch.equal(got, expected)
 
 
+def test_workers_decode_batches_in_threads_and_change_nothing(monkeypatch) -> None:
+    model = tiny_model("encoder_decoder")
+    seqs = random_seqs(12, 20, seed=5, longest=14)
+    alone = decode(model, seqs, batch_tokens=150)
+    seen: list[tuple[int, int]] = []  # (thread, its torch threads) of each batch
+    start = model.start
+
+    def recording(*args, **kwargs):
+        seen.append((threading.get_ident(), torch.get_num_threads()))
+        return start(*args, **kwargs)
+
+    monkeypatch.setattr(model, "start", recording)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(4)
+    try:
+        stats = SearchStats()
+        parallel = decode(model, seqs, batch_tokens=150, workers=2, stats=stats)
+        assert torch.get_num_threads() == 4  # restored after
+    finally:
+        torch.set_num_threads(threads)
+    assert stats.batches == len(seen) > 2
+    assert len({thread for thread, _ in seen} - {threading.get_ident()}) == 2
+    assert {n for _, n in seen} == {2}  # the threads shared out
+    assert tokens_of(parallel) == tokens_of(alone)
+    assert_scores_close(parallel, alone)
+
+
+def test_given_batches_are_decoded_as_given() -> None:
+    model = tiny_model("encoder_decoder")
+    seqs = random_seqs(6, 20, seed=2)
+    batches = [[4, 0], [5], [1, 2, 3]]
+    stats = SearchStats()
+    given = decode(model, seqs, batches=batches, stats=stats)
+    assert stats.batches == 3
+    assert tokens_of(given) == tokens_of(decode(model, seqs))
+
+
 def test_greedy_takes_the_best_extension() -> None:
     lprobs = step_log_probs(torch.randn(3, 30), torch.zeros(3, dtype=torch.bool))
     scores = torch.randn(3, 1)
@@ -280,3 +318,14 @@ def test_greedy_takes_the_best_extension() -> None:
     best = lprobs.max(dim=1)
     assert torch.equal(words[:, 0], best.indices) and torch.equal(values[:, 0], scores[:, 0] + best.values)
     assert torch.equal(parents, torch.zeros(3, 1, dtype=torch.long))
+
+
+def test_workers_decode_under_the_callers_autocast() -> None:
+    model = tiny_model("encoder_decoder", seed=3)
+    seqs = random_seqs(12, 20, seed=6, longest=14)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        one = decode(model, seqs, batch_tokens=150)
+        two = decode(model, seqs, batch_tokens=150, workers=2)
+    fp32 = decode(model, seqs, batch_tokens=150)
+    assert tokens_of(two) == tokens_of(one)
+    assert [r[0].score for r in two] == [r[0].score for r in one] != [r[0].score for r in fp32]

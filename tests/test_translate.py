@@ -188,3 +188,14 @@ def test_min_len_fixes_the_output_length_for_benchmarks(translator: Translator) 
             batch_tokens=1000, device="cpu", min_len=7, n_best=beam,
         )
         assert all(len(h.tokens) == 7 and 3 not in h.tokens for hs in hyps for h in hs)
+
+
+def test_workers_are_the_torch_backends_and_change_no_output(model_dir: Path) -> None:
+    lines = "ein hund\nder mann läuft über die straße\n\ndie katze\neine frau springt\n".encode()
+    args = ["--model", str(model_dir), "--device", "cpu", "--batch-tokens", "40"]  # a batch a sentence
+    one, three = run(args + ["--workers", "1"], lines), run(args + ["--workers", "3"], lines)
+    assert one.exit_code == three.exit_code == 0, one.output + three.output
+    assert one.stdout == three.stdout and one.stdout.count("\n") == 5
+    refused = run(args + ["--workers", "2", "--backend", "ctranslate2"], lines)
+    assert refused.exit_code == 1
+    assert "--workers applies to the torch backend" in refused.output and "Traceback" not in refused.output
