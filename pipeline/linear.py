@@ -69,7 +69,7 @@ def _chosen_in_environment() -> bool:
 
 
 _ONEDNN = AVAILABLE and _chosen_in_environment()
-_PACKED = WeakIdKeyDictionary()  # Parameter -> (its version, its oneDNN-packed copy)
+_PACKED = WeakIdKeyDictionary()  # Parameter -> (its values then, their version, the packed copy)
 
 
 def onednn_enabled() -> bool:
@@ -92,14 +92,21 @@ def _onednn(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
 
 def _reused(weight: torch.Tensor) -> torch.Tensor:
     """Under inference mode, a Parameter's weight in oneDNN's blocked layout, packed once per
-    version of its values (an optimizer step or load_state_dict makes a new one); else `weight`."""
-    if not (torch.is_inference_mode_enabled() and isinstance(weight, nn.Parameter)):
+    version of its values; else `weight` itself.
+
+    In-place changes (an optimizer step, load_state_dict) bump the version, and a
+    new tensor behind `.data =` has another address (the entry keeps the old one
+    alive, so it cannot be reused). Writes through `.data` itself bypass the
+    version counter: repack by assigning, or outside inference mode. Parameters
+    made under inference mode have no version counter and are not packed.
+    """
+    if not (torch.is_inference_mode_enabled() and isinstance(weight, nn.Parameter)) or weight.is_inference():
         return weight
-    version = (weight._version, weight.data_ptr())
-    packed = _PACKED.get(weight)
-    if packed is None or packed[0] != version:
-        packed = _PACKED[weight] = (version, torch.ops.mkldnn._reorder_linear_weight(weight, None))
-    return packed[1]
+    entry = _PACKED.get(weight)
+    if entry is None or entry[0].data_ptr() != weight.data_ptr() or entry[1] != weight._version:
+        entry = _PACKED[weight] = (weight.detach(), weight._version,
+                                   torch.ops.mkldnn._reorder_linear_weight(weight, None))
+    return entry[2]
 
 
 def takes_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:

@@ -102,9 +102,12 @@ def test_inference_packs_a_parameter_once_per_version_and_matches_the_unpacked_p
     monkeypatch.setattr(torch.ops.mkldnn, "_reorder_linear_weight", lambda *a: packs.append(1) or reorder(*a))
     with torch.inference_mode():
         first, again = L.linear(x, weight, bias), L.linear(x, weight, bias)
+        other_rows = [L.linear(x.reshape(-1, 256)[:n], weight, bias) for n in (64, 100)]
     assert len(packs) == 1
     with torch.no_grad():
         plain = L.linear(x, weight, bias)  # not inference mode: the weight as it is
+        for n, got in zip((64, 100), other_rows):
+            assert torch.equal(got, L.linear(x.reshape(-1, 256)[:n], weight, bias))
     assert torch.equal(first, plain) and torch.equal(again, plain)  # packing changes no bit
     torch.testing.assert_close(first, F.linear(x, w, b))
     with torch.no_grad():
@@ -136,3 +139,12 @@ def test_use_onednn_switches_the_route_and_returns_the_setting_before():
         assert L.takes_onednn(x, w) is L.AVAILABLE
     finally:
         L.use_onednn(before)
+
+
+@needs_onednn
+def test_parameters_made_under_inference_mode_are_used_as_they_are():
+    """They have no version counter to pack by."""
+    x, w, b = operands(4)
+    with torch.inference_mode():
+        weight = torch.nn.Parameter(w.clone())
+        torch.testing.assert_close(L.linear(x, weight, b), F.linear(x, w, b))
