@@ -35,16 +35,18 @@ class KVCache:
 
     Cross-attention computes them once from the encoder output and keeps them.
     Self-attention appends each step's positions in place into buffers with
-    room for `capacity` positions (doubled when full), and `k`, `v` are views
-    of their filled part. torch.cat of the whole cache every step copied it
-    into a new tensor, a cost that grew with every step: 0.9 ms of a 7.8 ms
-    greedy step of 64 sentences (the default model, 20 steps, profiled).
+    room for at least `capacity` positions (twice what is needed when they
+    fill up), and `k`, `v` are views of their filled part. torch.cat of the
+    whole cache every step copied it into a new tensor, a cost that grew with
+    every step: 0.9 ms of a 7.8 ms greedy step of 64 sentences (the default
+    model, 20 steps, profiled). The in-place writes make the cache for
+    inference only: autograd refuses a backward pass through several steps.
     """
 
     k: torch.Tensor | None = None  # (B, H, K, Dh)
     v: torch.Tensor | None = None  # (B, H, K, Dh)
     capacity: int = 0  # positions the self-attention buffers are first sized for (at least)
-    buffers: tuple[torch.Tensor, torch.Tensor] | None = None  # (B, H, capacity, Dh) each
+    buffers: tuple[torch.Tensor, torch.Tensor] | None = None  # (B, H, room, Dh) each
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> None:
         """Self-attention: add T new positions (B, H, T, Dh) after those cached."""
@@ -52,7 +54,7 @@ class KVCache:
         end = n + k.size(2)
         if self.buffers is None or end > self.buffers[0].size(2):
             B, H, _, Dh = k.shape
-            room = max(self.capacity, 2 * end)
+            room = max(self.capacity, end if self.buffers is None else 2 * end)
             self.buffers = (k.new_empty(B, H, room, Dh), v.new_empty(B, H, room, Dh))
             if n:
                 self.buffers[0][:, :, :n] = self.k

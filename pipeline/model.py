@@ -54,9 +54,12 @@ class SinusoidalPositions(nn.Module):
     def forward(self, positions: torch.Tensor) -> torch.Tensor:
         """positions (...) int -> (..., D)."""
         needed = int(positions.max()) + 1 if positions.numel() else 0
-        if needed > self.table.size(0):
-            self.table = self._table(needed).to(self.table)  # keeps device and dtype
-        return self.table[positions]
+        table = self.table  # one read: decoding workers may grow it at the same time
+        if needed > table.size(0):
+            table = self._table(needed).to(table)  # keeps device and dtype
+            if table.size(0) > self.table.size(0):
+                self.table = table
+        return table[positions]
 
 
 class LearnedPositions(nn.Module):
@@ -242,8 +245,8 @@ class Seq2SeqBase(nn.Module):
 
     forward(src (B, S), tgt_in (B, T)) -> logits (B, T, V)   teacher forcing
     forward(src, tgt_in, target (B, T), smoothing) -> loss   summed over non-PAD targets, fused
-    start(src (B, S), steps) -> DecoderState                 before the first step (steps: at most
-                                                             how many will follow; sizes the cache)
+    start(src (B, S), steps) -> DecoderState                 before the first step (steps: how many
+                                                             are expected, to size the cache; more fit)
     step(tokens (B, 1), state) -> logits (B, V)               one position, cached
     start_token: the id fed at the first step
     """

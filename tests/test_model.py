@@ -18,7 +18,7 @@ from torch import nn
 
 from pipeline import checkpoint, params
 from pipeline.attention import MultiHeadAttention
-from pipeline.model import DecoderOnly, Transformer, build_model, count_parameters
+from pipeline.model import DecoderOnly, SinusoidalPositions, Transformer, build_model, count_parameters
 from pipeline.params import ModelParams
 from pipeline.tokens import BOS, EOS, N_SPECIAL, PAD, SEP
 
@@ -516,3 +516,11 @@ def test_build_model_returns_the_architecture_asked_for():
     assert isinstance(build_model(small(arch="decoder_only"), VOCAB, VOCAB), DecoderOnly)
     with pytest.raises(ValueError, match="joint vocabulary"):
         build_model(small(tie_embeddings="all"), UNTIED_SRC_VOCAB, VOCAB)
+
+
+def test_sinusoidal_table_grows_on_demand_and_never_shrinks() -> None:
+    positions = SinusoidalPositions(8, 4)
+    long = positions(torch.arange(10))
+    assert positions.table.size(0) == 10
+    short = positions(torch.arange(3))
+    assert positions.table.size(0) == 10 and torch.equal(short, long[:3])
