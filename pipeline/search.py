@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Iterator, Protocol, Sequence
@@ -361,6 +362,9 @@ def evaluating(model: torch.nn.Module) -> Iterator[None]:
         model.train(was_training)
 
 
+_SHARING_THREADS = threading.Lock()  # held while workers have torch's threads shared out
+
+
 def default_workers(device: torch.device | str) -> int:
     """Batches to decode at once: two on a CPU with at least two torch threads, else one."""
     return 2 if torch.device(device).type == "cpu" and torch.get_num_threads() >= 2 else 1
@@ -383,13 +387,21 @@ def search_batches(
     Python, and small ops stop waiting on a second thread: on 2 cores, two
     workers of one thread decode 1.2-1.6x the sentences/s of one worker of two,
     greedy gaining more than beam 5 (bench/decode_speed.py). Each batch's search
-    is the same either way.
+    is the same either way; its products may round differently on fewer threads.
+    torch's thread count is the process's: while workers run it is their share,
+    and concurrent multi-worker searches take turns. Recording attention weights
+    (Seq2SeqBase.recording_attention) keeps to one worker, in order.
     """
-    workers = min(workers, len(batches)) if torch.device(device).type == "cpu" else 1
+    recording = any(getattr(m, "record", None) is not None for m in model.modules())
+    if torch.device(device).type != "cpu" or recording:
+        workers = 1
+    workers = max(min(workers, len(batches)), 1)
     autocast = dict(device_type="cpu", dtype=torch.get_autocast_dtype("cpu"),
                     enabled=torch.is_autocast_enabled("cpu"))
 
     def run(batch: list[int]) -> list[list[Hypothesis]]:
+        if workers > 1:
+            torch.set_num_threads(share)  # `share` is set below, before any worker starts
         # Inference mode and autocast are thread-local: each worker takes the caller's.
         with torch.inference_mode(), torch.autocast(**autocast):
             src = collate_src([fitted[i][0] for i in batch]).to(device)  # (B, S)
@@ -398,13 +410,15 @@ def search_batches(
 
     if workers <= 1:
         return [run(batch) for batch in batches]
-    threads = torch.get_num_threads()
-    torch.set_num_threads(max(threads // workers, 1))  # fresh worker threads take this count
-    try:
-        with ThreadPoolExecutor(workers, thread_name_prefix="search") as pool:
+    with _SHARING_THREADS:
+        threads = torch.get_num_threads()
+        share = max(threads // workers, 1)
+        pool = ThreadPoolExecutor(workers, thread_name_prefix="search")
+        try:
             return list(pool.map(run, batches))
-    finally:
-        torch.set_num_threads(threads)
+        finally:  # after a failure, batches not started are dropped
+            pool.shutdown(cancel_futures=True)
+            torch.set_num_threads(threads)
 
 
 def translate_ids(
@@ -443,6 +457,10 @@ def translate_ids(
     results: list[list[Hypothesis]] = [[Hypothesis([], 0.0)] for _ in seqs]
     if batches is None:
         batches = length_batches([len(f[0]) for f in fitted], beam, batch_tokens)
+    else:
+        batches = [list(b) for b in batches]
+        if sorted(i for b in batches for i in b) != [i for i, f in enumerate(fitted) if f[0]]:
+            raise ValueError("batches must hold the index of every non-empty input exactly once")
     with evaluating(model):
         found = search_batches(
             model, fitted, batches, workers=workers, device=device, beam=beam, alpha=length_penalty,

@@ -153,7 +153,9 @@ class Translator(TextTranslator):
     """The torch backend: a model, its vocabulary and decoding settings.
 
     `workers`: batches decoded at once on CPU (search.search_batches); by default
-    search.default_workers. Outputs do not depend on it.
+    search.default_workers. Each uses a share of torch's threads, and a batch's
+    products may round differently on fewer threads (the test set's outputs were
+    identical with 1 and 2 workers).
     """
 
     def __init__(
@@ -332,7 +334,7 @@ def translate_stream(render: Render, source: BinaryIO, out: BinaryIO, *, interac
               help="ctranslate2: reproduce the torch decoder's search and scores exactly (slower) "
               "instead of CTranslate2's own.")
 @click.option("--workers", type=click.IntRange(min=1), default=None,
-              help="torch on CPU: batches decoded at once, sharing torch's threads.  "
+              help="torch on CPU (ignored on CUDA): batches decoded at once, sharing torch's threads.  "
               "[default: 2 with at least 2 threads, else 1]")
 def command(
     model_dir: Path, beam: int | None, batch_tokens: int | None, device: str, n_best: int,

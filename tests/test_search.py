@@ -282,6 +282,7 @@ def test_workers_decode_batches_in_threads_and_change_nothing(monkeypatch) -> No
     start = model.start
 
     def recording(*args, **kwargs):
+        assert torch.is_inference_mode_enabled()
         seen.append((threading.get_ident(), torch.get_num_threads()))
         return start(*args, **kwargs)
 
@@ -311,12 +312,15 @@ def test_given_batches_are_decoded_as_given() -> None:
     assert tokens_of(given) == tokens_of(decode(model, seqs))
 
 
-def test_greedy_takes_the_best_extension() -> None:
+def test_greedy_takes_the_first_of_the_two_best_extensions() -> None:
+    """Beam 1's one candidate is the best of the 2K = 2 the general rule would rank."""
+    torch.manual_seed(4)
     lprobs = step_log_probs(torch.randn(3, 30), torch.zeros(3, dtype=torch.bool))
     scores = torch.randn(3, 1)
     values, parents, words = top_candidates(scores, lprobs, beam=1)
-    best = lprobs.max(dim=1)
-    assert torch.equal(words[:, 0], best.indices) and torch.equal(values[:, 0], scores[:, 0] + best.values)
+    ranked = (scores + lprobs).topk(2, dim=1)  # every extension of the one beam, the 2 best
+    assert values.shape == words.shape == parents.shape == (3, 1)
+    assert torch.equal(words[:, 0], ranked.indices[:, 0]) and torch.equal(values[:, 0], ranked.values[:, 0])
     assert torch.equal(parents, torch.zeros(3, 1, dtype=torch.long))
 
 
@@ -328,4 +332,40 @@ def test_workers_decode_under_the_callers_autocast() -> None:
         two = decode(model, seqs, batch_tokens=150, workers=2)
     fp32 = decode(model, seqs, batch_tokens=150)
     assert tokens_of(two) == tokens_of(one)
-    assert [r[0].score for r in two] == [r[0].score for r in one] != [r[0].score for r in fp32]
+    assert_scores_close(two, one, tol=1e-4)
+    assert max(abs(a[0].score - b[0].score) for a, b in zip(two, fp32)) > 1e-3  # bf16 really ran
+
+
+def test_given_batches_must_cover_every_input_once() -> None:
+    model = tiny_model("encoder_decoder")
+    seqs = random_seqs(3, 20, seed=2) + [[]]
+    for wrong in ([[0, 1]], [[0, 1], [1, 2]], [[0, 1, 2, 3]]):
+        with pytest.raises(ValueError, match="every non-empty input exactly once"):
+            decode(model, seqs, batches=wrong)
+
+
+def test_the_caches_are_sized_once_for_the_longest_output(monkeypatch) -> None:
+    model = tiny_model("encoder_decoder")
+    states = []
+    start = model.start
+    monkeypatch.setattr(model, "start", lambda *a, **kw: states.append(start(*a, **kw)) or states[-1])
+    seqs = random_seqs(6, 20, seed=3)
+    decode(model, seqs, max_len_a=1.0, max_len_b=3)
+    room = max(len(s) for s in seqs) + 3 + 1  # the start token, then up to max_len tokens
+    (state,) = states
+    assert {c.self_attn.buffers[0].size(2) for c in state.caches} == {room}  # never regrown
+
+
+def test_recording_attention_keeps_one_worker(monkeypatch) -> None:
+    model = tiny_model("encoder_decoder")
+    threads = []
+    start = model.start
+    def recording_thread(*args, **kwargs):
+        threads.append(threading.get_ident())
+        return start(*args, **kwargs)
+
+    monkeypatch.setattr(model, "start", recording_thread)
+    with model.recording_attention() as records:
+        decode(model, random_seqs(12, 20, seed=5, longest=14), batch_tokens=150, workers=2)
+    assert len(threads) > 2 and set(threads) == {threading.get_ident()}
+    assert records
