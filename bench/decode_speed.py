@@ -11,7 +11,9 @@ target tokens/s of greedy search and beam 5 for
 - pytorch-no-cache: the same search re-running the whole prefix each step (use_cache=False),
 - hf-marian-generate: transformers' MarianMTModel.generate() at the same dimensions, random
   weights (built from a MarianConfig, nothing from the hub),
-- ctranslate2 float32 and int8: pipeline/ct2.py's export of the same model.
+- ctranslate2 float32 and int8: pipeline/ct2.py's export of the same model,
+- ctranslate2-2-workers: float32, all batches in one call over 2 inter_threads
+  (CTranslate2's own way to decode batches at once; with 2+ threads).
 
 The rule, for every system: batches of --batch-size sentences (sorted by
 length, the same batches for all), and exactly --steps (20) decoding steps
@@ -190,29 +192,36 @@ def hf_runner(model: Transformer, steps: int) -> Runner:
     return run
 
 
-def ct2_runner(subject: Subject, steps: int, quantization: str, threads: int, tmp: Path) -> Runner:
+def ct2_runner(subject: Subject, steps: int, quantization: str, threads: int, tmp: Path,
+               workers: int = 1) -> Runner:
+    """CTranslate2 on the same batches: one translate_batch call a batch; with `workers` > 1, one
+    call for all, CTranslate2 batching them (sorted by length, `batch size` each) over that many
+    inter_threads of threads / workers intra_threads, CTranslate2's own way to run batches at once."""
     import ctranslate2
 
     from pipeline import ct2
 
-    spec = ct2.build_spec(subject.model, subject.src_pieces, subject.tgt_pieces)
-    spec.validate()
-    spec.optimize(quantization=quantization)
     out = tmp / f"ct2-{quantization}"
-    out.mkdir()
-    spec.save(str(out))
-    translator = ctranslate2.Translator(str(out), device="cpu", intra_threads=threads)
+    if not out.exists():
+        spec = ct2.build_spec(subject.model, subject.src_pieces, subject.tgt_pieces)
+        spec.validate()
+        spec.optimize(quantization=quantization)
+        out.mkdir()
+        spec.save(str(out))
+    translator = ctranslate2.Translator(str(out), device="cpu", intra_threads=max(threads // workers, 1),
+                                        inter_threads=workers)
 
-    @per_batch
-    def run(batch: Batch, beam: int) -> list[int]:
+    def translate(batch: Batch, beam: int, batch_size: int) -> list[int]:
         pieces = [[subject.src_pieces[i] for i in src] for src in batch]
         results = translator.translate_batch(
             pieces, beam_size=beam, min_decoding_length=steps, max_decoding_length=steps,
-            max_input_length=0, max_batch_size=0,
+            max_input_length=0, max_batch_size=batch_size,
         )
         return [len(r.hypotheses[0]) for r in results]
 
-    return run
+    if workers == 1:
+        return per_batch(lambda batch, beam: translate(batch, beam, 0))
+    return lambda batches, beam: translate([s for b in batches for s in b], beam, len(batches[0]))
 
 
 # --- timing ------------------------------------------------------------------------
@@ -362,6 +371,7 @@ def decode_section(
         ("ours, 1 worker / HF generate", ("pytorch-1-worker", "fp32"), ("hf-marian-generate", "fp32"), None,
          False),
         ("CT2 fp32 / ours", OURS, ("ctranslate2", "fp32"), 1.5, True),
+        ("CT2 fp32, 2 workers / ours", OURS, ("ctranslate2-2-workers", "fp32"), 1.5, True),
         ("CT2 int8 / ours", OURS, ("ctranslate2", "int8"), None, True),
     ):
         ratios = []
@@ -396,7 +406,7 @@ def write_markdown(path: Path, section: str) -> None:
 
 SYSTEMS = (
     "pytorch-kv-cache", "pytorch-1-worker", "pytorch-no-cache", "hf-marian-generate", "ctranslate2-fp32",
-    "ctranslate2-int8",
+    "ctranslate2-2-workers", "ctranslate2-int8",
 )
 
 
@@ -435,6 +445,8 @@ def benchmark(
             "hf-marian-generate": (("hf-marian-generate", "fp32"), lambda: hf_runner(model, steps)),
             "ctranslate2-fp32": (("ctranslate2", "fp32"),
                                  lambda: ct2_runner(subject, steps, "float32", threads, Path(tmp))),
+            "ctranslate2-2-workers": (("ctranslate2-2-workers", "fp32"),
+                                      lambda: ct2_runner(subject, steps, "float32", threads, Path(tmp), 2)),
             "ctranslate2-int8": (("ctranslate2", "int8"),
                                  lambda: ct2_runner(subject, steps, "int8", threads, Path(tmp))),
         }

@@ -11,7 +11,8 @@ only in the route pipeline.linear takes, switched around each call:
   taking turns one update at a time, median of --repeats rounds;
 - decoding: bench/decode_speed.py's greedy and beam-5 passes of the trained
   model (or random weights without --model), batches of 64, exactly 20 steps,
-  interleaved rounds, median.
+  interleaved rounds, median; one batch at a time on all threads (one
+  worker), the setting pipeline/linear.py's size threshold was measured at.
 The peers of those benchmarks (HF Marian, torch.nn.Transformer, HF generate)
 run on torch's default, MKL: this shows how much of ours' lead over them is
 the GEMM library and how much the rest of the implementation.
@@ -91,7 +92,7 @@ def decoding(setup: D.Setup, model_dir: Path | None, split_file: Path | None, se
     subject = D.smoke_subject(seed) if setup.smoke else D.load_subject(model_dir, seed)
     batches = D.make_batches(D.source_ids(subject, split_file, setup.sentences, seed), setup.batch_size)
     with torch.inference_mode():
-        runner = D.torch_runner(subject.model, setup.steps, use_cache=True)
+        runner = D.torch_runner(subject.model, setup.steps, use_cache=True, workers=1)  # all threads
         systems = {(ONEDNN, "fp32"): lambda: runner, (MKL, "fp32"): lambda: on_mkl(runner)}
         return D.measure(systems, batches, setup.steps, setup.repeats, say, seed)
 
