@@ -352,7 +352,9 @@ def decode_section(
                 if r["metric"] == metric and r["task"] in TASKS}
 
     value, tok = by_key("sentences_per_s"), by_key("tokens_per_s")
-    systems = sorted({(s, p) for s, p, _ in value}, key=lambda k: -value.get((*k, "decode_greedy"), 0))
+    own = set(ROWS.values())  # not other benchmarks' rows of the same tasks (bench/gemm_choice.py)
+    systems = sorted({(s, p) for s, p, _ in value if (s, p) in own},
+                     key=lambda k: -value.get((*k, "decode_greedy"), 0))
     title = "## Decoding speed (CPU)" + (" — SMOKE RUN, tiny sizes, not a measurement" if smoke else "")
     out = [DECODE_START, title, "", note, "",
            "| system | precision | greedy sent/s | greedy tok/s | beam 5 sent/s | beam 5 tok/s "
@@ -404,10 +406,17 @@ def write_markdown(path: Path, section: str) -> None:
     write_section(path, DECODE_START, DECODE_END, section)
 
 
-SYSTEMS = (
-    "pytorch-kv-cache", "pytorch-1-worker", "pytorch-no-cache", "hf-marian-generate", "ctranslate2-fp32",
-    "ctranslate2-2-workers", "ctranslate2-int8",
-)
+# --systems name -> its rows' (system, precision)
+ROWS = {
+    "pytorch-kv-cache": ("pytorch-kv-cache", "fp32"),
+    "pytorch-1-worker": ("pytorch-1-worker", "fp32"),
+    "pytorch-no-cache": ("pytorch-no-cache", "fp32"),
+    "hf-marian-generate": ("hf-marian-generate", "fp32"),
+    "ctranslate2-fp32": ("ctranslate2", "fp32"),
+    "ctranslate2-2-workers": ("ctranslate2-2-workers", "fp32"),
+    "ctranslate2-int8": ("ctranslate2", "int8"),
+}
+SYSTEMS = tuple(ROWS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -438,19 +447,16 @@ def benchmark(
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp, torch.inference_mode():
         model, steps = subject.model, setup.steps
-        factories: dict[str, tuple[tuple[str, str], Callable[[], Runner]]] = {
-            "pytorch-kv-cache": (("pytorch-kv-cache", "fp32"), lambda: torch_runner(model, steps, True)),
-            "pytorch-1-worker": (("pytorch-1-worker", "fp32"), lambda: torch_runner(model, steps, True, 1)),
-            "pytorch-no-cache": (("pytorch-no-cache", "fp32"), lambda: torch_runner(model, steps, False)),
-            "hf-marian-generate": (("hf-marian-generate", "fp32"), lambda: hf_runner(model, steps)),
-            "ctranslate2-fp32": (("ctranslate2", "fp32"),
-                                 lambda: ct2_runner(subject, steps, "float32", threads, Path(tmp))),
-            "ctranslate2-2-workers": (("ctranslate2-2-workers", "fp32"),
-                                      lambda: ct2_runner(subject, steps, "float32", threads, Path(tmp), 2)),
-            "ctranslate2-int8": (("ctranslate2", "int8"),
-                                 lambda: ct2_runner(subject, steps, "int8", threads, Path(tmp))),
+        factories: dict[str, Callable[[], Runner]] = {
+            "pytorch-kv-cache": lambda: torch_runner(model, steps, True),
+            "pytorch-1-worker": lambda: torch_runner(model, steps, True, 1),
+            "pytorch-no-cache": lambda: torch_runner(model, steps, False),
+            "hf-marian-generate": lambda: hf_runner(model, steps),
+            "ctranslate2-fp32": lambda: ct2_runner(subject, steps, "float32", threads, Path(tmp)),
+            "ctranslate2-2-workers": lambda: ct2_runner(subject, steps, "float32", threads, Path(tmp), 2),
+            "ctranslate2-int8": lambda: ct2_runner(subject, steps, "int8", threads, Path(tmp)),
         }
-        chosen = dict(factories[s] for s in systems)
+        chosen = {ROWS[s]: factories[s] for s in systems}
         rows = measure(chosen, batches, setup.steps, setup.repeats, say, seed)
         if model_dir is not None and split_file is not None and "ctranslate2-fp32" in systems:
             rows += backend_overhead(model_dir, split_file, setup.sentences, setup.repeats, seed, say)
