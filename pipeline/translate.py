@@ -343,7 +343,8 @@ def command(
 ) -> None:
     """Translate raw text, one sentence a line (interactive when stdin is a terminal)."""
     if workers is not None and backend != "torch":
-        raise UserError(f"--workers applies to the torch backend; {backend} runs its own threads")
+        raise UserError(f"--workers applies to the torch backend; {backend} runs its own threads: "
+                        "drop --workers, or use --backend torch")
     translator = BACKENDS[backend](model_dir, device, quantization, exact_search)
     if workers is not None:
         translator.workers = workers

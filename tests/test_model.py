@@ -524,3 +524,17 @@ def test_sinusoidal_table_grows_on_demand_and_never_shrinks() -> None:
     assert positions.table.size(0) == 10
     short = positions(torch.arange(3))
     assert positions.table.size(0) == 10 and torch.equal(short, long[:3])
+
+
+def test_a_sinusoidal_table_grown_meanwhile_by_another_worker_is_kept(monkeypatch) -> None:
+    positions = SinusoidalPositions(8, 4)
+    make = positions._table
+
+    def grown_meanwhile(n: int) -> torch.Tensor:
+        positions.table = make(20)  # another decoding thread needed 20 positions in between
+        return make(n)
+
+    monkeypatch.setattr(positions, "_table", grown_meanwhile)
+    got = positions(torch.arange(12))
+    assert positions.table.size(0) == 20
+    torch.testing.assert_close(got, make(12), rtol=0, atol=0)

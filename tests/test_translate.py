@@ -190,12 +190,21 @@ def test_min_len_fixes_the_output_length_for_benchmarks(translator: Translator) 
         assert all(len(h.tokens) == 7 and 3 not in h.tokens for hs in hyps for h in hs)
 
 
-def test_workers_are_the_torch_backends_and_change_no_output(model_dir: Path) -> None:
+def test_workers_reach_the_search_and_change_no_output(model_dir: Path, monkeypatch) -> None:
+    searches = []  # (workers, batches) of each search
+    search_batches = tr.translate_ids.__globals__["search_batches"]
+
+    def recording(model, fitted, batches, *, workers, **kwargs):
+        searches.append((workers, len(batches)))
+        return search_batches(model, fitted, batches, workers=workers, **kwargs)
+
+    monkeypatch.setitem(tr.translate_ids.__globals__, "search_batches", recording)
     lines = "ein hund\nder mann läuft über die straße\n\ndie katze\neine frau springt\n".encode()
-    args = ["--model", str(model_dir), "--device", "cpu", "--batch-tokens", "40"]  # a batch a sentence
+    args = ["--model", str(model_dir), "--device", "cpu", "--batch-tokens", "40"]  # a batch a sentence or two
     one, three = run(args + ["--workers", "1"], lines), run(args + ["--workers", "3"], lines)
     assert one.exit_code == three.exit_code == 0, one.output + three.output
+    assert [w for w, _ in searches] == [1, 3] and all(n > 1 for _, n in searches)
     assert one.stdout == three.stdout and one.stdout.count("\n") == 5
     refused = run(args + ["--workers", "2", "--backend", "ctranslate2"], lines)
-    assert refused.exit_code == 1
-    assert "--workers applies to the torch backend" in refused.output and "Traceback" not in refused.output
+    assert refused.exit_code == 1 and "Traceback" not in refused.output
+    assert "--workers applies to the torch backend" in refused.output and "drop --workers" in refused.output
