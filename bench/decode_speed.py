@@ -63,15 +63,15 @@ import click
 import torch
 
 from bench.common import merge_rows, write_section
-from pipeline import checkpoint
+from pipeline.model import checkpoint
 from pipeline import params as P
-from pipeline.clean import normalize
-from pipeline.data import collate_src
+from pipeline.data.text import normalize
+from pipeline.data.batching import collate_src
 from pipeline.files import read_lines, write_json
-from pipeline.model import Transformer, build_model
-from pipeline.search import default_workers, translate_ids
+from pipeline.model.transformer import Transformer, build_model
+from pipeline.decoding.search import default_workers, translate_ids
 from pipeline.tokens import BOS, EOS, N_SPECIAL, PAD
-from pipeline.vocab import Vocab
+from pipeline.data.vocab import Vocab
 
 REPO = Path(__file__).resolve().parents[1]
 DECODE_START, DECODE_END = "<!-- decode:start -->", "<!-- decode:end -->"
@@ -199,7 +199,7 @@ def ct2_runner(subject: Subject, steps: int, quantization: str, threads: int, tm
     inter_threads of threads / workers intra_threads, CTranslate2's own way to run batches at once."""
     import ctranslate2
 
-    from pipeline import ct2
+    from pipeline.decoding import ct2
 
     out = tmp / f"ct2-{quantization}"
     if not out.exists():
@@ -281,7 +281,7 @@ def backend_overhead(model_dir: Path, split_file: Path, sentences: int, repeats:
     """`translate --backend ctranslate2` (pipeline.ct2.CT2Translator, raw text in and out) against
     ctranslate2.Translator.translate_batch called directly on the same sentences' pieces, beam 5,
     fp32, the same batches (decode.batch_tokens / beam source tokens): what the backend costs."""
-    from pipeline.ct2 import CT2Translator
+    from pipeline.decoding.ct2 import CT2Translator
 
     lines = [x for x in read_lines(split_file) if x.strip()][:sentences]
     ours = CT2Translator.from_dir(model_dir, device="cpu")

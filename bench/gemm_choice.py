@@ -5,7 +5,7 @@ PIPELINE_CPU_GEMM=mkl selects), side by side in one run.
     python -m bench.gemm_choice --model data/model --split-file data/clean/test.src
 
 Not a test. The two systems are the same code on the same batches and differ
-only in the route pipeline.linear takes, switched around each call:
+only in the route pipeline.model.linear takes, switched around each call:
 - training: bench/train_speed.py's fp32 update of the default model on its
   synthetic 128 x 16 batch (two trainers built from one seed), the systems
   taking turns one update at a time, median of --repeats rounds;
@@ -38,7 +38,7 @@ import torch
 from bench import decode_speed as D
 from bench import train_speed as T
 from bench.common import merge_rows, write_section
-from pipeline import linear
+from pipeline.model import linear
 from pipeline import params as P
 from pipeline.files import write_json
 
@@ -49,7 +49,7 @@ ONEDNN, MKL = "ours-onednn", "ours-mkl"
 
 @contextlib.contextmanager
 def mkl_gemms() -> Iterator[None]:
-    """pipeline.linear's oneDNN route off while inside: what PIPELINE_CPU_GEMM=mkl does for a process."""
+    """pipeline.model.linear's oneDNN route off while inside: what PIPELINE_CPU_GEMM=mkl does for a process."""
     saved = linear.use_onednn(False)
     try:
         yield

@@ -16,7 +16,7 @@ Not a test: it measures, in one run,
      embedding, sinusoidal positions, causal + key-padding masks;
    in fp32 and bf16 autocast. The peers do the same math (loss, AdamW
    settings and decay groups, clipping, schedule) in stock torch code, so a
-   faster implementation in pipeline.optim or train_step counts for ours.
+   faster implementation in pipeline.training.optim or train_step counts for ours.
    Each system warms up; then, per precision, --repeats rounds in which the
    systems take turns one update at a time (shuffled every turn) until each
    has run --seconds / --repeats; the median round is reported, and the
@@ -71,12 +71,12 @@ from torch import nn
 
 from bench.common import merge_rows, write_section
 from pipeline import params as P
-from pipeline.data import Batch, ParallelData, collate, epoch_batches, token_batches
+from pipeline.data.batching import Batch, ParallelData, collate, epoch_batches, token_batches
 from pipeline.files import write_json
-from pipeline.model import build_model
-from pipeline.optim import build_optimizer, build_scheduler, inverse_sqrt, parameter_groups
+from pipeline.model.transformer import build_model
+from pipeline.training.optim import build_optimizer, build_scheduler, inverse_sqrt, parameter_groups
 from pipeline.tokens import BOS, EOS, N_SPECIAL, PAD
-from pipeline.train import Dist, Paths, Progress, Trainer
+from pipeline.training.trainer import Dist, Paths, Progress, Trainer
 
 REPO = Path(__file__).resolve().parents[1]
 TRAIN_START, TRAIN_END = "<!-- train:start -->", "<!-- train:end -->"
@@ -194,7 +194,7 @@ def peer_step(model: nn.Module, forward: Callable, params: P.Params) -> StepFn:
 
     Same loss, normalization, clipping, AdamW settings and decay groups as
     ours, but torch's default implementations (AdamW's for-loop on CPU), not
-    pipeline.optim's: a speed-up there counts for ours only.
+    pipeline.training.optim's: a speed-up there counts for ours only.
     """
     t = params.train
     optimizer = torch.optim.AdamW(parameter_groups(model.train(), t.weight_decay), lr=t.lr,

@@ -5,9 +5,8 @@ from pathlib import Path
 import pytest
 
 from pipeline import params as P
+from tests.helpers import MIRROR, REPO
 
-REPO = Path(__file__).resolve().parents[1]
-MIRROR = REPO.parent / "shared" / "corpora"
 
 
 @pytest.fixture(scope="session")

@@ -68,21 +68,21 @@ import types
 from pathlib import Path
 from typing import Any, Sequence
 
-import click
 import numpy as np
 import torch
 from torch import nn
 
-from pipeline import checkpoint
+from pipeline.model import checkpoint
 from pipeline import params as P
+from pipeline.devices import pick_device
 from pipeline.errors import UserError
 from pipeline.files import atomic_path, write_json
-from pipeline.model import Transformer
+from pipeline.model.transformer import Transformer
 from pipeline.params import DecodeParams
-from pipeline.search import BANNED, Hypothesis, SearchStats, fit_to_model, length_penalty
+from pipeline.decoding.search import BANNED, Hypothesis, SearchStats, fit_to_model, length_penalty
 from pipeline.tokens import EOS
-from pipeline.translate import QUANTIZATIONS, TextTranslator
-from pipeline.vocab import Vocab
+from pipeline.decoding.translator import QUANTIZATIONS, TextTranslator
+from pipeline.data.vocab import Vocab
 
 log = logging.getLogger(__name__)
 
@@ -314,7 +314,7 @@ class CT2Translator(TextTranslator):
         self._limits = types.SimpleNamespace(cfg=cfg)
         self._tgt_ids = {p: i for i, p in enumerate(self.vocab.tgt_pieces(range(self.vocab.tgt_size)))}
         self._banned = [[p] for p in self.vocab.tgt_pieces(BANNED)]
-        self.device = _resolve_device(ct2, device)
+        self.device = pick_device(device, ct2.get_cuda_device_count() > 0, runtime="CTranslate2")
         self.translator = ct2.Translator(
             str(ct2_dir), device=self.device, intra_threads=threads or torch.get_num_threads()
         )
@@ -416,23 +416,3 @@ class CT2Translator(TextTranslator):
         return sorted(hyps, key=lambda h: -h.score)[: s.n_best]
 
 
-def _resolve_device(ct2: types.ModuleType, name: str) -> str:
-    cuda = ct2.get_cuda_device_count() > 0
-    if name == "auto":
-        return "cuda" if cuda else "cpu"
-    if name == "cuda" and not cuda:
-        raise UserError("device cuda: CTranslate2 sees no CUDA device here; use --device cpu (or auto)")
-    return name
-
-
-@click.command("export-ct2")
-@click.option("--model", "model_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="The train stage's model directory (data/model).")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="Where to write the CTranslate2 model directory (replaced atomically).")
-@click.option("--quantization", type=click.Choice(QUANTIZATIONS), default="float32", show_default=True,
-              help="Weight type of the exported model (int8: about 4x smaller, faster on CPU).")
-def export_command(model_dir: Path, out_dir: Path, quantization: str) -> None:
-    """Export a trained model to CTranslate2 (for `translate --backend ctranslate2`)."""
-    export(model_dir, out_dir, quantization)
-    click.echo(f"wrote {out_dir} ({quantization})", err=True)

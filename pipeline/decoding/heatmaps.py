@@ -27,13 +27,13 @@ import torch
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from pipeline.clean import normalize
-from pipeline.data import collate_src
+from pipeline.data.text import normalize
+from pipeline.data.batching import collate_src
 from pipeline.errors import UserError
 from pipeline.files import atomic_path
-from pipeline.search import evaluating, translate_ids
+from pipeline.decoding.search import evaluating, translate_ids
 from pipeline.tokens import BOS, EOS
-from pipeline.translate import Translator
+from pipeline.decoding.translator import Translator
 
 Layers = str | Sequence[int]  # "all", or 0-based decoder layer indices
 Heads = str | int  # "mean", or one 0-based head index

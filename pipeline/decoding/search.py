@@ -48,10 +48,9 @@ from dataclasses import dataclass
 from typing import Iterator, Protocol, Sequence
 
 import torch
-import torch.nn.functional as F
 
-from pipeline.data import collate_src
-from pipeline.model import DecoderOnly, Seq2SeqBase
+from pipeline.data.batching import collate_src
+from pipeline.model.transformer import DecoderOnly, Seq2SeqBase
 from pipeline.tokens import BOS, EOS, PAD, SEP
 
 log = logging.getLogger(__name__)

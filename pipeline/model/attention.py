@@ -25,8 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pipeline.dropout import dropout
-from pipeline.linear import Linear
+from pipeline.model.dropout import dropout
+from pipeline.model.linear import Linear
 
 
 @dataclass

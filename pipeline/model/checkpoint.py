@@ -21,7 +21,7 @@ import torch
 from pipeline import params as P
 from pipeline.errors import UserError
 from pipeline.files import atomic_path
-from pipeline.model import Seq2SeqBase, build_model
+from pipeline.model.transformer import Seq2SeqBase, build_model
 
 FORMAT = "nmt-pipeline/1"
 MODEL_FILE = "model.pt"

@@ -25,7 +25,7 @@ from typing import Optional
 
 import torch
 
-from pipeline.linear import linear
+from pipeline.model.linear import linear
 from pipeline.tokens import PAD
 
 # Rows projected at once: 1024 x 8k float32 logits = 32 MB, about L3 (measured best of 256-2048).

@@ -24,11 +24,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pipeline.attention import KVCache, MultiHeadAttention
-from pipeline.dropout import Dropout
-from pipeline.linear import Linear, linear
-from pipeline.loss import projected_loss
-from pipeline.masks import causal_padding_mask, padding_mask
+from pipeline.model.attention import KVCache, MultiHeadAttention
+from pipeline.model.dropout import Dropout
+from pipeline.model.linear import Linear, linear
+from pipeline.model.loss import projected_loss
+from pipeline.model.masks import causal_padding_mask, padding_mask
 from pipeline.params import ModelParams
 from pipeline.tokens import BOS, PAD, SEP
 

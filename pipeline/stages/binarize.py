@@ -24,7 +24,7 @@ import numpy as np
 from pipeline import tokens
 from pipeline.errors import UserError
 from pipeline.files import atomic_path, write_json
-from pipeline.vocab import Vocab
+from pipeline.data.vocab import Vocab
 
 SPLITS = ("train", "val", "test")
 SIDES = ("src", "tgt")

@@ -26,8 +26,8 @@ from pipeline import tokens
 from pipeline.errors import UserError
 from pipeline.files import atomic_path
 from pipeline.params import BpeParams
-from pipeline.stage import load_params, params_option
-from pipeline.vocab import JOINT_MODEL, SRC_MODEL, TGT_MODEL, Vocab
+from pipeline.stages.options import load_params, params_option
+from pipeline.data.vocab import JOINT_MODEL, SRC_MODEL, TGT_MODEL, Vocab
 
 # Recorded in the model file, so it must not depend on the machine (see above).
 _TRAIN_THREADS = 4

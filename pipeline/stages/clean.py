@@ -1,37 +1,18 @@
-"""Stage `clean`: normalize every line; filter training pairs only.
+"""Stage `clean`: normalize every line of every split; filter training pairs only.
 
-Normalization (`normalize`, applied to every line of every split), in order:
-1. Control and format characters. A control character (category Cc) that is
-   whitespace to Python (tab, VT, FF, CR, U+001C-U+001F, U+0085) becomes a
-   space, since it separates words; any other Cc (NUL, ESC, DEL, C1 controls)
-   is deleted. Format characters (Cf: zero-width space, BOM, soft hyphen, bidi
-   marks, ...) are deleted, except ZWNJ (U+200C) and ZWJ (U+200D), which are
-   spelling in Persian and Indic scripts and in emoji sequences. Deleting comes
-   before NFC so that a deleted character cannot keep a letter and its
-   combining mark from composing.
-2. Unicode NFC.
-3. Every run of whitespace (str.split(): Unicode whitespace, NBSP included)
-   becomes one space, and both ends are stripped.
-`normalize` is idempotent.
-
-Filtering (training pairs only), by the first rule that applies, in this order:
-empty (either side is empty), too_long (either side has more than
-clean.max_words space-separated words), ratio (longer side's characters over
-the shorter's, the shorter counted as at least 1, exceeds clean.max_ratio),
-duplicate (clean.dedupe: the same (src, tgt) pair as an earlier kept one).
-val and test are normalized but never filtered: every line stays, an empty one
-as an empty line, so scores stay comparable with published ones.
+Normalization is pipeline.data.text.normalize. Filtering (training pairs only),
+by the first rule that applies: empty, too_long (more than clean.max_words
+words), ratio (character-length ratio over clean.max_ratio), duplicate
+(clean.dedupe: the same pair as an earlier kept one). val and test are never
+filtered: every line stays, so scores stay comparable with published ones.
 
 stats.json, per split: lines_in, lines_out, dropped {empty, too_long, ratio,
-duplicate} (all 0 for val and test), and per side the number of lines that
-normalization changed: control_chars (step 1 changed it), nfc (step 2),
-whitespace (step 3).
+duplicate} (all 0 for val and test), and per side the number of lines each
+normalization step changed: control_chars, nfc, whitespace.
 """
 
 from __future__ import annotations
 
-import functools
-import sys
 import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,48 +21,14 @@ from typing import Any, Sequence
 import click
 
 from pipeline import files
+from pipeline.data.text import SideStats, drop_reason, normalize_lines
 from pipeline.errors import UserError
 from pipeline.params import CleanParams
-from pipeline.stage import load_params, params_option
+from pipeline.stages.options import load_params, params_option
 
 SPLITS = ("train", "val", "test")
 SIDES = ("src", "tgt")
 DROP_REASONS = ("empty", "too_long", "ratio", "duplicate")
-_KEEP_CF = {0x200C, 0x200D}  # ZWNJ, ZWJ
-
-
-@functools.cache
-def _control_table() -> dict[int, str | None]:
-    """str.translate table for step 1: whitespace Cc -> space, other Cc and Cf -> deleted."""
-    table: dict[int, str | None] = {}
-    for code in range(sys.maxunicode + 1):  # ~0.1 s, once per process
-        category = unicodedata.category(chr(code))
-        if category == "Cc":
-            table[code] = " " if chr(code).isspace() else None
-        elif category == "Cf" and code not in _KEEP_CF:
-            table[code] = None
-    return table
-
-
-def _steps(line: str) -> tuple[str, str, str]:
-    """The line after steps 1, 2 and 3 of the normalization."""
-    no_controls = line.translate(_control_table())
-    nfc = unicodedata.normalize("NFC", no_controls)
-    return no_controls, nfc, " ".join(nfc.split())
-
-
-def normalize(line: str) -> str:
-    """One line, normalized as the module docstring says (also used on user input by translate)."""
-    return _steps(line)[2]
-
-
-@dataclass
-class SideStats:
-    """How many lines of one side each normalization step changed."""
-
-    control_chars: int = 0
-    nfc: int = 0
-    whitespace: int = 0
 
 
 @dataclass
@@ -98,31 +45,6 @@ class SplitStats:
             "dropped": dict(self.dropped),
             "normalized": {side: vars(s).copy() for side, s in self.normalized.items()},
         }
-
-
-def normalize_lines(lines: Sequence[str], stats: SideStats) -> list[str]:
-    """Normalize every line, counting in `stats` the lines each step changed."""
-    out = []
-    for line in lines:
-        no_controls, nfc, result = _steps(line)
-        stats.control_chars += no_controls != line
-        stats.nfc += nfc != no_controls
-        stats.whitespace += result != nfc
-        out.append(result)
-    return out
-
-
-def drop_reason(src: str, tgt: str, params: CleanParams) -> str | None:
-    """Why a normalized training pair is dropped (empty, too_long, ratio), or None to keep it."""
-    if not src or not tgt:
-        return "empty"
-    # Normalized text has single spaces and no others, so words = spaces + 1.
-    if max(src.count(" "), tgt.count(" ")) + 1 > params.max_words:
-        return "too_long"
-    short, long = sorted((len(src), len(tgt)))
-    if long / max(short, 1) > params.max_ratio:
-        return "ratio"
-    return None
 
 
 def clean_pairs(

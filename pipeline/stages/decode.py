@@ -25,9 +25,10 @@ import click
 from pipeline import files
 from pipeline.errors import UserError
 from pipeline.params import DecodeParams
-from pipeline.search import SearchStats
-from pipeline.stage import load_params, params_option
-from pipeline.translate import DEVICES, Translator, nbest_row, one_line
+from pipeline.decoding.search import SearchStats
+from pipeline.stages.options import load_params, params_option
+from pipeline.decoding.translator import Translator, nbest_row, one_line
+from pipeline.devices import DEVICES
 
 SPLITS = ("val", "test")
 

@@ -26,12 +26,15 @@ import click
 import matplotlib
 import pandas as pd
 
-from pipeline import experiments as E
+from pipeline.reporting import runs as E
 from pipeline import files
 from pipeline import params as P
 from pipeline.errors import UserError
-from pipeline.score import bleu_by_length, sentence_chrf
-from pipeline.stage import load_params, params_option
+from pipeline.reporting.metrics import bleu_by_length, sentence_chrf
+from pipeline.reporting.tables import (
+    experiments_markdown, fmt, fmt_hms, markdown_table, run_label, fmt_score,
+)
+from pipeline.stages.options import load_params, params_option
 from pipeline.tracking import RUN_FILE, Tracker
 
 matplotlib.use("Agg")  # files only: no display on servers and in DVC runs
@@ -46,7 +49,6 @@ COMPARE_PNG = "experiments_val_bleu.png"
 MODEL_FILE = "model.pt"  # checkpoint.MODEL_FILE, without importing torch for every report
 DPI = 110
 SCORE_NAMES = {"bleu": "BLEU", "chrf": "chrF", "ter": "TER"}
-SCORE_DIGITS = 1  # BLEU, chrF, TER as papers and sacreBLEU print them
 EXPERIMENTS_SHOWN = 15  # table rows in the report (plus this run if lower); the command lists all
 RUNS_COMPARED = 6  # curves in the comparison figure: this run and the best others
 HEATMAP_SENTENCES = 2
@@ -84,48 +86,6 @@ class ReportInputs:
 
 # --- Markdown ------------------------------------------------------------------
 
-_MARKDOWN_SPECIAL = "\\`*|<>"  # not "_": GitHub ignores it inside words, where it is common
-
-
-def escape_cell(value: Any) -> str:
-    """Text safe inside a Markdown table cell: one line, Markdown characters escaped."""
-    text = " ".join(str(value).split())
-    return "".join("\\" + c if c in _MARKDOWN_SPECIAL else c for c in text)
-
-
-def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]], align: str = "") -> str:
-    """A GitHub Markdown table; `align` has one letter per column (l or r), default left."""
-    align = align.ljust(len(header), "l")
-    rule = ["---:" if a == "r" else "---" for a in align]
-    lines = [_row(header), _row(rule, escape=False)]
-    lines += [_row(r) for r in rows]
-    return "\n".join(lines)
-
-
-def frame_table(frame: pd.DataFrame, align: str = "") -> str:
-    """A DataFrame as a Markdown table (columns as header, index dropped)."""
-    rows = [[_fmt(v) for v in row] for row in frame.itertuples(index=False)]
-    return markdown_table([str(c) for c in frame.columns], rows, align)
-
-
-def _row(cells: Sequence[Any], escape: bool = True) -> str:
-    return "| " + " | ".join(escape_cell(c) if escape else str(c) for c in cells) + " |"
-
-
-def _fmt(value: Any, digits: int = 2) -> str:
-    """Numbers for tables: floats with `digits` decimals, ints with thousands separators."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "–"
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, int):
-        return f"{value:,}"
-    if isinstance(value, float):
-        return f"{value:,.{digits}f}"
-    if isinstance(value, (list, tuple)):
-        return ", ".join(str(v) for v in value)
-    return str(value)
-
 
 # --- sections -----------------------------------------------------------------------
 
@@ -161,7 +121,7 @@ def _title(inputs: ReportInputs) -> str:
 def _scores(metrics: dict[str, Any]) -> str:
     splits = [s for s in ("val", "test") if s in metrics] + [s for s in metrics if s not in ("val", "test")]
     rows = [
-        [split, *(_score(metrics[split].get(m)) for m in SCORE_NAMES), _fmt(metrics[split].get("n_lines"))]
+        [split, *(fmt_score(metrics[split].get(m)) for m in SCORE_NAMES), fmt(metrics[split].get("n_lines"))]
         for split in splits
     ]
     out = ["## Scores", "", markdown_table(["split", *SCORE_NAMES.values(), "lines"], rows, "lrrrr")]
@@ -184,14 +144,14 @@ def _training(summary: Optional[dict[str, Any]], curves: Optional[str]) -> str:
         rows = [
             ["parameters", _count(summary.get("n_params"))],
             ["training time", _duration(summary.get("train_seconds"))],
-            ["tokens/s", _fmt(summary.get("tokens_per_s"), 0)],
-            ["device", _fmt(summary.get("device"))],
-            ["precision", _fmt(summary.get("precision"))],
-            ["steps", _fmt(summary.get("steps"))],
-            ["epochs", _fmt(summary.get("epochs"), 0)],
-            ["best step", _fmt(summary.get("best_step"))],
-            ["best val BLEU (greedy)", _score(summary.get("best_val_bleu"))],
-            ["stopped", _fmt(summary.get("stopped"))],
+            ["tokens/s", fmt(summary.get("tokens_per_s"), 0)],
+            ["device", fmt(summary.get("device"))],
+            ["precision", fmt(summary.get("precision"))],
+            ["steps", fmt(summary.get("steps"))],
+            ["epochs", fmt(summary.get("epochs"), 0)],
+            ["best step", fmt(summary.get("best_step"))],
+            ["best val BLEU (greedy)", fmt_score(summary.get("best_val_bleu"))],
+            ["stopped", fmt(summary.get("stopped"))],
         ]
         out.append(markdown_table(["", "value"], rows, "lr"))
     if curves:
@@ -199,33 +159,16 @@ def _training(summary: Optional[dict[str, Any]], curves: Optional[str]) -> str:
     return "\n".join(out)
 
 
-def _score(value: Any) -> str:
-    return _fmt(value, SCORE_DIGITS)
-
-
-def _whole(value: Any) -> str:
-    """A count or rate with thousands separators and no decimals."""
-    return _fmt(value, 0)
-
-
-def _hms(seconds: Any) -> str:
-    """Seconds as h:mm:ss."""
-    if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or math.isnan(seconds):
-        return _fmt(seconds)
-    s = int(round(seconds))
-    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
-
-
 def _count(n: Any) -> str:
     if not isinstance(n, int):
-        return _fmt(n)
+        return fmt(n)
     return f"{n / 1e6:.2f} M ({n:,})" if n >= 1e5 else f"{n:,}"
 
 
 def _duration(seconds: Any) -> str:
     if not isinstance(seconds, (int, float)):
-        return _fmt(seconds)
-    return f"{_hms(seconds)} ({seconds:,.1f} s)"
+        return fmt(seconds)
+    return f"{fmt_hms(seconds)} ({seconds:,.1f} s)"
 
 
 def _experiments(inputs: ReportInputs) -> str:
@@ -249,89 +192,12 @@ def _experiments(inputs: ReportInputs) -> str:
     return "\n".join(out)
 
 
-# Columns of the experiments table after the params: (DataFrame column, header, format).
-# dev chrF and TER stay in the DataFrame and the command's CSV: the page has enough columns.
-EXPERIMENT_METRICS = (
-    ("test_bleu", "test BLEU", _score), ("test_chrf", "chrF", _score), ("test_ter", "TER", _score),
-    ("dev_bleu", "dev BLEU", _score), ("n_params", "parameters", _whole),
-    ("train_seconds", "train time", _hms), ("tokens_per_s", "tokens/s", _whole),
-)
-
-
-def experiments_markdown(
-    frame: pd.DataFrame, current: Optional[str] = None, limit: Optional[int] = None
-) -> str:
-    """An experiments.table() as Markdown: rank, run, what differs, scores, size, speed; `current` marked."""
-    if frame.empty:
-        return "No runs yet."
-    ids = list(frame["id"])
-    mark = ids.index(current) if current in ids else None
-    shown = list(range(len(frame) if limit is None else min(limit, len(frame))))
-    if mark is not None and mark not in shown:
-        shown.append(mark)  # this run always shows, even below the limit
-    header, align = _experiment_columns(frame)
-    rows = [_experiment_row(frame, i, i == mark, "status" in header) for i in shown]
-    notes = []
-    if mark is not None:
-        notes.append(f"→ this report's run, {mark + 1} of {len(frame)} by test BLEU.")
-    elif current:
-        notes.append("This report's run is not among them (MLflow was unreachable while it trained?).")
-    if len(shown) < len(frame):
-        hidden = len(frame) - len(shown)
-        notes.append(f"{hidden} more runs not shown; `python -m pipeline experiments` lists all.")
-    return markdown_table(header, rows, align) + ("\n\n" + " ".join(notes) if notes else "")
-
-
-def _experiment_columns(frame: pd.DataFrame) -> tuple[list[str], str]:
-    """Header and alignment; a status column only if some run did not finish."""
-    params = _param_columns(frame)
-    status = ["status"] if (frame["status"] != "finished").any() else []
-    header = ["#", "run", "commit", *status, *params, *(h for _, h, _ in EXPERIMENT_METRICS)]
-    align = "rll" + "l" * len(status) + "".join("r" if _numeric(frame[p]) else "l" for p in params)
-    return header, align + "r" * len(EXPERIMENT_METRICS)
-
-
-def _experiment_row(frame: pd.DataFrame, i: int, marked: bool, with_status: bool) -> list[str]:
-    row = frame.iloc[i]
-    return [
-        f"→ {i + 1}" if marked else str(i + 1),
-        run_label(row),
-        str(row["commit"])[:7] if isinstance(row["commit"], str) else "–",
-        *([row["status"]] if with_status else []),
-        *(_fmt(row[p]) for p in _param_columns(frame)),
-        *(fmt(row[column]) for column, _, fmt in EXPERIMENT_METRICS),
-    ]
-
-
-def _param_columns(frame: pd.DataFrame) -> list[str]:
-    return [c for c in frame.columns if c not in E.ID_COLUMNS and c not in E.METRIC_COLUMNS]
-
-
-def run_label(row: pd.Series) -> str:
-    """What a user calls a run: its DVC experiment name (`dvc exp apply NAME`), else its MLflow run name."""
-    return str(row["dvc_exp"]) if isinstance(row["dvc_exp"], str) else str(row["run"])
-
-
-def _numeric(column: pd.Series) -> bool:
-    """True if every present value of a params column reads as a number (so it aligns right)."""
-    values = [v for v in column if isinstance(v, str)]
-    return bool(values) and all(_is_number(v) for v in values)
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
-
-
 def _lengths(rows: list[dict[str, Any]], chart: Optional[str]) -> str:
     if not rows:
         return "## BLEU by source length\n\nNo test translations to analyse."
     table = markdown_table(
         ["source words", "lines", "BLEU"],
-        [[r["bucket"], _fmt(r["n_lines"]), _score(r["bleu"])] for r in rows],
+        [[r["bucket"], fmt(r["n_lines"]), fmt_score(r["bleu"])] for r in rows],
         "lrr",
     )
     out = ["## BLEU by source length (test)", "", table]
@@ -350,7 +216,7 @@ def _samples(samples: dict[str, list[Sample]]) -> str:
     if not any(samples.values()):
         return out[0] + "\n\nNo test translations to show."
     for kind, title in titles.items():
-        rows = [[s.line, _fmt(s.chrf, 1), s.src, s.ref, s.hyp] for s in samples.get(kind, [])]
+        rows = [[s.line, fmt(s.chrf, 1), s.src, s.ref, s.hyp] for s in samples.get(kind, [])]
         if rows:
             header = ["line", "chrF", "source", "reference", "hypothesis"]
             out += ["", f"### {title}", "", markdown_table(header, rows, "rr")]
@@ -380,9 +246,9 @@ def stats_table(stats: dict[str, Any]) -> str:
     if all(isinstance(v, dict) for v in stats.values()):
         flat = {split: P.flatten(v) for split, v in stats.items()}
         columns = list(dict.fromkeys(k for v in flat.values() for k in v))
-        rows = [[split, *(_fmt(v.get(c)) for c in columns)] for split, v in flat.items()]
+        rows = [[split, *(fmt(v.get(c)) for c in columns)] for split, v in flat.items()]
         return markdown_table(["split", *columns], rows, "l" + "r" * len(columns))
-    rows = [[k, _fmt(v)] for k, v in P.flatten(stats).items()]
+    rows = [[k, fmt(v)] for k, v in P.flatten(stats).items()]
     return markdown_table(["", "value"], rows, "lr")
 
 
@@ -651,7 +517,7 @@ def draw_heatmaps(
     decode: Optional[P.DecodeParams] = None,
 ) -> tuple[list[tuple[str, str]], Optional[str]]:
     """Cross-attention PNGs of fixed test sentences into `figures_dir`: ([(caption, file name)], why none)."""
-    if importlib.util.find_spec("pipeline.heatmaps") is None:
+    if importlib.util.find_spec("pipeline.decoding.heatmaps") is None:
         return [], "No attention heatmaps: this version has no pipeline/heatmaps.py."
     if model_dir is None or not (model_dir / MODEL_FILE).is_file():
         return [], "No attention heatmaps: no trained model was given (--model)."
@@ -660,8 +526,8 @@ def draw_heatmaps(
         low, high = HEATMAP_WORDS
         return [], f"No attention heatmaps: no test sentence has {low}-{high} words."
     # Imported here: torch and the model load only when there is a model to draw.
-    from pipeline import heatmaps
-    from pipeline.translate import Translator
+    from pipeline.decoding import heatmaps
+    from pipeline.decoding.translator import Translator
 
     # The decode stage's settings, so the heatmaps show the translations the scores are about.
     translator = Translator.from_dir(model_dir, device="cpu", settings=decode)

@@ -55,7 +55,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-import click
 import numpy as np
 import sacrebleu
 import torch
@@ -63,17 +62,18 @@ import torch.distributed as torch_dist
 import yaml
 from tqdm import tqdm
 
-from pipeline import checkpoint
+from pipeline.model import checkpoint
 from pipeline import params as P
-from pipeline.data import Batch, ParallelData, collate, shard, token_batches
+from pipeline.data.batching import Batch, ParallelData, collate, shard, token_batches
 from pipeline.errors import UserError
 from pipeline.files import atomic_path, write_json, write_lines, write_text
-from pipeline.model import build_model, count_parameters
-from pipeline.optim import build_optimizer, build_scheduler
-from pipeline.search import translate_ids
-from pipeline.stage import load_params, module_closure, params_option
+from pipeline.model.transformer import build_model, count_parameters
+from pipeline.training.optim import build_optimizer, build_scheduler
+from pipeline.decoding.search import translate_ids
+from pipeline import sources
+from pipeline.devices import torch_device
 from pipeline.tracking import Tracker, tracking_uri
-from pipeline.vocab import Vocab
+from pipeline.data.vocab import Vocab
 
 STATE_FORMAT = "nmt-pipeline/train-state/1"
 LAST, BEST = "last.pt", "best.pt"
@@ -156,14 +156,6 @@ def close_distributed(dist: Dist) -> None:
         torch_dist.destroy_process_group()
 
 
-def resolve_device(setting: str, dist: Dist) -> torch.device:
-    if setting == "cuda" and not torch.cuda.is_available():
-        raise UserError("train.device is cuda, but torch sees no GPU; set train.device: auto or cpu")
-    if setting != "cpu" and torch.cuda.is_available():
-        return torch.device("cuda", dist.local_rank)
-    return torch.device("cpu")
-
-
 def check_precision(precision: str, device: torch.device) -> None:
     if precision == "fp16" and device.type != "cuda":
         raise UserError(
@@ -188,10 +180,9 @@ def fitting_sentences(data: ParallelData, cfg: P.ModelParams) -> np.ndarray:
 
 
 def code_fingerprint() -> dict[str, str]:
-    """sha256 of every source file the train stage runs, by name: a saved run resumes only
-    under the code that wrote it (dvc.yaml re-runs the stage when any of them changes)."""
-    files = module_closure("pipeline.train")
-    return {path.name: hashlib.sha256(path.read_bytes()).hexdigest() for path in files}
+    """sha256 of every source file the train stage runs, by path in the package: a saved run
+    resumes only under the code that wrote it (dvc.yaml re-runs the stage when any of them changes)."""
+    return sources.fingerprint("pipeline.stages.train")
 
 
 def data_fingerprint(bin_dir: Path, vocab: Vocab) -> str:
@@ -239,7 +230,7 @@ class Trainer:
     def __init__(self, params: P.Params, paths: Paths, dist: Dist = Dist()):
         self.params, self.paths, self.dist = params, paths, dist
         t = params.train
-        self.device = resolve_device(t.device, dist)
+        self.device = torch_device(t.device, index=dist.local_rank, key="train.device")
         check_precision(t.precision, self.device)
         if t.threads:
             torch.set_num_threads(t.threads)
@@ -783,56 +774,3 @@ def remove_stale_temps(paths: Paths) -> None:
 # --- the stage ------------------------------------------------------------------------
 
 
-def train(
-    params: P.Params, paths: Paths, *, on_change: str = "refuse", tracking: bool = True
-) -> Optional[dict[str, Any]]:
-    """Train (or resume, or just rebuild a finished run's outputs); -> summary.json's content on rank 0."""
-    dist = init_distributed(params.train.device)
-    try:
-        if dist.main:
-            remove_stale_temps(paths)
-        trainer = Trainer(params, paths, dist)
-        trainer.resume(on_change)
-        if dist.main:
-            trainer.say(
-                f"train: {count_parameters(trainer.model):,} parameters, {trainer.n_batches} batches per "
-                f"epoch, {dist.world_size} process(es) on {trainer.device}, {params.train.precision}"
-            )
-        with trainer.open_tracker(tracking):
-            trainer.run()
-            summary = trainer.finish() if dist.main else None
-        if dist.enabled:
-            torch_dist.barrier()
-        return summary
-    finally:
-        close_distributed(dist)
-
-
-@click.command("train")
-@params_option
-@click.option("--bin", "bin_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="The binarize stage's output directory.")
-@click.option("--bpe", "bpe_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="The bpe stage's output directory (its models are copied into --out).")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="Where to write the final model directory.")
-@click.option("--checkpoints", "ckpt_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="Training state and checkpoints, kept across runs to resume.")
-@click.option("--log", "log_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="Where to write steps.tsv, valid.tsv and summary.json.")
-@click.option("--on-change", type=click.Choice(["refuse", "restart"]), default="refuse", show_default=True,
-              help="When the checkpoints are from other params or data: refuse, or delete them and "
-              "start afresh.")
-@click.option("--tracking/--no-tracking", default=True, show_default=True,
-              help="Log the run to MLflow (MLFLOW_TRACKING_URI, else ./mlflow.db).")
-def command(params_file: Path, bin_dir: Path, bpe_dir: Path, out_dir: Path, ckpt_dir: Path, log_dir: Path,
-            on_change: str, tracking: bool) -> None:
-    """Train the model; resumes from --checkpoints/last.pt when it exists."""
-    params = load_params(params_file)
-    paths = Paths(bin_dir, bpe_dir, out_dir, ckpt_dir, log_dir)
-    summary = train(params, paths, on_change=on_change, tracking=tracking)
-    if summary is not None:
-        bleu, loss = summary["best_val_bleu"], summary["best_val_loss"]
-        best = f"val BLEU {bleu:.2f}" if bleu is not None else f"val loss {loss}"
-        click.echo(f"train: {summary['steps']} updates, stopped by {summary['stopped']}; best "
-                   f"{best} at step {summary['best_step']} -> {out_dir}")

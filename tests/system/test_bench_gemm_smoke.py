@@ -7,7 +7,7 @@ import pytest
 from click.testing import CliRunner
 
 from bench import gemm_choice as G
-from pipeline import linear
+from pipeline.model import linear
 
 
 def test_mkl_gemms_switches_the_route_off_and_back():

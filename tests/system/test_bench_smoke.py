@@ -4,8 +4,8 @@ import json
 from pathlib import Path
 
 from bench import train_speed
+from tests.helpers import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 OTHER = {"system": "pytorch-kv-cache", "task": "decode_greedy", "precision": "fp32",
          "metric": "sentences_per_s", "value": 1.0}
 

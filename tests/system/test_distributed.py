@@ -19,12 +19,12 @@ import pytest
 import torch
 import yaml
 
-from pipeline import checkpoint
+from pipeline.model import checkpoint
 from pipeline import params as P
-from pipeline.data import ParallelData, token_batches
-from pipeline.train import train
-from tests.conftest import REPO
-from tests.test_train import make_corpus, read_tsv, tiny_raw
+from pipeline.data.batching import ParallelData, token_batches
+from pipeline.stages.train import train
+from tests.helpers import REPO
+from tests.helpers import make_corpus, read_tsv, tiny_raw
 
 pytestmark = pytest.mark.slow
 

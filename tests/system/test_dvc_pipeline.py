@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 pytestmark = pytest.mark.slow
 
@@ -66,7 +66,7 @@ def repo(tmp_path_factory) -> Path:
     """A git + DVC copy of the project with tiny params, after `dvc repro`."""
     root = tmp_path_factory.mktemp("repo")
     tracked = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True).stdout.split()
-    for name in set(tracked) | {str(p.relative_to(REPO)) for p in (REPO / "pipeline").glob("*.py")}:
+    for name in set(tracked) | {str(p.relative_to(REPO)) for p in (REPO / "pipeline").rglob("*.py")}:
         if (REPO / name).is_file():
             (root / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(REPO / name, root / name)

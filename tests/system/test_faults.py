@@ -24,15 +24,22 @@ import torch
 import yaml
 from click.testing import CliRunner
 
-from pipeline import binarize, bpe, checkpoint, clean, download, files
+from pipeline import files
+from pipeline.stages import binarize
+from pipeline.stages import bpe
+from pipeline.model import checkpoint
+from pipeline.stages import clean
+from pipeline.stages import download
 from pipeline import params as P
-from pipeline import train as train_stage
+from pipeline.training import trainer as train_stage
 from pipeline.cli import cli
-from pipeline.data import ParallelData
+from pipeline.data.batching import ParallelData
 from pipeline.errors import UserError
-from pipeline.train import fitting_sentences, train
-from tests.conftest import REPO
-from tests.test_train import make_corpus, tiny_params
+from pipeline.stages.train import train
+from pipeline.training.trainer import fitting_sentences
+from tests.helpers import (
+    REPO, free_port, make_corpus, make_model_dir, start_server, stop_server, tiny_params, train_spm, wait_healthy,
+)
 
 # --- params: refused by every stage before anything is written ----------------------------------
 
@@ -83,7 +90,7 @@ def copy_repo(root: Path) -> Path:
     """The tracked files and pipeline/*.py in a fresh git repository, committed, without outputs
     (dvc.lock and the committed reports/ of the default run)."""
     listed = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True)
-    names = set(listed.stdout.split()) | {str(p.relative_to(REPO)) for p in (REPO / "pipeline").glob("*.py")}
+    names = set(listed.stdout.split()) | {str(p.relative_to(REPO)) for p in (REPO / "pipeline").rglob("*.py")}
     for name in names:
         if (REPO / name).is_file() and name != "dvc.lock" and not name.startswith("reports/"):
             (root / name).parent.mkdir(parents=True, exist_ok=True)
@@ -235,14 +242,6 @@ def test_a_hostile_corpus_goes_through_every_data_stage_aligned(tmp_path):
 # --- training with MLflow down ----------------------------------------------------------------------
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def offline_records(directory: Path) -> list[dict]:
     from pipeline.tracking import OFFLINE_FILE
 
@@ -276,7 +275,6 @@ def test_training_goes_on_when_the_mlflow_server_stops_mid_run(tmp_path, monkeyp
     later metrics are kept in the offline file, the user is told once."""
     from mlflow import MlflowClient
 
-    from tests.test_tracking import start_server, stop_server, wait_healthy
 
     port = free_port()
     server = start_server(tmp_path, port)
@@ -321,7 +319,6 @@ def test_training_goes_on_when_the_mlflow_server_stops_mid_run(tmp_path, monkeyp
 
 @pytest.fixture
 def model_dir(tmp_path) -> Path:
-    from tests.test_translate import make_model_dir
 
     return make_model_dir(tmp_path / "model")
 
@@ -362,7 +359,6 @@ def test_translate_refuses_a_model_carrying_code_and_never_runs_it(model_dir, tm
 
 
 def test_translate_refuses_spm_models_of_another_run(model_dir, tmp_path):
-    from tests.test_translate import train_spm
 
     train_spm(model_dir / "spm.model", vocab_size=36, seed=1)
     result = translate_cli(model_dir)

@@ -26,14 +26,18 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline import checkpoint, clean, download, files, tokens
-from pipeline import translate as tr
-from pipeline.bpe import train_bpe
-from pipeline.model import build_model
+from pipeline import files, tokens
+from pipeline.model import checkpoint
+from pipeline.data import text
+from pipeline.stages import clean
+from pipeline.data import fetch
+from pipeline.stages import translate as translate_stage
+from pipeline.stages.bpe import train_bpe
+from pipeline.model.transformer import build_model
 from pipeline.params import BpeParams
-from pipeline.translate import Translator
-from pipeline.vocab import Vocab
-from tests.test_translate import BASE, WORDS, train_spm
+from pipeline.decoding.translator import Translator
+from pipeline.data.vocab import Vocab
+from tests.helpers import BASE, WORDS, train_spm
 
 NASTY = [
     "\x00", "\x07", "\x1b", "\x7f", "\x9b",  # controls that are deleted
@@ -91,18 +95,18 @@ def one_line(text: str) -> bool:
 
 def test_normalize_gives_one_clean_line_for_any_text(record_property) -> None:
     def check(text: str) -> None:
-        out = clean.normalize(text)
+        out = text.normalize(text)
         assert one_line(out) and out.splitlines() in ([], [out])
         assert out == out.strip() and "  " not in out
-        assert clean.normalize(out) == out
+        assert text.normalize(out) == out
 
-    run_cases(record_property, "clean.normalize", TEXT, check, 500)
+    run_cases(record_property, "text.normalize", TEXT, check, 500)
 
 
 def test_clean_pairs_keeps_eval_lines_and_filters_train_in_step(record_property, tmp_path: Path) -> None:
     def check(pairs: list[tuple[str, str]]) -> None:
         src, tgt = [s for s, _ in pairs], [t for _, t in pairs]
-        normalized = [(clean.normalize(s), clean.normalize(t)) for s, t in pairs]
+        normalized = [(text.normalize(s), text.normalize(t)) for s, t in pairs]
 
         # val/test: one output line per input line, each a single line once written and read back
         out_src, out_tgt, stats = clean.clean_pairs(src, tgt, CLEAN, train=False)
@@ -137,7 +141,7 @@ def test_raw_lines_survive_download_decoding_and_the_line_files(record_property,
         # download's policy: CRLF ends a line (so one CR before an LF goes), a leading BOM goes
         expected = [line.removesuffix("\r") for line in lines]
         expected[0] = expected[0].removeprefix("\ufeff")
-        assert download.decode_lines("".join(line + "\n" for line in lines).encode(), "f") == expected
+        assert fetch.decode_lines("".join(line + "\n" for line in lines).encode(), "f") == expected
 
     raw_line = TEXT.map(lambda s: s.replace("\n", ""))
     run_cases(record_property, "raw line files", st.lists(raw_line, min_size=1, max_size=8), check, 200)
@@ -186,8 +190,8 @@ def identity_vocab(tmp_path_factory) -> Vocab:
 
 def restricted(text: str) -> str:
     """normalize(text), with U+2581 replaced by a space and "<sep>" broken up (see the tests below)."""
-    line = clean.normalize(text).replace("\u2581", " ").replace("<sep>", "<sep >")
-    return clean.normalize(line)
+    line = text.normalize(text).replace("\u2581", " ").replace("<sep>", "<sep >")
+    return text.normalize(line)
 
 
 def spm_view(vocab: Vocab, text: str) -> str:
@@ -236,7 +240,7 @@ def test_identity_normalization_round_trips_normalized_text_exactly(record_prope
 
 def test_pipeline_bpe_keeps_what_clean_keeps(pipeline_vocab) -> None:
     lines = ["\u0646\u0645\u06cc\u200c\u0634\u0648\u062f", "ﬁ …", "ａｂｃ ①"]  # Persian with ZWNJ; NFC, not NFKC
-    assert [clean.normalize(line) for line in lines] == lines
+    assert [text.normalize(line) for line in lines] == lines
     assert [pipeline_vocab.decode_src(ids) for ids in pipeline_vocab.encode_src(lines)] == lines
 
 
@@ -300,7 +304,7 @@ def test_translate_gives_one_line_per_line_for_any_input(record_property, transl
         out = translators[arch].translate(lines)
         assert len(out) == len(lines)
         assert all(one_line(o) for o in out)
-        assert all(o == "" for line, o in zip(lines, out) if not clean.normalize(line))
+        assert all(o == "" for line, o in zip(lines, out) if not text.normalize(line))
 
     cases = st.tuples(st.sampled_from(sorted(translators)), lines_st)
     run_cases(record_property, "Translator.translate", cases, check, 150)
@@ -309,7 +313,7 @@ def test_translate_gives_one_line_per_line_for_any_input(record_property, transl
 @pytest.mark.parametrize("arch", ["encoder_decoder", "decoder_only"])
 def test_lines_beyond_the_position_table_are_truncated_with_a_warning(translators, arch, caplog) -> None:
     lines = ["ein hund " * 400, "", "der mann", "ü" * 5000]
-    with caplog.at_level("WARNING", logger="pipeline.search"):
+    with caplog.at_level("WARNING", logger="pipeline.decoding.search"):
         out = translators[arch].translate(lines)
     assert len(out) == 4 and out[1] == ""
     expected = "2 of 4 inputs exceed the model's length limit (model.max_positions=24) and were truncated"
@@ -318,11 +322,11 @@ def test_lines_beyond_the_position_table_are_truncated_with_a_warning(translator
 
 def test_translate_stream_keeps_the_line_count_of_any_bytes(record_property, translators) -> None:
     """The command's reader: any bytes (bad UTF-8, CR, NUL, no final LF) give one line out per line in."""
-    render = tr.renderer(translators["encoder_decoder"], n_best=1, beam=1, batch_tokens=None)
+    render = translate_stage.renderer(translators["encoder_decoder"], n_best=1, beam=1, batch_tokens=None)
 
     def check(data: bytes) -> None:
         out = io.BytesIO()
-        tr.translate_stream(render, io.BytesIO(data), out, interactive=False)
+        translate_stage.translate_stream(render, io.BytesIO(data), out, interactive=False)
         n_in = data.count(b"\n") + (0 if data.endswith(b"\n") or not data else 1)
         assert out.getvalue().count(b"\n") == n_in
         out.getvalue().decode("utf-8")  # always valid UTF-8

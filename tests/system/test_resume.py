@@ -20,11 +20,12 @@ import pytest
 import torch
 import yaml
 
-from pipeline import checkpoint
-from pipeline import train as train_stage
-from pipeline.train import Paths, train
-from tests.conftest import REPO
-from tests.test_train import make_corpus, read_tsv, tiny_raw
+from pipeline.model import checkpoint
+from pipeline.training import trainer as train_stage
+from pipeline.stages.train import train
+from pipeline.training.trainer import Paths
+from tests.helpers import REPO
+from tests.helpers import make_corpus, read_tsv, tiny_raw
 
 pytestmark = pytest.mark.slow
 

@@ -9,7 +9,7 @@ import yaml
 
 from pipeline import params as P
 from pipeline.errors import ParamsError
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.data import (
+from pipeline.data.batching import (
     Batch,
     ParallelData,
     TokenArray,

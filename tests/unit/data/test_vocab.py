@@ -11,10 +11,10 @@ import pytest
 import sentencepiece as spm
 
 from pipeline import tokens
-from pipeline.bpe import train_bpe
+from pipeline.stages.bpe import train_bpe
 from pipeline.errors import UserError
 from pipeline.params import BpeParams
-from pipeline.vocab import Vocab
+from pipeline.data.vocab import Vocab
 
 WORDS = "der die das hund katze läuft über straße the dog cat runs over street".split()
 

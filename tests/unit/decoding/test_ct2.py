@@ -13,14 +13,17 @@ from click.testing import CliRunner
 
 pytest.importorskip("ctranslate2")
 
-from pipeline import checkpoint, ct2  # noqa: E402
-from pipeline import translate as tr  # noqa: E402
-from pipeline.data import collate_src  # noqa: E402
+from pipeline.model import checkpoint
+from pipeline.decoding import ct2  # noqa: E402
+from pipeline.stages import export_ct2
+from pipeline.decoding import translator as tr  # noqa: E402
+from pipeline.stages import translate as translate_stage
+from pipeline.data.batching import collate_src  # noqa: E402
 from pipeline.errors import UserError  # noqa: E402
-from pipeline.model import Seq2SeqBase, build_model  # noqa: E402
-from pipeline.search import BANNED, Hypothesis, length_penalty, translate_ids  # noqa: E402
+from pipeline.model.transformer import Seq2SeqBase, build_model  # noqa: E402
+from pipeline.decoding.search import BANNED, Hypothesis, length_penalty, translate_ids  # noqa: E402
 from pipeline.tokens import BOS, EOS, N_SPECIAL  # noqa: E402
-from tests.test_translate import BASE, train_spm  # noqa: E402
+from tests.helpers import BASE, train_spm  # noqa: E402
 
 # (norm, positions, tie_embeddings, activation, seed): every mapping the export makes, each
 # with a seed whose outputs vary between inputs and mostly end before the length limit.
@@ -179,7 +182,7 @@ def test_decoder_only_is_refused_naming_the_param(tmp_path: Path) -> None:
 
 
 def run(args: list[str], stdin: bytes = b""):
-    return CliRunner().invoke(tr.command, args, input=stdin)
+    return CliRunner().invoke(translate_stage.command, args, input=stdin)
 
 
 def test_command_with_the_ctranslate2_backend_converts_beside_the_model(tmp_path: Path) -> None:
@@ -211,7 +214,7 @@ def test_export_command_and_int8_export_translate(tmp_path: Path) -> None:
     model_dir, _ = make_model_dir(tmp_path / "model")
     out = tmp_path / "ct2-int8"
     result = CliRunner().invoke(
-        ct2.export_command, ["--model", str(model_dir), "--out", str(out), "--quantization", "int8"]
+        export_ct2.command, ["--model", str(model_dir), "--out", str(out), "--quantization", "int8"]
     )
     assert result.exit_code == 0, result.output
     assert {"model.bin", "config.json", "spm.model", ct2.INFO_FILE} <= {p.name for p in out.iterdir()}

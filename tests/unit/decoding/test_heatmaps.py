@@ -7,10 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline import heatmaps
+from pipeline.decoding import heatmaps
 from pipeline.errors import UserError
-from pipeline.translate import Translator
-from tests.test_translate import make_model_dir
+from pipeline.decoding.translator import Translator
+from tests.helpers import make_model_dir
 
 SENTENCES = ["ein hund läuft über die straße", "die katze"]
 

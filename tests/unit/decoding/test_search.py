@@ -7,16 +7,15 @@ import itertools
 import logging
 import random
 import threading
-from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 from pipeline import params as P
-from pipeline.data import collate_src
-from pipeline.model import Seq2SeqBase, build_model
-from pipeline.search import (
+from pipeline.data.batching import collate_src
+from pipeline.model.transformer import Seq2SeqBase, build_model
+from pipeline.decoding.search import (
     BANNED,
     Hypothesis,
     SearchStats,
@@ -28,8 +27,8 @@ from pipeline.search import (
     translate_ids,
 )
 from pipeline.tokens import BOS, EOS, N_SPECIAL
+from tests.helpers import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 BASE = P.load(REPO / "params.yaml")
 
 CONFIGS = [
@@ -218,7 +217,7 @@ def test_too_long_inputs_are_truncated_and_counted_never_dropped(arch: str, capl
     model = tiny_model(arch, positions="learned", max_positions=12)
     seqs = [[5] * 3, [6] * 30, [7] * 11, [8] * 40]
     stats = SearchStats()
-    with caplog.at_level(logging.WARNING, logger="pipeline.search"):
+    with caplog.at_level(logging.WARNING, logger="pipeline.decoding.search"):
         results = decode(model, seqs, max_len_a=1.0, max_len_b=2, stats=stats)
     assert len(results) == 4 and all(results)
     assert stats.truncated == (3 if arch == "decoder_only" else 2)

@@ -2,60 +2,19 @@
 
 from __future__ import annotations
 
-import dataclasses
 import io
-import random
 import re
 from pathlib import Path
 
 import pytest
-import sentencepiece as spm
-import torch
 from click.testing import CliRunner
 
-from pipeline import checkpoint
-from pipeline import params as P
-from pipeline import translate as tr
+from pipeline.decoding import translator as tr
+from pipeline.stages import translate as translate_stage
 from pipeline.errors import UserError
-from pipeline.model import build_model
-from pipeline.translate import Translator
+from pipeline.decoding.translator import Translator
+from tests.helpers import make_model_dir
 
-REPO = Path(__file__).resolve().parents[1]
-BASE = P.load(REPO / "params.yaml")
-WORDS = "der die das ein eine hund katze mann frau kind läuft springt über straße groß weiß".split()
-
-
-def train_spm(path: Path, vocab_size: int = 40, seed: int = 0) -> int:
-    """A tiny BPE model with the pipeline's special ids; returns its size."""
-    rng = random.Random(seed)
-    lines = [" ".join(rng.choices(WORDS, k=rng.randint(2, 8))) for _ in range(300)]
-    buffer = io.BytesIO()
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(lines), model_writer=buffer, model_type="bpe", vocab_size=vocab_size,
-        pad_id=0, unk_id=1, bos_id=2, eos_id=3, user_defined_symbols=["<sep>"], minloglevel=2,
-    )
-    path.write_bytes(buffer.getvalue())
-    return spm.SentencePieceProcessor(model_file=str(path)).get_piece_size()
-
-
-def make_model_dir(
-    path: Path, arch: str = "encoder_decoder", *, model_vocab: int | None = None, seed: int = 0
-) -> Path:
-    """A model directory as train writes it (model.pt + spm.model), with random weights."""
-    path.mkdir(parents=True)
-    size = train_spm(path / "spm.model")
-    vocab = model_vocab or size
-    model_params = dataclasses.replace(
-        BASE.model, arch=arch, d_model=32, n_heads=4, d_ff=64, n_layers=2, dropout=0.0,
-        attention_dropout=0.0, activation_dropout=0.0, max_positions=64, tie_embeddings="none",
-    )
-    decode_params = dataclasses.replace(BASE.decode, beam=3, batch_tokens=400, max_len_a=1.0, max_len_b=3)
-    params = dataclasses.replace(BASE, model=model_params, decode=decode_params)
-    torch.manual_seed(seed)
-    model = build_model(params.model, vocab, vocab)
-    payload = checkpoint.model_payload(model, params, vocab, vocab, step=0)
-    checkpoint.save(path / checkpoint.MODEL_FILE, payload)
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +28,7 @@ def translator(model_dir: Path) -> Translator:
 
 
 def run(args: list[str], stdin: bytes = b""):
-    return CliRunner().invoke(tr.command, args, input=stdin)
+    return CliRunner().invoke(translate_stage.command, args, input=stdin)
 
 
 def test_translator_uses_the_models_settings_and_keeps_line_count(translator: Translator) -> None:
@@ -165,8 +124,8 @@ def test_decoder_only_model_translates_through_the_command(tmp_path: Path) -> No
 
 def test_interactive_mode_prompts_and_answers_each_line(translator: Translator, capsys) -> None:
     out = io.BytesIO()
-    render = tr.renderer(translator, n_best=1, beam=None, batch_tokens=None)
-    invalid = tr.translate_stream(render, io.BytesIO(b"ein hund\n\xffkind\n"), out, interactive=True)
+    render = translate_stage.renderer(translator, n_best=1, beam=None, batch_tokens=None)
+    invalid = translate_stage.translate_stream(render, io.BytesIO(b"ein hund\n\xffkind\n"), out, interactive=True)
     assert invalid == 1
     assert out.getvalue().decode("utf-8").split("\n")[:-1] == translator.translate(["ein hund", "\ufffdkind"])
     assert capsys.readouterr().err.count("> ") == 3  # one prompt per line, and one answered by EOF
@@ -179,7 +138,7 @@ def test_quantization_needs_the_ctranslate2_backend(model_dir: Path) -> None:
 
 
 def test_min_len_fixes_the_output_length_for_benchmarks(translator: Translator) -> None:
-    from pipeline.search import translate_ids
+    from pipeline.decoding.search import translate_ids
 
     ids = translator.vocab.encode_src(["ein hund", "die katze springt über die straße"])
     for beam in (1, 3):

@@ -4,8 +4,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pipeline.attention import KVCache, MultiHeadAttention, attention_with_weights
-from pipeline.masks import causal_mask
+from pipeline.model.attention import KVCache, MultiHeadAttention, attention_with_weights
+from pipeline.model.masks import causal_mask
 
 D, H = 16, 4
 

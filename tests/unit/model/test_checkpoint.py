@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from pipeline import checkpoint, params
+from pipeline import params
+from pipeline.model import checkpoint
 from pipeline.errors import UserError
-from pipeline.model import build_model
+from pipeline.model.transformer import build_model
+from tests.helpers import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 BASE = params.load(REPO / "params.yaml")
 VOCAB = 23
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from pipeline.dropout import Dropout, dropout, keep_mask
+from pipeline.model.dropout import Dropout, dropout, keep_mask
 
 
 @pytest.mark.parametrize("p", [0.1, 0.3, 0.5])

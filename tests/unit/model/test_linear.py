@@ -1,4 +1,4 @@
-"""pipeline.linear: the oneDNN route equals F.linear, forward and backward, and is taken only where meant."""
+"""pipeline.model.linear: the oneDNN route equals F.linear, forward and backward, and is taken only where meant."""
 
 import warnings
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pipeline import linear as L
+from pipeline.model import linear as L
 
 needs_onednn = pytest.mark.skipif(not L._ONEDNN, reason="this torch build has no oneDNN (mkldnn) linear")
 

@@ -12,8 +12,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pipeline.loss import projected_loss
-from pipeline.model import build_model
+from pipeline.model.loss import projected_loss
+from pipeline.model.transformer import build_model
 from pipeline.tokens import PAD
 
 D, V = 16, 37

@@ -2,7 +2,7 @@
 
 import torch
 
-from pipeline.masks import causal_mask, causal_padding_mask, padding_mask
+from pipeline.model.masks import causal_mask, causal_padding_mask, padding_mask
 from pipeline.tokens import PAD
 
 T, F = True, False

@@ -9,20 +9,20 @@ Exactness checks run in float64 and eval mode (dropout off).
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pipeline import checkpoint, params
-from pipeline.attention import MultiHeadAttention
-from pipeline.model import DecoderOnly, SinusoidalPositions, Transformer, build_model, count_parameters
+from pipeline import params
+from pipeline.model import checkpoint
+from pipeline.model.attention import MultiHeadAttention
+from pipeline.model.transformer import DecoderOnly, SinusoidalPositions, Transformer, build_model, count_parameters
 from pipeline.params import ModelParams
 from pipeline.tokens import BOS, EOS, N_SPECIAL, PAD, SEP
+from tests.helpers import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 BASE = params.load(REPO / "params.yaml")
 VOCAB = 23
 UNTIED_SRC_VOCAB = 19  # tie_embeddings: none is built with different source and target vocabularies

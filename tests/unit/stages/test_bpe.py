@@ -11,12 +11,12 @@ import sentencepiece as spm
 import yaml
 from click.testing import CliRunner
 
-from pipeline import bpe as bpe_stage
+from pipeline.stages import bpe as bpe_stage
 from pipeline import tokens
 from pipeline.errors import UserError
 from pipeline.params import BpeParams
+from tests.helpers import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 MULTI30K = REPO.parent / "shared/corpora/raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw"
 
 DE = "der die das ein eine hund katze mann frau kind läuft springt über straße groß weiß".split()

@@ -13,10 +13,12 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline import clean, files, params
+from pipeline import files, params
+from pipeline.data import text
+from pipeline.stages import clean
 from pipeline.errors import UserError
+from tests.helpers import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 BASE = params.load(REPO / "params.yaml")
 CLEAN = dataclasses.replace(BASE.clean, max_words=5, max_ratio=3.0, dedupe=True)
 EVAL = {"val": (["v"], ["v"]), "test": (["t"], ["t"])}
@@ -50,14 +52,14 @@ def write_raw(raw: Path, splits: dict[str, tuple[list[str], list[str]]]) -> Path
     ],
 )
 def test_normalize_rules(line, expected):
-    assert clean.normalize(line) == expected
+    assert text.normalize(line) == expected
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.text(alphabet=st.characters(codec="utf-8"), max_size=40))
 def test_normalize_output_is_clean_and_stable(line):
-    out = clean.normalize(line)
-    assert clean.normalize(out) == out
+    out = text.normalize(line)
+    assert text.normalize(out) == out
     assert unicodedata.is_normalized("NFC", out)
     assert out == out.strip() and "  " not in out
     assert not any(c.isspace() and c != " " for c in out)
@@ -89,8 +91,8 @@ def test_each_drop_reason_is_counted_by_the_first_rule_that_applies():
 
 
 def test_empty_side_does_not_divide_by_zero_in_the_ratio():
-    assert clean.drop_reason("abc", "", CLEAN) == "empty"
-    assert clean.drop_reason("ab", "a", dataclasses.replace(CLEAN, max_ratio=2.0)) is None
+    assert text.drop_reason("abc", "", CLEAN) == "empty"
+    assert text.drop_reason("ab", "a", dataclasses.replace(CLEAN, max_ratio=2.0)) is None
 
 
 def test_dedupe_keeps_the_first_and_can_be_turned_off():
@@ -116,14 +118,14 @@ def test_eval_splits_are_normalized_but_never_filtered():
     assert out_src == ["x y", "", "a", "a", "one two three four five six seven"]
     assert out_tgt == tgt
     assert stats.lines_out == 5 and sum(stats.dropped.values()) == 0
-    assert stats.normalized["src"] == clean.SideStats(control_chars=1, nfc=0, whitespace=1)
+    assert stats.normalized["src"] == text.SideStats(control_chars=1, nfc=0, whitespace=1)
 
 
 def test_normalization_changes_are_counted_per_side_and_step():
     src = ["a\tb", "e\u0301", "a  b", "ok", "\u200bx  y\u0301"]
     _, _, stats = clean.clean_pairs(src, ["t"] * 5, CLEAN, train=False)
-    assert stats.normalized["src"] == clean.SideStats(control_chars=2, nfc=2, whitespace=2)
-    assert stats.normalized["tgt"] == clean.SideStats()
+    assert stats.normalized["src"] == text.SideStats(control_chars=2, nfc=2, whitespace=2)
+    assert stats.normalized["tgt"] == text.SideStats()
 
 
 def test_a_one_megabyte_line_is_dropped_from_train_and_kept_in_test(tmp_path):
@@ -220,7 +222,7 @@ def test_real_sized_corpus_is_fast(tmp_path):
 
     src = [f"Ein  Mann\tin einem roten Hemd fährt Fahrrad Nummer {i} ." for i in range(29_000)]
     tgt = [f"A man in a red shirt rides bicycle number {i} ." for i in range(29_000)]
-    clean._control_table()  # built once per process; not what this measures
+    text._control_table()  # built once per process; not what this measures
     start = time.perf_counter()
     out_src, _, stats = clean.clean_pairs(src, tgt, BASE.clean, train=True)
     assert time.perf_counter() - start < 2.0

@@ -8,12 +8,11 @@ from pathlib import Path
 import yaml
 from click.testing import CliRunner
 
-from pipeline import decode as decode_stage
+from pipeline.stages import decode as decode_stage
 from pipeline import params as P
-from pipeline.translate import Translator
-from tests.test_translate import make_model_dir
+from pipeline.decoding.translator import Translator
+from tests.helpers import REPO, make_model_dir
 
-REPO = Path(__file__).resolve().parents[1]
 
 VAL = ["ein hund läuft", "", "die katze springt über die straße", "   ", "der mann"]
 TEST = ["das kind", "eine frau läuft über die straße", ""]

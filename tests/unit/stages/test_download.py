@@ -14,11 +14,13 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from pipeline import download, files, params
+from pipeline import files, params
+from pipeline.data import corpora, fetch
+from pipeline.stages import download
 from pipeline.errors import UserError
+from tests.helpers import DATA, REPO
 from pipeline.params import Bitext, DataParams, SideFiles
 
-REPO = Path(__file__).resolve().parents[1]
 BASE = params.load(REPO / "params.yaml")
 NONE = SideFiles(None, None, None, None)
 M30K = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/"
@@ -29,7 +31,7 @@ def offline(monkeypatch):
     """No test touches the network or waits: urlopen fails unless a test replaces it; sleeps are recorded."""
     monkeypatch.delenv("CORPUS_MIRROR", raising=False)
     sleeps: list[float] = []
-    monkeypatch.setattr(download, "_sleep", sleeps.append)
+    monkeypatch.setattr(fetch, "_sleep", sleeps.append)
 
     def no_network(url, timeout=None):
         raise urllib.error.URLError("network disabled in tests")
@@ -179,9 +181,9 @@ def test_missing_local_file_names_it(tmp_path):
 
 def test_mirror_path_maps_host_and_path():
     url = "https://raw.githubusercontent.com/a/b/train.de.gz"
-    assert download.mirror_path(Path("/m"), url) == Path("/m/raw.githubusercontent.com/a/b/train.de.gz")
+    assert fetch.mirror_path(Path("/m"), url) == Path("/m/raw.githubusercontent.com/a/b/train.de.gz")
     with pytest.raises(UserError):
-        download.mirror_path(Path("/m"), "https://example.org/a/../../etc/passwd")
+        fetch.mirror_path(Path("/m"), "https://example.org/a/../../etc/passwd")
 
 
 def fake_multi30k_mirror(root: Path, monkeypatch, n: dict[str, int]) -> None:
@@ -191,9 +193,9 @@ def fake_multi30k_mirror(root: Path, monkeypatch, n: dict[str, int]) -> None:
         for lang in ("de", "en"):
             url = f"{M30K}{name}.{lang}.gz"
             body = gzip.compress("".join(f"{name} {lang} {i}\n" for i in range(count)).encode())
-            write(download.mirror_path(root, url), body)
+            write(fetch.mirror_path(root, url), body)
             pinned[url] = sha(body)
-    monkeypatch.setattr(download, "PINNED_SHA256", pinned)
+    monkeypatch.setattr(corpora, "PINNED_SHA256", pinned)
 
 
 def test_multi30k_from_a_fake_mirror(tmp_path, monkeypatch):
@@ -223,19 +225,19 @@ def test_data_mirror_is_relative_to_the_current_directory(tmp_path, monkeypatch)
 
 def test_mirror_file_with_a_wrong_sum_is_refused(tmp_path, monkeypatch):
     fake_multi30k_mirror(tmp_path / "mirror", monkeypatch, {"train": 4, "val": 1, "test_2016_flickr": 1})
-    bad = download.mirror_path(tmp_path / "mirror", f"{M30K}val.en.gz")
+    bad = fetch.mirror_path(tmp_path / "mirror", f"{M30K}val.en.gz")
     bad.write_bytes(gzip.compress(b"tampered\n"))
     monkeypatch.setenv("CORPUS_MIRROR", str(tmp_path / "mirror"))
     with pytest.raises(UserError) as e:
         download.download(dataclasses.replace(BASE.data, corpus="multi30k"), tmp_path / "raw")
     assert f"{M30K}val.en.gz" in e.value.message and str(bad) in e.value.message
-    assert download.PINNED_SHA256[f"{M30K}val.en.gz"] in e.value.message
+    assert corpora.PINNED_SHA256[f"{M30K}val.en.gz"] in e.value.message
     assert not (tmp_path / "raw").exists()
 
 
 def test_mirror_missing_a_file_names_the_path_and_the_url(tmp_path, monkeypatch):
     fake_multi30k_mirror(tmp_path / "mirror", monkeypatch, {"train": 4, "val": 1, "test_2016_flickr": 1})
-    missing = download.mirror_path(tmp_path / "mirror", f"{M30K}val.de.gz")
+    missing = fetch.mirror_path(tmp_path / "mirror", f"{M30K}val.de.gz")
     missing.unlink()
     monkeypatch.setenv("CORPUS_MIRROR", str(tmp_path / "mirror"))
     with pytest.raises(UserError) as e:
@@ -294,8 +296,8 @@ def test_partial_download_leaves_no_file(tmp_path, monkeypatch, response):
     serve(monkeypatch, [response])
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    with pytest.raises(download.FetchError, match="4 tries"):
-        download.download_url("https://example.org/x", scratch)
+    with pytest.raises(fetch.FetchError, match="4 tries"):
+        fetch.download_url("https://example.org/x", scratch)
     assert entries(scratch) == set()  # every try's part file is gone
     with pytest.raises(UserError):
         download.download(bitext(sides("https://example.org/x", "https://example.org/y")), tmp_path / "raw")
@@ -327,28 +329,28 @@ def test_invalid_utf8_names_the_file_and_line(tmp_path):
 
 
 def test_bom_crlf_and_cr_line_endings():
-    assert download.decode_lines("\ufeffa\r\nb\r\n".encode(), "f") == ["a", "b"]
-    assert download.decode_lines(b"a\rb\rc", "f") == ["a", "b", "c"]  # an old Mac file
-    assert download.decode_lines(b"a\rx\nb\n", "f") == ["a\rx", "b"]  # a stray CR is no line end
-    assert download.decode_lines(gzip.compress("\ufeffä\r\n".encode()), "f") == ["ä"]
+    assert fetch.decode_lines("\ufeffa\r\nb\r\n".encode(), "f") == ["a", "b"]
+    assert fetch.decode_lines(b"a\rb\rc", "f") == ["a", "b", "c"]  # an old Mac file
+    assert fetch.decode_lines(b"a\rx\nb\n", "f") == ["a\rx", "b"]  # a stray CR is no line end
+    assert fetch.decode_lines(gzip.compress("\ufeffä\r\n".encode()), "f") == ["ä"]
 
 
 def test_lines_split_on_lf_only():
     text = "a\x1cb\x85c\u2028d\u2029e\x0bf\x0cg\nh\n"
-    assert download.decode_lines(text.encode(), "f") == ["a\x1cb\x85c\u2028d\u2029e\x0bf\x0cg", "h"]
+    assert fetch.decode_lines(text.encode(), "f") == ["a\x1cb\x85c\u2028d\u2029e\x0bf\x0cg", "h"]
 
 
 def test_empty_lines_are_lines_but_an_empty_file_is_an_error(tmp_path):
-    assert download.decode_lines(b"\n\n", "f") == ["", ""]
-    assert download.decode_lines(b"a\n\nb", "f") == ["a", "", "b"]
+    assert fetch.decode_lines(b"\n\n", "f") == ["", ""]
+    assert fetch.decode_lines(b"a\n\nb", "f") == ["a", "", "b"]
     for empty in (b"", "\ufeff".encode(), gzip.compress(b"")):
         with pytest.raises(UserError, match="f: the file is empty"):
-            download.decode_lines(empty, "f")
+            fetch.decode_lines(empty, "f")
 
 
 def test_corrupt_gzip_is_refused():
     with pytest.raises(UserError, match="corrupt or truncated gzip"):
-        download.decode_lines(gzip.compress(b"a\n" * 100)[:-10], "f")
+        fetch.decode_lines(gzip.compress(b"a\n" * 100)[:-10], "f")
 
 
 # --- held-out splits ---------------------------------------------------------------
@@ -422,9 +424,9 @@ def test_multi30k_refuses_unpinned_test_sets_and_unknown_languages(tmp_path):
 
 
 def test_pinned_table_covers_every_multi30k_file():
-    for name in ("train", "val", *download.MULTI30K_TESTS):
-        for lang in download.MULTI30K_LANGS:
-            assert len(download.PINNED_SHA256[download.MULTI30K_URL.format(split=name, lang=lang)]) == 64
+    for name in ("train", "val", *corpora.MULTI30K_TESTS):
+        for lang in corpora.MULTI30K_LANGS:
+            assert len(corpora.PINNED_SHA256[corpora.MULTI30K_URL.format(split=name, lang=lang)]) == 64
 
 
 # --- the click command --------------------------------------------------------------
@@ -467,7 +469,7 @@ def test_real_multi30k_from_the_mirror(tmp_path, monkeypatch, mirror):
 def test_real_tatoeba_ru_en_from_the_ready_made_config(tmp_path, monkeypatch, mirror):
     monkeypatch.setenv("CORPUS_MIRROR", str(mirror))
     raw = BASE.to_dict()
-    raw["data"].update(yaml.safe_load(download.EXAMPLE_CONFIGS["tatoeba-ru-en"])["data"])
+    raw["data"].update(yaml.safe_load((DATA / "tatoeba-ru-en.yaml").read_text())["data"])
     data = params.from_dict(raw).data
     manifest = download.download(data, tmp_path / "raw")
     counts = [len(files.read_lines(tmp_path / "raw" / f"{s}.tgt")) for s in ("train", "val", "test")]
@@ -480,7 +482,7 @@ def test_real_tatoeba_ru_en_from_the_ready_made_config(tmp_path, monkeypatch, mi
 def test_real_tico19_en_ms_from_the_ready_made_config(tmp_path, monkeypatch, mirror):
     monkeypatch.setenv("CORPUS_MIRROR", str(mirror))
     raw = BASE.to_dict()
-    raw["data"].update(yaml.safe_load(download.EXAMPLE_CONFIGS["tico19-en-ms"])["data"])
+    raw["data"].update(yaml.safe_load((DATA / "tico19-en-ms.yaml").read_text())["data"])
     manifest = download.download(params.from_dict(raw).data, tmp_path / "raw")
     assert [manifest["files"][f"{s}.src"]["lines"] for s in ("train", "val", "test")] == [1300, 300, 500]
     assert manifest["files"]["test.tgt"]["verified"] == "pinned"

@@ -18,10 +18,11 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from pipeline import experiments as E
+from pipeline.reporting import runs
+from pipeline.stages import experiments as experiments_stage
 from pipeline import tracking
 from pipeline.tracking import Tracker
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 BASE = yaml.safe_load((REPO / "params.yaml").read_text())
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -77,7 +78,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
 
 
 def test_mlflow_table_holds_each_runs_numbers(store: dict) -> None:
-    frame = E.mlflow_table("nmt", store["uri"])
+    frame = runs.mlflow_table("nmt", store["uri"])
     assert list(frame["dvc_exp"]) == ["exp-four", "exp-two", "exp-six"]  # best test BLEU first, unscored last
     for name, _, final in SWEEP:
         row = frame.set_index("dvc_exp").loc[name]
@@ -91,16 +92,16 @@ def test_mlflow_table_holds_each_runs_numbers(store: dict) -> None:
 
 
 def test_mlflow_table_shows_only_the_params_that_differ(store: dict) -> None:
-    frame = E.mlflow_table("nmt", store["uri"])
-    params = [c for c in frame.columns if c not in (*E.ID_COLUMNS, *E.METRIC_COLUMNS)]
+    frame = runs.mlflow_table("nmt", store["uri"])
+    params = [c for c in frame.columns if c not in (*runs.ID_COLUMNS, *runs.METRIC_COLUMNS)]
     assert params == ["model.dropout", "model.n_layers"]  # d_model differs only in another experiment
     assert list(frame["model.n_layers"]) == ["4", "2", "6"]
     assert list(frame["model.dropout"]) == ["0.3", "0.1", "0.1"]
-    assert list(frame.columns) == [*E.ID_COLUMNS, *params, *E.METRIC_COLUMNS]
+    assert list(frame.columns) == [*runs.ID_COLUMNS, *params, *runs.METRIC_COLUMNS]
 
 
 def test_validation_histories_by_step(store: dict) -> None:
-    histories = E.mlflow_histories([store["ids"]["exp-two"], "0" * 32], "val_bleu", store["uri"])
+    histories = runs.mlflow_histories([store["ids"]["exp-two"], "0" * 32], "val_bleu", store["uri"])
     assert list(histories) == [store["ids"]["exp-two"]]  # an unknown run has no history, no error
     frame = histories[store["ids"]["exp-two"]]
     assert list(frame["step"]) == [100, 200, 300, 400, 500] and list(frame["value"]) == [5, 10, 15, 20, 25]
@@ -108,15 +109,15 @@ def test_validation_histories_by_step(store: dict) -> None:
 
 def test_missing_database_is_unavailable_and_not_created(tmp_path: Path) -> None:
     db = tmp_path / "none" / "mlflow.db"
-    with pytest.raises(E.ExperimentsUnavailable, match="no MLflow database"):
-        E.mlflow_table("nmt", f"sqlite:///{db}")
+    with pytest.raises(runs.ExperimentsUnavailable, match="no MLflow database"):
+        runs.mlflow_table("nmt", f"sqlite:///{db}")
     assert not db.parent.exists()
 
 
 def test_unreachable_server_is_unavailable_within_seconds() -> None:
     begin = time.monotonic()
-    with pytest.raises(E.ExperimentsUnavailable, match="could not be read"):
-        E.mlflow_table("nmt", "http://127.0.0.1:9")  # the discard port: nothing answers
+    with pytest.raises(runs.ExperimentsUnavailable, match="could not be read"):
+        runs.mlflow_table("nmt", "http://127.0.0.1:9")  # the discard port: nothing answers
     assert time.monotonic() - begin < 20
 
 
@@ -133,19 +134,19 @@ def _train_in_child(uri: str, steps: int) -> None:
 
 def test_table_reads_while_a_sweep_run_writes(store: dict) -> None:
     """The report of one queued experiment reads the SQLite store while another trains."""
-    E.mlflow_table("nmt-live", store["uri"])  # nothing yet
+    runs.mlflow_table("nmt-live", store["uri"])  # nothing yet
     child = multiprocessing.get_context("spawn").Process(target=_train_in_child, args=(store["uri"], 60))
     child.start()
     reads = 0
     while child.is_alive():
-        E.mlflow_table("nmt-live", store["uri"])  # must never raise "database is locked"
+        runs.mlflow_table("nmt-live", store["uri"])  # must never raise "database is locked"
         reads += 1
         time.sleep(0.05)
     child.join(timeout=60)
     assert child.exitcode == 0 and reads > 0
-    frame = E.mlflow_table("nmt-live", store["uri"])
+    frame = runs.mlflow_table("nmt-live", store["uri"])
     assert list(frame["run"]) == ["live"] and list(frame["test_bleu"]) == [40.0]
-    assert len(E.mlflow_histories(list(frame["id"]), "val_bleu", store["uri"])[frame["id"][0]]) == 60
+    assert len(runs.mlflow_histories(list(frame["id"]), "val_bleu", store["uri"])[frame["id"][0]]) == 60
 
 
 # --- pure pieces ---------------------------------------------------------------------
@@ -154,31 +155,31 @@ def test_table_reads_while_a_sweep_run_writes(store: dict) -> None:
 def test_param_text_matches_between_mlflow_strings_and_dvc_values() -> None:
     for mlflow_value, dvc_value in [("None", None), ("True", True), ("0.001", 0.001), ("[0.9, 0.98]", [0.9, 0.98]),
                                     ("1e-08", 1.0e-8), ("relu", "relu"), ("3", 3)]:
-        assert E.param_text(mlflow_value) == E.param_text(dvc_value)
-    assert E.param_text(None) == "null" and E.param_text(False) == "false"
+        assert runs.param_text(mlflow_value) == runs.param_text(dvc_value)
+    assert runs.param_text(None) == "null" and runs.param_text(False) == "false"
 
 
 def test_a_param_missing_from_some_runs_counts_as_differing() -> None:
     params = [{"a": "1", "b": "x"}, {"a": "1", "b": "x", "c": "2"}, {"a": "1", "b": "y"}]
-    assert E.differing_params(params) == ["b", "c"]
-    assert E.differing_params([{"a": "1"}]) == []
+    assert runs.differing_params(params) == ["b", "c"]
+    assert runs.differing_params([{"a": "1"}]) == []
 
 
 def test_ties_and_unscored_runs_order_newest_first() -> None:
     t = pd.Timestamp("2026-01-01")
     records = [
-        E.RunRecord("old", started=t, metrics={"test_bleu": 30.0}),
-        E.RunRecord("unscored", started=t + pd.Timedelta(hours=3)),
-        E.RunRecord("new", started=t + pd.Timedelta(hours=1), metrics={"test_bleu": 30.0}),
-        E.RunRecord("dev only", started=t, metrics={"dev_bleu": 50.0}),
-        E.RunRecord("best", started=t, metrics={"test_bleu": 31.0}),
+        runs.RunRecord("old", started=t, metrics={"test_bleu": 30.0}),
+        runs.RunRecord("unscored", started=t + pd.Timedelta(hours=3)),
+        runs.RunRecord("new", started=t + pd.Timedelta(hours=1), metrics={"test_bleu": 30.0}),
+        runs.RunRecord("dev only", started=t, metrics={"dev_bleu": 50.0}),
+        runs.RunRecord("best", started=t, metrics={"test_bleu": 31.0}),
     ]
-    assert list(E.table(records)["run"]) == ["best", "new", "old", "dev only", "unscored"]
+    assert list(runs.table(records)["run"]) == ["best", "new", "old", "dev only", "unscored"]
 
 
 def test_empty_table_has_the_columns() -> None:
-    frame = E.table([])
-    assert frame.empty and list(frame.columns) == [*E.ID_COLUMNS, *E.METRIC_COLUMNS]
+    frame = runs.table([])
+    assert frame.empty and list(frame.columns) == [*runs.ID_COLUMNS, *runs.METRIC_COLUMNS]
 
 
 # --- the table from `dvc exp show --json` ----------------------------------------------
@@ -231,7 +232,7 @@ def dvc_repo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list]:
 
 def test_dvc_table_from_real_exp_show(dvc_repo: tuple[Path, list]) -> None:
     root, shown = dvc_repo
-    frame = E.dvc_table(shown).set_index("run")
+    frame = runs.dvc_table(shown).set_index("run")
     baseline = next(c["rev"] for c in shown if c["rev"] != "workspace")
     assert set(frame.index) == {"workspace", "main", "six", "slow", "queued"}
     assert frame.loc["six", "test_bleu"] == 37.0 and frame.loc["six", "dev_bleu"] == 36.0
@@ -246,13 +247,13 @@ def test_dvc_table_from_real_exp_show(dvc_repo: tuple[Path, list]) -> None:
 
 def test_dvc_table_shows_differing_params_best_first(dvc_repo: tuple[Path, list]) -> None:
     _, shown = dvc_repo
-    frame = E.dvc_table(shown)
-    params = [c for c in frame.columns if c not in (*E.ID_COLUMNS, *E.METRIC_COLUMNS)]
+    frame = runs.dvc_table(shown)
+    params = [c for c in frame.columns if c not in (*runs.ID_COLUMNS, *runs.METRIC_COLUMNS)]
     assert params == ["model.n_layers", "train.lr"]
     by_run = frame.set_index("run")
     assert by_run.loc["queued", "model.n_layers"] == "2" and by_run.loc["slow", "train.lr"] == "0.0005"
-    runs = list(frame["run"])  # the workspace holds the last experiment's results: a tie with "slow"
-    assert runs[0] == "six" and set(runs[1:3]) == {"slow", "workspace"} and runs[3:] == ["main", "queued"]
+    names = list(frame["run"])  # the workspace holds the last experiment's results: a tie with "slow"
+    assert names[0] == "six" and set(names[1:3]) == {"slow", "workspace"} and names[3:] == ["main", "queued"]
     assert list(frame["test_bleu"])[:4] == [37.0, 28.5, 28.5, 28.0]
 
 
@@ -260,7 +261,7 @@ def test_cli_dvc_source_prints_and_writes_csv(dvc_repo: tuple[Path, list], monke
     root, _ = dvc_repo
     monkeypatch.chdir(root)
     monkeypatch.setenv("DVC_NO_ANALYTICS", "1")
-    result = CliRunner().invoke(E.command, ["--source", "dvc", "--out", str(root / "exps.csv")])
+    result = CliRunner().invoke(experiments_stage.command, ["--source", "dvc", "--out", str(root / "exps.csv")])
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert lines[0].startswith("| # | run | commit | status | model.n_layers | train.lr | test BLEU |")
@@ -272,7 +273,7 @@ def test_cli_dvc_source_prints_and_writes_csv(dvc_repo: tuple[Path, list], monke
 def test_cli_mlflow_source_writes_markdown(store: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MLFLOW_TRACKING_URI", store["uri"])
     out = tmp_path / "reports" / "experiments.md"
-    result = CliRunner().invoke(E.command, ["--params", str(REPO / "params.yaml"), "--out", str(out)])
+    result = CliRunner().invoke(experiments_stage.command, ["--params", str(REPO / "params.yaml"), "--out", str(out)])
     assert result.exit_code == 0, result.output
     text = out.read_text()
     assert text.startswith("# Experiments\n")
@@ -285,6 +286,6 @@ def test_cli_mlflow_source_writes_markdown(store: dict, tmp_path: Path, monkeypa
 
 def test_cli_without_runs_is_a_user_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
-    result = CliRunner().invoke(E.command, ["--params", str(REPO / "params.yaml")])
+    result = CliRunner().invoke(experiments_stage.command, ["--params", str(REPO / "params.yaml")])
     assert result.exit_code == 1 and "no MLflow database" in result.output
     assert "MLFLOW_TRACKING_URI" in result.output

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline.train import STEPS_HEADER, VALID_HEADER
-from tests.conftest import REPO
+from pipeline.training.trainer import STEPS_HEADER, VALID_HEADER
+from tests.helpers import REPO
 
 DVC = Path(sys.executable).parent / "dvc"
 PLOTS = {  # title -> (file, y column), as the README promises them

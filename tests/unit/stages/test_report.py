@@ -9,11 +9,13 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from pipeline import experiments as E
-from pipeline import files, report, tracking
+from pipeline.reporting import runs, tables
+from pipeline import files, tracking
+from pipeline.stages import report
 from pipeline import params as P
+from tests.helpers import REPO, make_model_dir
 
-PARAMS_FILE = Path(__file__).resolve().parents[1] / "params.yaml"
+PARAMS_FILE = REPO / "params.yaml"
 
 # (source, reference, hypothesis): exact, close, bad, and very short lines
 TEST_LINES = [
@@ -233,10 +235,10 @@ def test_regenerated_from_scratch(built: tuple[str, dict]) -> None:
 
 
 def test_pipes_and_markdown_in_sentences_are_escaped() -> None:
-    assert report.escape_cell("a | b") == "a \\| b"
-    assert report.escape_cell("x\\|y") == "x\\\\\\|y"
-    assert report.escape_cell("<unk> *bold*\nnext") == "\\<unk\\> \\*bold\\* next"
-    table = report.markdown_table(["a", "b"], [["1 | 2", 3]], "lr")
+    assert tables.escape_cell("a | b") == "a \\| b"
+    assert tables.escape_cell("x\\|y") == "x\\\\\\|y"
+    assert tables.escape_cell("<unk> *bold*\nnext") == "\\<unk\\> \\*bold\\* next"
+    table = tables.markdown_table(["a", "b"], [["1 | 2", 3]], "lr")
     assert table.splitlines() == ["| a | b |", "| --- | ---: |", "| 1 \\| 2 | 3 |"]
 
 
@@ -338,25 +340,24 @@ def test_experiments_table_ranks_runs_and_marks_this_one(
 
 
 def test_experiments_markdown_keeps_this_run_beyond_the_limit() -> None:
-    runs = E.table(E.RunRecord(f"run {i}", id=f"id{i}", metrics={"test_bleu": 40.0 - i}) for i in range(20))
-    text = report.experiments_markdown(runs, current="id17", limit=5)
+    frame = runs.table(runs.RunRecord(f"run {i}", id=f"id{i}", metrics={"test_bleu": 40.0 - i}) for i in range(20))
+    text = tables.experiments_markdown(frame, current="id17", limit=5)
     assert [r[0] for r in table_rows(text)[1:]] == ["1", "2", "3", "4", "5", "→ 18"]
     assert "14 more runs not shown" in text and "18 of 20 by test BLEU" in text
-    plain = report.experiments_markdown(runs)
+    plain = tables.experiments_markdown(frame)
     assert len(table_rows(plain)) == 21 and "→" not in plain and "not shown" not in plain
 
 
 def test_experiments_markdown_shows_status_only_when_a_run_did_not_finish() -> None:
-    finished = E.table([E.RunRecord("a", metrics={"test_bleu": 30.0}), E.RunRecord("b")])
-    assert table_rows(report.experiments_markdown(finished))[0][:3] == ["#", "run", "commit"]
-    failed = E.table([E.RunRecord("a", metrics={"test_bleu": 30.0}), E.RunRecord("b", status="failed")])
-    rows = table_rows(report.experiments_markdown(failed))
+    finished = runs.table([runs.RunRecord("a", metrics={"test_bleu": 30.0}), runs.RunRecord("b")])
+    assert table_rows(tables.experiments_markdown(finished))[0][:3] == ["#", "run", "commit"]
+    failed = runs.table([runs.RunRecord("a", metrics={"test_bleu": 30.0}), runs.RunRecord("b", status="failed")])
+    rows = table_rows(tables.experiments_markdown(failed))
     assert rows[0][:4] == ["#", "run", "commit", "status"] and rows[2][:4] == ["2", "b", "–", "failed"]
 
 
 def test_heatmaps_of_two_fixed_test_sentences(tmp_path: Path) -> None:
-    pytest.importorskip("pipeline.heatmaps")
-    from tests.test_translate import make_model_dir
+    pytest.importorskip("pipeline.decoding.heatmaps")
 
     paths = write_inputs(tmp_path)
     make_model_dir(tmp_path / "data/model")

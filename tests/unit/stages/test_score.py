@@ -9,7 +9,8 @@ import pytest
 from click.testing import CliRunner
 from sacrebleu.metrics import BLEU, CHRF, TER
 
-from pipeline import files, score
+from pipeline import files
+from pipeline.stages import score
 from pipeline.errors import UserError
 
 REFS = [
@@ -103,24 +104,6 @@ def test_cli_mismatch_exits_1_with_one_line(tmp_path: Path) -> None:
     )
     assert result.exit_code == 1
     assert result.output.startswith("Error: ") and "Traceback" not in result.output
-
-
-def test_sentence_chrf_per_line() -> None:
-    values = score.sentence_chrf(["the cat sat", "xyz"], ["the cat sat", "the cat sat"])
-    assert values[0] == 100.0 and values[1] < 10.0
-    with pytest.raises(UserError):
-        score.sentence_chrf(["a"], ["a", "b"])
-
-
-def test_bleu_by_length_buckets_lines_by_source_words() -> None:
-    srcs = ["one two", "one two three", "w " * 15, "w " * 45]
-    hyps = ["a b c d", "a b c d", "x y z w", "p q r s"]
-    refs = ["a b c d", "a b c d", "k l m n", "p q r s"]
-    rows = score.bleu_by_length(srcs, hyps, refs, buckets=[10, 20, 30])
-    assert [r["bucket"] for r in rows] == ["1-10", "11-20", "21-30", "31+"]
-    assert [r["n_lines"] for r in rows] == [2, 1, 0, 1]
-    assert rows[0]["bleu"] == 100.0 and rows[1]["bleu"] == 0.0
-    assert rows[2]["bleu"] is None and rows[3]["bleu"] == 100.0
 
 
 def test_scores_go_to_the_training_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

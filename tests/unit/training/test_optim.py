@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pipeline.model import build_model
-from pipeline.optim import (
+from pipeline.model.transformer import build_model
+from pipeline.training.optim import (
     build_optimizer,
     build_scheduler,
     inverse_sqrt,

@@ -9,88 +9,24 @@ from __future__ import annotations
 
 import errno
 import json
-import random
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 import yaml
 
-from pipeline import checkpoint
-from pipeline import model as model_module
+from pipeline.model import checkpoint
+from pipeline.model import transformer as model_module
 from pipeline import params as P
-from pipeline import train as train_stage
-from pipeline.bpe import train_bpe
-from pipeline.data import ParallelData, collate
+from pipeline.training import trainer as train_stage
+from pipeline.data.batching import ParallelData, collate
 from pipeline.errors import UserError
-from pipeline.params import BpeParams
-from pipeline.tokens import N_SPECIAL
 from pipeline.tracking import Tracker
-from pipeline.train import Paths, Trainer, train
-from tests.conftest import REPO
-
-VOCAB = 24
-
-
-# --- helpers (also used by test_resume.py and test_distributed.py) ----------------------
+from pipeline.stages.train import train
+from pipeline.training.trainer import Paths, Trainer
+from tests.helpers import make_corpus, model_weights, read_tsv, tiny_params
 
 
-def write_side(prefix: Path, seqs: list[list[int]]) -> None:
-    """One {split}.{side}.bin/.idx pair, as the binarize stage writes it."""
-    lens = np.array([len(s) for s in seqs], dtype=np.int64)
-    offsets = np.zeros(len(seqs) + 1, dtype="<i8")
-    np.cumsum(lens, out=offsets[1:])
-    np.concatenate([np.asarray(s, dtype="<u2") for s in seqs]).tofile(f"{prefix}.bin")
-    offsets.tofile(f"{prefix}.idx")
-
-
-def make_corpus(
-    root: Path, *, task: str = "copy", n_train: int = 400, n_val: int = 30, lengths=(3, 8), seed: int = 0
-) -> Paths:
-    """A joint VOCAB-piece spm model, and random id sentences whose target copies (or reverses) the source."""
-    rng = random.Random(seed)
-    text = root / "text"
-    text.mkdir(parents=True)
-    word = lambda: "".join(rng.choices("abcdefgh", k=rng.randint(1, 5)))  # noqa: E731
-    words = [" ".join(word() for _ in range(8)) for _ in range(300)]
-    for side in ("src", "tgt"):
-        (text / f"train.{side}").write_text("\n".join(words) + "\n", encoding="utf-8")
-    bpe = BpeParams(joint=True, vocab_size=VOCAB, character_coverage=1.0, byte_fallback=False)
-    train_bpe(bpe, text, root / "bpe")
-    (root / "bin").mkdir()
-    for split, n in (("train", n_train), ("val", n_val), ("test", n_val)):
-        src = [[rng.randrange(N_SPECIAL, VOCAB) for _ in range(rng.randint(*lengths))] for _ in range(n)]
-        tgt = [s[::-1] if task == "reverse" else list(s) for s in src]
-        write_side(root / "bin" / f"{split}.src", src)
-        write_side(root / "bin" / f"{split}.tgt", tgt)
-    return Paths(root / "bin", root / "bpe", root / "model", root / "checkpoints", root / "log")
-
-
-def tiny_raw(model: dict | None = None, **train) -> dict:
-    """The repository's params.yaml shrunk to a model that trains in seconds on 1 thread."""
-    raw = yaml.safe_load((REPO / "params.yaml").read_text(encoding="utf-8"))
-    raw["bpe"]["vocab_size"] = VOCAB
-    raw["model"].update(d_model=32, n_heads=2, d_ff=64, n_layers=1, dropout=0.1, attention_dropout=0.0,
-                        max_positions=64)
-    raw["model"].update(model or {})
-    raw["train"].update(device="cpu", precision="fp32", max_tokens=64, lr=5e-3, warmup_steps=10, max_epochs=2,
-                        max_steps=0, validate_every=4, log_every=2, threads=1, patience=0, keep_last=2,
-                        average_last=0, label_smoothing=0.1, early_stop_metric="loss")
-    raw["train"].update(train)
-    return raw
-
-
-def tiny_params(model: dict | None = None, **train) -> P.Params:
-    return P.from_dict(tiny_raw(model, **train))
-
-
-def model_weights(path: Path) -> dict[str, torch.Tensor]:
-    return checkpoint.load(path)["model"]
-
-
-def read_tsv(path: Path) -> list[list[str]]:
-    return [line.split("\t") for line in path.read_text(encoding="utf-8").splitlines()]
 
 
 # --- learning, and what a run writes --------------------------------------------------------

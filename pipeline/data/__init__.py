@@ -1,0 +1,1 @@
+"""Corpus data: fetching, text normalization, the subword vocabulary, binarized batches."""

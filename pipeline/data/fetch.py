@@ -1,0 +1,236 @@
+"""Fetching a corpus file: from a local path, an offline mirror, or the network; verified by sha256.
+
+Mirror: a folder that holds https://HOST/PATH at MIRROR/HOST/PATH; a file found
+there is read from there. Otherwise it is downloaded (RETRY_DELAYS between
+tries) into a temporary file renamed only once it is complete. Every file is
+checked against the sum its params give and the one pinned in
+pipeline/data/corpora.py. `decode_lines` applies the decoding policy of
+docs/corpus-decoding.md: strict UTF-8, LF line ends, nothing else changed.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import http.client
+import os
+import re
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import click
+
+from pipeline.data import corpora
+from pipeline.errors import UserError
+
+RETRY_DELAYS = (1.0, 2.0, 4.0)  # seconds slept after failed tries 1, 2, 3: four tries in all
+
+_sleep: Callable[[float], None] = time.sleep  # tests patch this so that retries do not wait
+
+_CHUNK = 1 << 20
+
+_TIMEOUT_S = 60
+
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+
+_MIRROR_HELP = (
+    "with no network, set the environment variable CORPUS_MIRROR (or data.mirror) "
+    "to an offline mirror root that holds https://HOST/PATH at MIRROR/HOST/PATH"
+)
+
+
+
+@dataclass(frozen=True)
+class Source:
+    """One file to fetch: where it is, the param that named it, the sha256 it must have."""
+
+    location: str  # a URL or a local path, as the user gave it
+    key: str  # e.g. data.bitext.train.src, for messages
+    sha256: Optional[str]
+
+
+
+@dataclass(frozen=True)
+class Fetched:
+    """A fetched file: where its bytes are now, how they got there, their sha256."""
+
+    path: Path
+    via: str  # mirror | network | local
+    sha256: str
+
+
+
+def fetch(source: Source, scratch: Path, mirror: Optional[Path]) -> Fetched:
+    """Get the file's bytes (local path, mirror, or network into `scratch`) and verify its sha256."""
+    match = _SCHEME.match(source.location)
+    if match is None:
+        fetched = _fetch_local(source)
+    elif match.group(1).lower() in ("http", "https"):
+        fetched = _fetch_url(source.location, scratch, mirror)
+    else:
+        raise UserError(f"{source.key}: {source.location}: only http(s) URLs and local paths are supported")
+    _verify(source, fetched)
+    return fetched
+
+
+
+def _fetch_local(source: Source) -> Fetched:
+    path = Path(source.location)
+    if not path.is_file():
+        raise UserError(f"{source.key}: {path}: no such file; fix the path (relative to the current dir)")
+    return Fetched(path, "local", sha256_file(path))
+
+
+
+def _fetch_url(url: str, scratch: Path, mirror: Optional[Path]) -> Fetched:
+    if mirror is not None:
+        mirrored = mirror_path(mirror, url)
+        if mirrored.is_file():
+            return Fetched(mirrored, "mirror", sha256_file(mirrored))
+    try:
+        path = download_url(url, scratch)
+    except FetchError as e:
+        if mirror is None:
+            raise UserError(f"cannot fetch {url}: {e}; {_MIRROR_HELP}")
+        raise UserError(
+            f"{url} is not in the mirror (looked for {mirror_path(mirror, url).absolute()}) "
+            f"and cannot be fetched: {e}"
+        )
+    return Fetched(path, "network", sha256_file(path))
+
+
+
+def mirror_path(mirror: Path, url: str) -> Path:
+    """Where the mirror keeps `url`: https://HOST/PATH -> MIRROR/HOST/PATH (as `wget -x` stores it)."""
+    parts = urllib.parse.urlsplit(url)
+    segments = [s for s in parts.path.split("/") if s]
+    if not parts.hostname or not segments or any(s in (".", "..") for s in segments):
+        raise UserError(f"{url}: not a URL of a file (https://HOST/PATH)")
+    return Path(mirror, parts.hostname, *segments)
+
+
+
+class FetchError(Exception):
+    """The network did not give the file: after every try, or at once for an error that will last."""
+
+
+
+def download_url(url: str, scratch: Path) -> Path:
+    """Fetch `url` into a new file in `scratch`, retrying with backoff; raise FetchError at the end."""
+    tries = len(RETRY_DELAYS) + 1
+    for attempt in range(1, tries + 1):
+        try:
+            return _download_once(url, scratch)
+        except (OSError, http.client.HTTPException) as e:  # URLError, timeouts, resets, a short body
+            if _lasting(e):
+                raise FetchError(f"{e} (not retried)") from e
+            if attempt == tries:
+                raise FetchError(f"failed {tries} tries, the last with: {e}") from e
+            delay = RETRY_DELAYS[attempt - 1]
+            click.echo(f"{url}: try {attempt} of {tries} failed ({e}); retrying in {delay:g} s", err=True)
+            _sleep(delay)
+    raise AssertionError("unreachable")
+
+
+
+def _lasting(error: Exception) -> bool:
+    """A 4xx answer (a 404, say) will not change by asking again; 408 and 429 may."""
+    if not isinstance(error, urllib.error.HTTPError):
+        return False
+    return 400 <= error.code < 500 and error.code not in (408, 429)
+
+
+
+def _download_once(url: str, scratch: Path) -> Path:
+    """One try: stream into a temp file; it is deleted unless the whole body arrived."""
+    fd, name = tempfile.mkstemp(prefix=".part.", dir=scratch)
+    path = Path(name)
+    try:
+        with os.fdopen(fd, "wb") as f, urllib.request.urlopen(url, timeout=_TIMEOUT_S) as response:
+            received = 0
+            while chunk := response.read(_CHUNK):
+                f.write(chunk)
+                received += len(chunk)
+            # http.client returns a short body silently when the connection drops early.
+            expected = response.headers.get("Content-Length")
+            if expected is not None and int(expected) != received:
+                raise OSError(f"connection closed after {received} of {expected} bytes")
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
+    return path
+
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+
+def _expected_sums(source: Source) -> list[tuple[str, str]]:
+    """The sums a file must match, each with where it came from."""
+    sums = []
+    if source.sha256 is not None:
+        sums.append((source.sha256, f"{source.key}_sha256"))
+    pinned = corpora.PINNED_SHA256.get(source.location)
+    if pinned is not None and pinned != source.sha256:
+        sums.append((pinned, "pinned in pipeline/data/corpora.py"))
+    return sums
+
+
+
+def verified_by(source: Source) -> Optional[str]:
+    """Which sums the file was checked against, for the manifest: params, pinned, both, or None."""
+    sums = {"params": source.sha256, "pinned": corpora.PINNED_SHA256.get(source.location)}
+    return "+".join(name for name, value in sums.items() if value) or None
+
+
+
+def _verify(source: Source, fetched: Fetched) -> None:
+    for expected, origin in _expected_sums(source):
+        if fetched.sha256 == expected:
+            continue
+        if fetched.via == "network":
+            fetched.path.unlink()  # never leave a bad download behind
+        where = f" (read from the mirror at {fetched.path})" if fetched.via == "mirror" else ""
+        raise UserError(
+            f"sha256 mismatch for {source.location}{where}: expected {expected} ({origin}), "
+            f"got {fetched.sha256}; the file is corrupt or changed upstream; check the source or the sum"
+        )
+
+
+
+def decode_lines(data: bytes, name: str) -> list[str]:
+    """Lines of a fetched file (gzip or plain), under the decoding policy in the module docstring."""
+    if data[:2] == b"\x1f\x8b":
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as e:
+            raise UserError(f"{name}: a corrupt or truncated gzip file ({e}); fetch it again")
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    # Done on bytes, which is safe: 0x0D and 0x0A never occur inside a UTF-8 multi-byte character.
+    data = data.replace(b"\r\n", b"\n")
+    if b"\n" not in data:
+        data = data.replace(b"\r", b"\n")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise UserError(f"{name}: invalid UTF-8 at line {line} ({e.reason}); re-encode the file as UTF-8")
+    if not text:
+        raise UserError(f"{name}: the file is empty (no lines); check the source")
+    lines = text.split("\n")
+    return lines[:-1] if text.endswith("\n") else lines

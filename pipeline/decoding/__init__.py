@@ -1,0 +1,1 @@
+"""Decoding: beam search, the Translator, the CTranslate2 backend, attention heatmaps."""

@@ -1,0 +1,1 @@
+"""What score and report share: sacreBLEU metrics, experiment tables, markdown and figures."""

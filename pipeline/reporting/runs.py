@@ -1,0 +1,278 @@
+"""Experiment runs as one table: every run of the pipeline side by side, from MLflow or from `dvc exp show`.
+
+Both sources give one table shape: a row per run with `ID_COLUMNS`, then the
+params whose values differ between the rows (flat keys such as
+`model.n_layers`), then `METRIC_COLUMNS`; best test BLEU first.
+
+- MLflow (`mlflow_table`): every run of the params' `tracking.experiment` in
+  the store `tracking.tracking_uri()` names. Safe inside a DVC stage, so the
+  report stage uses this one.
+- DVC (`dvc_table`, over the parsed output of `dvc exp show --json`): the
+  workspace, the baseline commit and its experiments, queued ones included.
+  `dvc exp show` waits for the repository lock that `dvc repro` and
+  `dvc exp run` hold while a stage runs, so only the `experiments` command,
+  run by a user, calls it; a stage must never.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import pandas as pd
+
+from pipeline import params as P
+from pipeline import tracking
+from pipeline.errors import UserError
+
+ID_COLUMNS = ("run", "dvc_exp", "commit", "status", "started", "id")
+
+# Names as train.py (n_params, train_seconds, tokens_per_s) and score.py
+# (test_*, dev_* for the val split) log them to MLflow.
+METRIC_COLUMNS = (
+    "test_bleu", "test_chrf", "test_ter", "dev_bleu", "dev_chrf", "dev_ter",
+    "n_params", "train_seconds", "tokens_per_s",
+)
+
+SORT_BY = ("test_bleu", "dev_bleu")
+
+# `dvc exp show --json` metrics, flattened across the metrics files (metrics.json:
+# {split: {bleu, ...}}, train/summary.json: {n_params, ...}), to the MLflow names.
+DVC_METRICS = {
+    **{f"{split}.{name}": f"{mlflow}_{name}"
+       for split, mlflow in (("test", "test"), ("val", "dev")) for name in ("bleu", "chrf", "ter")},
+    **{name: name for name in ("n_params", "train_seconds", "tokens_per_s")},
+}
+
+DVC_STATES = {None: "finished", "success": "finished"}  # executor state -> status; others kept as is
+
+DVC_TIMEOUT_S = 300
+
+
+
+class ExperimentsUnavailable(Exception):
+    """The runs cannot be read (no database yet, server down); the message says why."""
+
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One run as either source describes it; params as params.yaml spells them."""
+
+    run: str
+    id: Optional[str] = None  # MLflow run id, or the git rev of a DVC experiment
+    dvc_exp: Optional[str] = None
+    commit: Optional[str] = None  # the git commit whose code ran
+    status: str = "finished"
+    started: Optional[pd.Timestamp] = None
+    params: dict[str, str] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+
+def table(records: Iterable[RunRecord]) -> pd.DataFrame:
+    """Runs as rows: ID_COLUMNS, the params that differ between runs, METRIC_COLUMNS; best BLEU first."""
+    records = list(records)
+    varied = differing_params([r.params for r in records])
+    rows = [
+        {
+            **{c: getattr(r, c) for c in ID_COLUMNS},
+            **{k: r.params.get(k) for k in varied},
+            **{m: r.metrics.get(m, math.nan) for m in METRIC_COLUMNS},
+        }
+        for r in records
+    ]
+    frame = pd.DataFrame(rows, columns=[*ID_COLUMNS, *varied, *METRIC_COLUMNS])
+    frame[list(METRIC_COLUMNS)] = frame[list(METRIC_COLUMNS)].astype(float)
+    # Newest first among equals (and among runs without scores, which go last).
+    frame = frame.sort_values("started", ascending=False, na_position="last", kind="stable")
+    frame = frame.sort_values(list(SORT_BY), ascending=False, na_position="last", kind="stable")
+    return frame.reset_index(drop=True)
+
+
+
+def differing_params(params: list[dict[str, str]]) -> list[str]:
+    """Flat keys whose value is not the same in every run (absent counts as a value); sorted."""
+    keys = sorted({k for p in params for k in p})
+    return [k for k in keys if len({p.get(k) for p in params}) > 1]
+
+
+
+def param_text(value: Any) -> str:
+    """A param value as params.yaml spells it, whether it came from MLflow (a str) or DVC (typed)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, str):
+        # MLflow holds str() of the Python value.
+        return {"None": "null", "True": "true", "False": "false"}.get(value, value)
+    return str(value)
+
+
+
+def mlflow_table(experiment: str, uri: Optional[str] = None) -> pd.DataFrame:
+    """Every active run of `experiment` in MLflow; raises ExperimentsUnavailable if it cannot be read."""
+    return table(mlflow_records(experiment, uri))
+
+
+
+def mlflow_records(experiment: str, uri: Optional[str] = None) -> list[RunRecord]:
+    uri = uri or tracking.tracking_uri()
+    db = tracking.sqlite_path(uri)
+    if db is not None and not db.is_file():
+        # Opening it would create an empty database: say there are no runs instead.
+        raise ExperimentsUnavailable(f"no MLflow database at {db} yet (no run has been tracked)")
+    try:
+        with tracking._quick_http():
+            return [_mlflow_record(run) for run in _search_all(experiment, uri)]
+    except Exception as e:  # noqa: BLE001 - any MLflow failure means "cannot read", with its reason
+        raise ExperimentsUnavailable(f"MLflow at {uri} could not be read ({tracking._reason(e)})") from e
+
+
+
+def _search_all(experiment: str, uri: str) -> Iterator[Any]:
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    found = tracking._with_lock_retries(lambda: client.get_experiment_by_name(experiment))
+    if found is None:
+        return
+    token = None
+    while True:
+        page = tracking._with_lock_retries(
+            lambda: client.search_runs([found.experiment_id], max_results=1000, page_token=token)
+        )
+        yield from page
+        token = page.token
+        if not token:
+            return
+
+
+
+def mlflow_histories(run_ids: Sequence[str], key: str, uri: Optional[str] = None) -> dict[str, pd.DataFrame]:
+    """Each run's logged `key` by step (columns step, value); runs that never logged it are left out."""
+    uri = uri or tracking.tracking_uri()
+    try:
+        from mlflow import MlflowClient
+
+        with tracking._quick_http():
+            client = MlflowClient(tracking_uri=uri)
+            out = {}
+            for run_id in run_ids:
+                history = tracking._with_lock_retries(lambda r=run_id: client.get_metric_history(r, key))
+                if history:
+                    points = sorted((m.step, m.timestamp, m.value) for m in history)
+                    frame = pd.DataFrame(points, columns=["step", "time", "value"])
+                    # A resumed run can log a step again: its latest value wins.
+                    out[run_id] = frame.drop_duplicates("step", keep="last")[["step", "value"]]
+            return out
+    except Exception as e:  # noqa: BLE001 - as in mlflow_records
+        raise ExperimentsUnavailable(f"MLflow at {uri} could not be read ({tracking._reason(e)})") from e
+
+
+
+def _mlflow_record(run: Any) -> RunRecord:
+    info, data = run.info, run.data
+    return RunRecord(
+        run=info.run_name or info.run_id,
+        id=info.run_id,
+        dvc_exp=data.tags.get("dvc_exp"),
+        commit=data.tags.get("git_commit"),
+        status=str(info.status).lower(),
+        started=pd.Timestamp(info.start_time, unit="ms") if info.start_time else None,
+        params={k: param_text(v) for k, v in data.params.items()},
+        metrics={k: float(v) for k, v in data.metrics.items() if k in METRIC_COLUMNS},
+    )
+
+
+
+def dvc_table(shown: list[dict[str, Any]]) -> pd.DataFrame:
+    """The table from `dvc exp show --json`'s parsed output (DVC 3: baselines with their experiments)."""
+    return table(dvc_records(shown))
+
+
+
+def dvc_records(shown: list[dict[str, Any]]) -> list[RunRecord]:
+    records = []
+    for baseline in shown:
+        rev = baseline.get("rev")
+        is_workspace = rev == "workspace"
+        name = "workspace" if is_workspace else baseline.get("name") or str(rev)[:7]
+        commit = None if is_workspace else rev
+        records.append(_dvc_record(baseline, name, None, commit, _dvc_status(baseline, None)))
+        for exp in baseline.get("experiments") or []:
+            executor = exp.get("executor") or {}
+            for exp_rev in exp.get("revs") or []:
+                exp_name = exp.get("name") or exp_rev.get("name") or str(exp_rev.get("rev"))[:7]
+                status = _dvc_status(exp_rev, executor.get("state"))
+                records.append(_dvc_record(exp_rev, exp_name, exp_name, commit, status))
+    return records
+
+
+
+def _dvc_record(entry: dict[str, Any], name: str, exp: Optional[str], commit: Optional[str],
+                status: str) -> RunRecord:
+    data = entry.get("data") or {}
+    params: dict[str, str] = {}
+    for source in (data.get("params") or {}).values():  # one entry per params file
+        params.update({k: param_text(v) for k, v in P.flatten((source or {}).get("data") or {}).items()})
+    metrics: dict[str, float] = {}
+    for source in (data.get("metrics") or {}).values():  # one entry per metrics file
+        for key, value in P.flatten((source or {}).get("data") or {}).items():
+            if key in DVC_METRICS and isinstance(value, (int, float)) and not isinstance(value, bool):
+                metrics[DVC_METRICS[key]] = float(value)
+    stamp = data.get("timestamp")
+    return RunRecord(
+        run=name,
+        id=None if entry.get("rev") == "workspace" else entry.get("rev"),
+        dvc_exp=exp,
+        commit=commit,
+        status=status,
+        started=pd.Timestamp(stamp) if stamp else None,
+        params=params,
+        metrics=metrics,
+    )
+
+
+
+def _dvc_status(entry: dict[str, Any], state: Optional[str]) -> str:
+    if entry.get("error"):
+        return "error"
+    return DVC_STATES.get(state, str(state))
+
+
+
+def dvc_exp_show(repo: Path, all_commits: bool = False) -> list[dict[str, Any]]:
+    """Run `dvc exp show --json` in `repo` and parse it; not inside a stage (see the module docstring)."""
+    args = [_dvc_binary(), "exp", "show", "--json", *(["--all-commits"] if all_commits else [])]
+    try:
+        done = subprocess.run(args, cwd=repo, capture_output=True, text=True, timeout=DVC_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise UserError(
+            f"`dvc exp show` took over {DVC_TIMEOUT_S} s; wait for the DVC command holding the lock to end"
+        )
+    if done.returncode != 0:
+        detail = " ".join(done.stderr.split())[-500:] or f"exit status {done.returncode}"
+        raise UserError(
+            f"`dvc exp show --json` failed in {repo}: {detail}. Run this in the project's repository "
+            "(git + DVC), and not while `dvc repro` or `dvc exp run` holds its lock"
+        )
+    try:
+        return json.loads(done.stdout or "[]")
+    except ValueError as e:
+        raise UserError(f"`dvc exp show --json` printed something that is not JSON ({e})")
+
+
+
+def _dvc_binary() -> str:
+    """The dvc beside this Python (the project's venv), else the one on PATH."""
+    beside = Path(sys.executable).parent / "dvc"
+    return str(beside) if beside.is_file() else shutil.which("dvc") or "dvc"

@@ -1,0 +1,163 @@
+"""Markdown tables for the report and the experiments command, and the experiments table itself."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any, Optional
+
+import pandas as pd
+
+from pipeline.reporting import runs
+
+SCORE_DIGITS = 1  # BLEU, chrF, TER as papers and sacreBLEU print them
+
+_MARKDOWN_SPECIAL = "\\`*|<>"  # not "_": GitHub ignores it inside words, where it is common
+
+
+
+def escape_cell(value: Any) -> str:
+    """Text safe inside a Markdown table cell: one line, Markdown characters escaped."""
+    text = " ".join(str(value).split())
+    return "".join("\\" + c if c in _MARKDOWN_SPECIAL else c for c in text)
+
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]], align: str = "") -> str:
+    """A GitHub Markdown table; `align` has one letter per column (l or r), default left."""
+    align = align.ljust(len(header), "l")
+    rule = ["---:" if a == "r" else "---" for a in align]
+    lines = [_row(header), _row(rule, escape=False)]
+    lines += [_row(r) for r in rows]
+    return "\n".join(lines)
+
+
+
+def frame_table(frame: pd.DataFrame, align: str = "") -> str:
+    """A DataFrame as a Markdown table (columns as header, index dropped)."""
+    rows = [[fmt(v) for v in row] for row in frame.itertuples(index=False)]
+    return markdown_table([str(c) for c in frame.columns], rows, align)
+
+
+
+def _row(cells: Sequence[Any], escape: bool = True) -> str:
+    return "| " + " | ".join(escape_cell(c) if escape else str(c) for c in cells) + " |"
+
+
+
+def fmt(value: Any, digits: int = 2) -> str:
+    """Numbers for tables: floats with `digits` decimals, ints with thousands separators."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(str(v) for v in value)
+    return str(value)
+
+
+
+def fmt_score(value: Any) -> str:
+    return fmt(value, SCORE_DIGITS)
+
+
+
+def fmt_whole(value: Any) -> str:
+    """A count or rate with thousands separators and no decimals."""
+    return fmt(value, 0)
+
+
+
+def fmt_hms(seconds: Any) -> str:
+    """Seconds as h:mm:ss."""
+    if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or math.isnan(seconds):
+        return fmt(seconds)
+    s = int(round(seconds))
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+# Columns of the experiments table after the params: (DataFrame column, header, format).
+# dev chrF and TER stay in the DataFrame and the command's CSV: the page has enough columns.
+EXPERIMENT_METRICS = (
+    ("test_bleu", "test BLEU", fmt_score), ("test_chrf", "chrF", fmt_score), ("test_ter", "TER", fmt_score),
+    ("dev_bleu", "dev BLEU", fmt_score), ("n_params", "parameters", fmt_whole),
+    ("train_seconds", "train time", fmt_hms), ("tokens_per_s", "tokens/s", fmt_whole),
+)
+
+
+
+def experiments_markdown(
+    frame: pd.DataFrame, current: Optional[str] = None, limit: Optional[int] = None
+) -> str:
+    """An experiments.table() as Markdown: rank, run, what differs, scores, size, speed; `current` marked."""
+    if frame.empty:
+        return "No runs yet."
+    ids = list(frame["id"])
+    mark = ids.index(current) if current in ids else None
+    shown = list(range(len(frame) if limit is None else min(limit, len(frame))))
+    if mark is not None and mark not in shown:
+        shown.append(mark)  # this run always shows, even below the limit
+    header, align = _experiment_columns(frame)
+    rows = [_experiment_row(frame, i, i == mark, "status" in header) for i in shown]
+    notes = []
+    if mark is not None:
+        notes.append(f"→ this report's run, {mark + 1} of {len(frame)} by test BLEU.")
+    elif current:
+        notes.append("This report's run is not among them (MLflow was unreachable while it trained?).")
+    if len(shown) < len(frame):
+        hidden = len(frame) - len(shown)
+        notes.append(f"{hidden} more runs not shown; `python -m pipeline experiments` lists all.")
+    return markdown_table(header, rows, align) + ("\n\n" + " ".join(notes) if notes else "")
+
+
+
+def _experiment_columns(frame: pd.DataFrame) -> tuple[list[str], str]:
+    """Header and alignment; a status column only if some run did not finish."""
+    params = _param_columns(frame)
+    status = ["status"] if (frame["status"] != "finished").any() else []
+    header = ["#", "run", "commit", *status, *params, *(h for _, h, _ in EXPERIMENT_METRICS)]
+    align = "rll" + "l" * len(status) + "".join("r" if _numeric(frame[p]) else "l" for p in params)
+    return header, align + "r" * len(EXPERIMENT_METRICS)
+
+
+
+def _experiment_row(frame: pd.DataFrame, i: int, marked: bool, with_status: bool) -> list[str]:
+    row = frame.iloc[i]
+    return [
+        f"→ {i + 1}" if marked else str(i + 1),
+        run_label(row),
+        str(row["commit"])[:7] if isinstance(row["commit"], str) else "–",
+        *([row["status"]] if with_status else []),
+        *(fmt(row[p]) for p in _param_columns(frame)),
+        *(fmt(row[column]) for column, _, fmt in EXPERIMENT_METRICS),
+    ]
+
+
+
+def _param_columns(frame: pd.DataFrame) -> list[str]:
+    return [c for c in frame.columns if c not in runs.ID_COLUMNS and c not in runs.METRIC_COLUMNS]
+
+
+
+def run_label(row: pd.Series) -> str:
+    """What a user calls a run: its DVC experiment name (`dvc exp apply NAME`), else its MLflow run name."""
+    return str(row["dvc_exp"]) if isinstance(row["dvc_exp"], str) else str(row["run"])
+
+
+
+def _numeric(column: pd.Series) -> bool:
+    """True if every present value of a params column reads as a number (so it aligns right)."""
+    values = [v for v in column if isinstance(v, str)]
+    return bool(values) and all(_is_number(v) for v in values)
+
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True

@@ -1,0 +1,185 @@
+"""Stage-less command `translate`: raw text in, translations out, with a model directory.
+
+    python -m pipeline translate --model data/model < input.de > output.en
+
+Input is raw text, one sentence a line. Every input line gives exactly one output
+line (with --n-best K, up to K lines in the Moses/fairseq n-best format `i |||
+hypothesis ||| score`, best first); a blank line gives an empty one without
+running the model. Bytes that are not UTF-8 become U+FFFD, counted once on stderr;
+output is always UTF-8. When stdin is a terminal it prompts and answers each line.
+
+--backend torch runs pipeline.decoding.translator.Translator; ctranslate2 runs a
+CTranslate2 conversion of the same model (pipeline/decoding/ct2.py, the optional
+`ct2` extra), made on first use; see docs/ctranslate2.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import itertools
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+import click
+
+from pipeline.decoding import ct2
+from pipeline.decoding.translator import (
+    CHUNK_LINES, QUANTIZATIONS, TextTranslator, Translator, check_settings, nbest_row, one_line,
+)
+from pipeline.devices import DEVICES
+from pipeline.errors import UserError
+from pipeline.files import atomic_path
+
+def load_torch(model_dir: Path, device: str, quantization: str | None, exact: bool = True) -> TextTranslator:
+    """The reference search itself: `exact` changes nothing."""
+    if quantization not in (None, "float32"):
+        raise UserError(
+            f"--quantization {quantization} needs --backend ctranslate2; the torch backend runs float32"
+        )
+    return Translator.from_dir(model_dir, device)
+
+
+
+def load_ctranslate2(
+    model_dir: Path, device: str, quantization: str | None, exact: bool = False
+) -> TextTranslator:
+    return ct2.CT2Translator.from_dir(model_dir, device, quantization, exact=exact)
+
+# (model_dir, device, quantization or None, exact search) -> a backend
+BACKENDS: dict[str, Callable[[Path, str, str | None, bool], TextTranslator]] = {
+    "torch": load_torch,
+    "ctranslate2": load_ctranslate2,
+}
+
+
+
+class Utf8Lines:
+    """A binary stream's lines decoded as UTF-8; bad bytes replaced, the lines that had them counted."""
+
+    def __init__(self, stream: BinaryIO):
+        self.stream = stream
+        self.invalid = 0
+
+    def decode(self, raw: bytes) -> str:
+        raw = raw[:-1] if raw.endswith(b"\n") else raw
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            self.invalid += 1
+            return raw.decode("utf-8", errors="replace")
+
+    def __iter__(self) -> Iterator[str]:
+        # readline, not iteration over a read-ahead buffer, so a terminal gets each line at once
+        for raw in iter(self.stream.readline, b""):
+            yield self.decode(raw)
+
+Render = Callable[[list[str], int], list[str]]  # input lines, number of the first -> output lines
+
+
+
+def renderer(translator: TextTranslator, n_best: int, beam: int | None, batch_tokens: int | None) -> Render:
+    """Output lines for a chunk of input: plain translations, or `i ||| hyp ||| score` rows."""
+
+    def plain(lines: list[str], first: int) -> list[str]:
+        return [one_line(t) for t in translator.translate(lines, beam=beam, batch_tokens=batch_tokens)]
+
+    def nbest(lines: list[str], first: int) -> list[str]:
+        lists = translator.translate_nbest(lines, n_best, beam=beam, batch_tokens=batch_tokens)
+        return [nbest_row(first + i, t) for i, ts in enumerate(lists) for t in ts]
+
+    return plain if n_best == 1 else nbest
+
+
+
+def chunks(items: Iterable[str], size: int) -> Iterator[list[str]]:
+    it = iter(items)
+    while chunk := list(itertools.islice(it, size)):
+        yield chunk
+
+
+
+def run_batch(render: Render, lines: Iterable[str], out: BinaryIO) -> None:
+    """Translate everything, CHUNK_LINES at a time (sorted into batches within a chunk)."""
+    first = 0
+    for chunk in chunks(lines, CHUNK_LINES):
+        out.write(b"".join(line.encode("utf-8") + b"\n" for line in render(chunk, first)))
+        first += len(chunk)
+
+
+
+def run_interactive(render: Render, lines: Iterable[str], out: BinaryIO) -> None:
+    """Prompt on stderr, translate each line as it is entered."""
+    click.echo("Type a sentence and press Enter; Ctrl-D ends.", err=True)
+    click.echo("> ", nl=False, err=True)
+    for i, line in enumerate(lines):
+        out.write(b"".join(output.encode("utf-8") + b"\n" for output in render([line], i)))
+        out.flush()
+        click.echo("> ", nl=False, err=True)
+    click.echo("", err=True)
+
+
+
+def translate_stream(render: Render, source: BinaryIO, out: BinaryIO, *, interactive: bool) -> int:
+    """Translate `source` into `out`; returns how many input lines were not valid UTF-8."""
+    lines = Utf8Lines(source)
+    (run_interactive if interactive else run_batch)(render, lines, out)
+    return lines.invalid
+
+
+
+@click.command("translate")
+@click.option("--model", "model_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="A model directory: the train stage's output (data/model).")
+@click.option("--beam", type=click.IntRange(min=1), default=None,
+              help="Beam size (1: greedy).  [default: the model's decode.beam]")
+@click.option("--batch-tokens", type=click.IntRange(min=1), default=None,
+              help="Sentences x beam x padded source length per batch.  [default: the model's setting]")
+@click.option("--device", type=click.Choice(DEVICES), default="auto", show_default=True)
+@click.option("--n-best", "n_best", type=click.IntRange(min=1), default=1, show_default=True,
+              help="K > 1 writes up to K lines per input as `i ||| hypothesis ||| score`.")
+@click.option("--input", "input_file", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              default=None, help="Read from this file instead of stdin.")
+@click.option("--output", "output_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write here (atomically) instead of stdout.")
+@click.option("--backend", type=click.Choice(sorted(BACKENDS)), default="torch", show_default=True,
+              help="torch, or ctranslate2 (converts the model on first use; needs the ct2 extra).")
+@click.option("--quantization", type=click.Choice(QUANTIZATIONS), default=None,
+              help="ctranslate2 weight type, e.g. int8.  "
+              "[default: float32, or what --model was exported with]")
+@click.option("--exact-search", is_flag=True,
+              help="ctranslate2: reproduce the torch decoder's search and scores exactly (slower) "
+              "instead of CTranslate2's own.")
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="torch on CPU (ignored on CUDA): batches decoded at once, sharing torch's threads.  "
+              "[default: 2 with at least 2 threads, else 1]")
+def command(
+    model_dir: Path, beam: int | None, batch_tokens: int | None, device: str, n_best: int,
+    input_file: Path | None, output_file: Path | None, backend: str, quantization: str | None,
+    exact_search: bool, workers: int | None,
+) -> None:
+    """Translate raw text, one sentence a line (interactive when stdin is a terminal)."""
+    if workers is not None and backend != "torch":
+        raise UserError(f"--workers applies to the torch backend; {backend} runs its own threads: "
+                        "drop --workers, or use --backend torch")
+    translator = BACKENDS[backend](model_dir, device, quantization, exact_search)
+    if workers is not None:
+        translator.workers = workers
+    s = translator.settings
+    check_settings(dataclasses.replace(s, beam=beam or s.beam, n_best=n_best))  # before reading any input
+    render = renderer(translator, n_best, beam, batch_tokens)
+    stdin = sys.stdin.buffer  # bytes: the UTF-8 policy is ours, not the locale's
+    interactive = input_file is None and stdin.isatty()
+    with open(input_file, "rb") if input_file else contextlib.nullcontext(stdin) as source:
+        if output_file is None:
+            invalid = translate_stream(render, source, sys.stdout.buffer, interactive=interactive)
+        else:
+            with atomic_path(output_file) as tmp, open(tmp, "wb") as out:
+                invalid = translate_stream(render, source, out, interactive=interactive)
+    if invalid:
+        click.echo(
+            f"warning: {invalid} input line(s) were not valid UTF-8; their bad bytes were replaced by U+FFFD",
+            err=True,
+        )

@@ -1,0 +1,1 @@
+"""Training: the update step, the run state and checkpoints, the loop, optimizer and schedule."""

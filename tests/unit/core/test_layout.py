@@ -1,0 +1,109 @@
+"""The package's layers: imports flow one way (stages -> training -> decoding / reporting ->
+model / data -> core), no import cycles, and a light command stays light."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+
+import pytest
+
+from pipeline.sources import PACKAGE, ROOT, module_file
+from tests.helpers import REPO
+
+# Each subpackage's layer; the modules at the top of the package are the core (layer 0).
+# A module may import its own subpackage and any lower layer, never a sibling of its own layer.
+# training sits above decoding: validation decodes greedily to score BLEU.
+LAYERS = {"model": 1, "data": 1, "decoding": 2, "reporting": 2, "training": 3, "stages": 4}
+ENTRY = {"cli": 5, "__main__": 6}  # `python -m pipeline`: __main__ runs cli, which dispatches to the stages
+
+
+def modules() -> list[str]:
+    names = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE).with_suffix("").parts
+        parts = parts[:-1] if parts[-1] == "__init__" else parts
+        names.append(".".join((ROOT, *parts)))
+    return names
+
+
+def imports(name: str) -> set[str]:
+    """The pipeline modules `name` imports anywhere in its file (inside functions too)."""
+    path = module_file(name)
+    assert path is not None
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.split(".")[0] == ROOT}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == ROOT:
+            subs = {f"{node.module}.{a.name}" for a in node.names}
+            found |= {s for s in subs if module_file(s)} or {node.module}
+    return {m for m in found if module_file(m)} - {name}
+
+
+def layer(name: str) -> tuple[str, int]:
+    """(subpackage, layer) of a module: ("", 0) for the core, above the stages for the entry point."""
+    parts = name.split(".")[1:]
+    if not parts:
+        return "", 0
+    if parts[0] in LAYERS:
+        return parts[0], LAYERS[parts[0]]
+    return "", ENTRY.get(parts[0], 0)
+
+
+def test_every_subpackage_has_a_layer():
+    packages = {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
+    assert packages == set(LAYERS)
+
+
+@pytest.mark.parametrize("name", modules())
+def test_imports_flow_down_the_layers(name: str):
+    package, level = layer(name)
+    for imported in imports(name):
+        other, other_level = layer(imported)
+        if other == package and package:
+            continue  # within one subpackage
+        assert other_level < level or (other_level == 0 and level == 0), (
+            f"{name} (layer {level}) imports {imported} (layer {other_level}): a lower layer must not "
+            "import a higher one, nor a sibling of its own layer"
+        )
+
+
+def test_a_stage_imports_no_other_stage():
+    for name in modules():
+        if name.startswith(f"{ROOT}.stages.") and name != f"{ROOT}.stages.options":
+            others = {m for m in imports(name) if m.startswith(f"{ROOT}.stages.")} - {f"{ROOT}.stages.options"}
+            assert not others, f"{name} imports the stage(s) {sorted(others)}: move what they share down a layer"
+
+
+def test_no_import_cycles():
+    graph = {name: imports(name) for name in modules()}
+    # A package's __init__ is imported by every module in it; only the module-to-module edges can cycle.
+    graph = {n: {m for m in deps if not n.startswith(m + ".")} for n, deps in graph.items()}
+    state: dict[str, int] = {}
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                cycle = path[path.index(nxt):] + [nxt] if nxt in path else [node, nxt]
+                pytest.fail(f"import cycle: {' -> '.join(cycle)}")
+            if nxt not in state:
+                visit(nxt, path + [nxt])
+        state[node] = 2
+
+    for name in graph:
+        if name not in state:
+            visit(name, [name])
+
+
+def test_download_help_imports_neither_torch_nor_matplotlib():
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "pipeline", "download", "--help"],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    imported = {line.rsplit("|", 1)[-1].strip().split(".")[0] for line in result.stderr.splitlines() if "|" in line}
+    assert "click" in imported  # the import log was read
+    assert not imported & {"torch", "matplotlib"}, sorted(imported & {"torch", "matplotlib", "pandas"})
