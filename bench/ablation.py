@@ -33,8 +33,14 @@ VARIANTS: dict[str, tuple[str, dict[str, object]]] = {
     "abl-post-ln": ("post-LN instead of pre-LN", {"model.norm": "post"}),
     "abl-learned-pos": ("learned instead of sinusoidal positions", {"model.positions": "learned"}),
     "abl-untied": ("untied embeddings (joint vocabulary)", {"model.tie_embeddings": "none"}),
-    "abl-10-2": ("deep encoder, shallow decoder: 10+2", {"model.encoder_layers": 10, "model.decoder_layers": 2}),
-    "abl-decoder-only": ("decoder-only, 6 layers, on `source <sep> target`", {"model.arch": "decoder_only", "model.decoder_layers": 6}),
+    "abl-10-2": (
+        "deep encoder, shallow decoder: 10+2",
+        {"model.encoder_layers": 10, "model.decoder_layers": 2},
+    ),
+    "abl-decoder-only": (
+        "decoder-only, 6 layers, on `source <sep> target`",
+        {"model.arch": "decoder_only", "model.decoder_layers": 6},
+    ),
 }
 
 
@@ -99,7 +105,9 @@ def mlflow_runs(experiment: str) -> pd.DataFrame:
 def latest_runs(frame: pd.DataFrame) -> pd.DataFrame:
     """One row per variant: its newest finished run, in VARIANTS order."""
     if frame.empty:
-        raise click.ClickException("no finished ablation run in MLflow yet: queue them and run dvc queue start")
+        raise click.ClickException(
+            "no finished ablation run in MLflow yet: queue them and run dvc queue start"
+        )
     done = frame.sort_values("started").groupby("dvc_exp").tail(1).set_index("dvc_exp")
     missing = [name for name in VARIANTS if name not in done.index]
     if missing:

@@ -56,22 +56,22 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 import click
 import torch
 
 from bench.common import merge_rows, write_section
-from pipeline.model import checkpoint
 from pipeline import params as P
-from pipeline.data.text import normalize
 from pipeline.data.batching import collate_src
-from pipeline.files import read_lines, write_json
-from pipeline.model.transformer import Transformer, build_model
-from pipeline.decoding.search import default_workers, translate_ids
-from pipeline.tokens import BOS, EOS, N_SPECIAL, PAD
+from pipeline.data.text import normalize
 from pipeline.data.vocab import Vocab
+from pipeline.decoding.search import default_workers, translate_ids
+from pipeline.files import read_lines, write_json
+from pipeline.model import checkpoint
+from pipeline.model.transformer import Transformer, build_model
+from pipeline.tokens import BOS, EOS, N_SPECIAL, PAD
 
 REPO = Path(__file__).resolve().parents[1]
 DECODE_START, DECODE_END = "<!-- decode:start -->", "<!-- decode:end -->"
@@ -150,8 +150,17 @@ def torch_runner(model: Transformer, steps: int, use_cache: bool, workers: int |
         ends = list(itertools.accumulate(map(len, batches)))
         indices = [list(range(end - len(batch), end)) for batch, end in zip(batches, ends)]
         hyps = translate_ids(
-            model, seqs, beam=beam, length_penalty=1.0, max_len_a=0.0, max_len_b=steps - 1,
-            batch_tokens=10**9, device="cpu", use_cache=use_cache, min_len=steps - 1, workers=workers,
+            model,
+            seqs,
+            beam=beam,
+            length_penalty=1.0,
+            max_len_a=0.0,
+            max_len_b=steps - 1,
+            batch_tokens=10**9,
+            device="cpu",
+            use_cache=use_cache,
+            min_len=steps - 1,
+            workers=workers,
             batches=indices,
         )
         return [len(h[0].tokens) + 1 for h in hyps]  # + the forced EOS, the last step
@@ -170,12 +179,24 @@ def hf_runner(model: Transformer, steps: int) -> Runner:
 
     cfg = model.cfg
     config = MarianConfig(
-        vocab_size=model.out_weight.size(0), d_model=cfg.d_model, encoder_layers=cfg.n_encoder_layers,
-        decoder_layers=cfg.n_decoder_layers, encoder_attention_heads=cfg.n_heads,
-        decoder_attention_heads=cfg.n_heads, encoder_ffn_dim=cfg.d_ff, decoder_ffn_dim=cfg.d_ff,
-        activation_function=cfg.activation, max_position_embeddings=cfg.max_positions,
-        scale_embedding=cfg.scale_embeddings, pad_token_id=PAD, eos_token_id=EOS, bos_token_id=BOS,
-        decoder_start_token_id=BOS, forced_eos_token_id=None, dropout=0.0, attention_dropout=0.0,
+        vocab_size=model.out_weight.size(0),
+        d_model=cfg.d_model,
+        encoder_layers=cfg.n_encoder_layers,
+        decoder_layers=cfg.n_decoder_layers,
+        encoder_attention_heads=cfg.n_heads,
+        decoder_attention_heads=cfg.n_heads,
+        encoder_ffn_dim=cfg.d_ff,
+        decoder_ffn_dim=cfg.d_ff,
+        activation_function=cfg.activation,
+        max_position_embeddings=cfg.max_positions,
+        scale_embedding=cfg.scale_embeddings,
+        pad_token_id=PAD,
+        eos_token_id=EOS,
+        bos_token_id=BOS,
+        decoder_start_token_id=BOS,
+        forced_eos_token_id=None,
+        dropout=0.0,
+        attention_dropout=0.0,
     )
     hf = MarianMTModel(config).eval()
 
@@ -184,16 +205,22 @@ def hf_runner(model: Transformer, steps: int) -> Runner:
         src = collate_src(batch)  # (B, S), as ours is fed
         with torch.inference_mode():
             out = hf.generate(
-                input_ids=src, attention_mask=src != PAD, num_beams=beam, do_sample=False,
-                min_new_tokens=steps, max_new_tokens=steps, length_penalty=1.0,
+                input_ids=src,
+                attention_mask=src != PAD,
+                num_beams=beam,
+                do_sample=False,
+                min_new_tokens=steps,
+                max_new_tokens=steps,
+                length_penalty=1.0,
             )
         return [out.size(1) - 1] * len(batch)  # minus the decoder start token
 
     return run
 
 
-def ct2_runner(subject: Subject, steps: int, quantization: str, threads: int, tmp: Path,
-               workers: int = 1) -> Runner:
+def ct2_runner(
+    subject: Subject, steps: int, quantization: str, threads: int, tmp: Path, workers: int = 1
+) -> Runner:
     """CTranslate2 on the same batches: one translate_batch call a batch; with `workers` > 1, one
     call for all, CTranslate2 batching them (sorted by length, `batch size` each) over that many
     inter_threads of threads / workers intra_threads, CTranslate2's own way to run batches at once."""
@@ -208,14 +235,19 @@ def ct2_runner(subject: Subject, steps: int, quantization: str, threads: int, tm
         spec.optimize(quantization=quantization)
         out.mkdir()
         spec.save(str(out))
-    translator = ctranslate2.Translator(str(out), device="cpu", intra_threads=max(threads // workers, 1),
-                                        inter_threads=workers)
+    translator = ctranslate2.Translator(
+        str(out), device="cpu", intra_threads=max(threads // workers, 1), inter_threads=workers
+    )
 
     def translate(batch: Batch, beam: int, batch_size: int) -> list[int]:
         pieces = [[subject.src_pieces[i] for i in src] for src in batch]
         results = translator.translate_batch(
-            pieces, beam_size=beam, min_decoding_length=steps, max_decoding_length=steps,
-            max_input_length=0, max_batch_size=batch_size,
+            pieces,
+            beam_size=beam,
+            min_decoding_length=steps,
+            max_decoding_length=steps,
+            max_input_length=0,
+            max_batch_size=batch_size,
         )
         return [len(r.hypotheses[0]) for r in results]
 
@@ -242,8 +274,12 @@ def time_pass(run: Runner, batches: list[Batch], beam: int) -> float:
 
 
 def measure(
-    systems: dict[tuple[str, str], Callable[[], Runner]], batches: list[Batch], steps: int, repeats: int,
-    log: Callable[[str], None], seed: int = 1,
+    systems: dict[tuple[str, str], Callable[[], Runner]],
+    batches: list[Batch],
+    steps: int,
+    repeats: int,
+    log: Callable[[str], None],
+    seed: int = 1,
 ) -> list[dict]:
     """Rows {system, task, precision, metric, value} for every system and task.
 
@@ -266,8 +302,9 @@ def measure(
         median = statistics.median(seconds[(system, precision), task])
         log(f"{system:20s} {precision:5s} {task:14s} {n / median:8.1f} sentences/s")
         for metric, value in (("sentences_per_s", n / median), ("tokens_per_s", n * steps / median)):
-            rows.append(dict(system=system, task=task, precision=precision, metric=metric,
-                             value=round(value, 2)))
+            rows.append(
+                dict(system=system, task=task, precision=precision, metric=metric, value=round(value, 2))
+            )
     return rows
 
 
@@ -276,8 +313,9 @@ def measure(
 BACKEND_TASK = "translate_beam5_real"
 
 
-def backend_overhead(model_dir: Path, split_file: Path, sentences: int, repeats: int, seed: int,
-                     say: Callable[[str], None]) -> list[dict]:
+def backend_overhead(
+    model_dir: Path, split_file: Path, sentences: int, repeats: int, seed: int, say: Callable[[str], None]
+) -> list[dict]:
     """`translate --backend ctranslate2` (pipeline.ct2.CT2Translator, raw text in and out) against
     ctranslate2.Translator.translate_batch called directly on the same sentences' pieces, beam 5,
     fp32, the same batches (decode.batch_tokens / beam source tokens): what the backend costs."""
@@ -293,8 +331,9 @@ def backend_overhead(model_dir: Path, split_file: Path, sentences: int, repeats:
         ours.translate(lines, beam=5)
 
     def run_direct() -> None:
-        for r in direct.translate_batch(pieces, beam_size=5, max_batch_size=ours.settings.batch_tokens // 5,
-                                        batch_type="tokens"):  # the backend's batches: tokens x beam
+        for r in direct.translate_batch(
+            pieces, beam_size=5, max_batch_size=ours.settings.batch_tokens // 5, batch_type="tokens"
+        ):  # the backend's batches: tokens x beam
             ours.vocab.decode_tgt([piece_ids[p] for p in r.hypotheses[0]])
 
     cells = {"pipeline-ct2-backend": run_ours, "ctranslate2-direct": run_direct}
@@ -311,20 +350,29 @@ def backend_overhead(model_dir: Path, split_file: Path, sentences: int, repeats:
     for name in cells:
         rate = len(lines) / statistics.median(seconds[name])
         say(f"{name:22s} fp32  {BACKEND_TASK} {rate:8.1f} sentences/s")
-        rows.append(dict(system=name, task=BACKEND_TASK, precision="fp32", metric="sentences_per_s",
-                         value=round(rate, 2)))
+        rows.append(
+            dict(
+                system=name,
+                task=BACKEND_TASK,
+                precision="fp32",
+                metric="sentences_per_s",
+                value=round(rate, 2),
+            )
+        )
     return rows
 
 
 # --- reporting ---------------------------------------------------------------------
 
 
-
 def machine_info(threads: int) -> dict[str, str]:
     cpu = platform.processor() or "unknown"
     try:
-        names = [x.split(":", 1)[1].strip() for x in Path("/proc/cpuinfo").read_text().splitlines()
-                 if x.startswith("model name")]
+        names = [
+            x.split(":", 1)[1].strip()
+            for x in Path("/proc/cpuinfo").read_text().splitlines()
+            if x.startswith("model name")
+        ]
         cpu = names[0] if names else cpu
     except OSError:
         pass
@@ -347,19 +395,30 @@ def decode_section(
     rows: list[dict], info: dict[str, str], command: str, note: str, smoke: bool = False
 ) -> str:
     """The Markdown decoding section: sentences/s table, ratios against the bars, how it was run."""
+
     def by_key(metric: str) -> dict[tuple[str, str, str], float]:
-        return {(r["system"], r["precision"], r["task"]): r["value"] for r in rows
-                if r["metric"] == metric and r["task"] in TASKS}
+        return {
+            (r["system"], r["precision"], r["task"]): r["value"]
+            for r in rows
+            if r["metric"] == metric and r["task"] in TASKS
+        }
 
     value, tok = by_key("sentences_per_s"), by_key("tokens_per_s")
     own = set(ROWS.values())  # not other benchmarks' rows of the same tasks (bench/gemm_choice.py)
-    systems = sorted({(s, p) for s, p, _ in value if (s, p) in own},
-                     key=lambda k: -value.get((*k, "decode_greedy"), 0))
+    systems = sorted(
+        {(s, p) for s, p, _ in value if (s, p) in own}, key=lambda k: -value.get((*k, "decode_greedy"), 0)
+    )
     title = "## Decoding speed (CPU)" + (" — SMOKE RUN, tiny sizes, not a measurement" if smoke else "")
-    out = [DECODE_START, title, "", note, "",
-           "| system | precision | greedy sent/s | greedy tok/s | beam 5 sent/s | beam 5 tok/s "
-           "| issue's reference (greedy / beam 5) |",
-           "|---|---|---:|---:|---:|---:|---|"]
+    out = [
+        DECODE_START,
+        title,
+        "",
+        note,
+        "",
+        "| system | precision | greedy sent/s | greedy tok/s | beam 5 sent/s | beam 5 tok/s "
+        "| issue's reference (greedy / beam 5) |",
+        "|---|---|---:|---:|---:|---:|---|",
+    ]
     for s, p in systems:
         ref = REFERENCE.get((s, p), {})
         nan = float("nan")
@@ -370,8 +429,13 @@ def decode_section(
     for label, ours, other, needed, invert in (
         ("ours / uncached", OURS, ("pytorch-no-cache", "fp32"), 3.0, False),
         ("ours / HF generate", OURS, ("hf-marian-generate", "fp32"), 1.5, False),
-        ("ours, 1 worker / HF generate", ("pytorch-1-worker", "fp32"), ("hf-marian-generate", "fp32"), None,
-         False),
+        (
+            "ours, 1 worker / HF generate",
+            ("pytorch-1-worker", "fp32"),
+            ("hf-marian-generate", "fp32"),
+            None,
+            False,
+        ),
         ("CT2 fp32 / ours", OURS, ("ctranslate2", "fp32"), 1.5, True),
         ("CT2 fp32, 2 workers / ours", OURS, ("ctranslate2-2-workers", "fp32"), 1.5, True),
         ("CT2 int8 / ours", OURS, ("ctranslate2", "int8"), None, True),
@@ -380,21 +444,33 @@ def decode_section(
         for t in TASKS:
             a, b = value.get((*ours, t)), value.get((*other, t))
             ratio = (b / a if invert else a / b) if a and b else None
-            ratios.append("-" if ratio is None else f"{ratio:.2f}x" + ("" if needed is None else (
-                " ok" if (ratio <= needed if invert else ratio >= needed) else " MISSED")))
+            ratios.append(
+                "-"
+                if ratio is None
+                else f"{ratio:.2f}x"
+                + (
+                    ""
+                    if needed is None
+                    else (" ok" if (ratio <= needed if invert else ratio >= needed) else " MISSED")
+                )
+            )
         want = "-" if needed is None else (f"<= {needed}x" if invert else f">= {needed}x")
         out.append(f"| {label} | {ratios[0]} | {ratios[1]} | {want} |")
     backend = {r["system"]: r["value"] for r in rows if r["task"] == BACKEND_TASK}
     if len(backend) == 2:
         ratio = backend["pipeline-ct2-backend"] / backend["ctranslate2-direct"]
-        out += ["", "The CTranslate2 backend (`translate --backend ctranslate2`: raw text in, detokenized "
-                "text out, CTranslate2's own search) against CTranslate2's translate_batch called directly "
-                "on the same sentences' pieces, in the same batches, beam 5, fp32, the trained model, real "
-                "test sentences (median of the interleaved passes):", "",
-                "| system | sentences/s |", "|---|---:|",
-                f"| ctranslate2 direct (translate_batch) | {backend['ctranslate2-direct']:.1f} |",
-                f"| this project's ctranslate2 backend | {backend['pipeline-ct2-backend']:.1f} "
-                f"({ratio:.2f}x) |"]
+        out += [
+            "",
+            "The CTranslate2 backend (`translate --backend ctranslate2`: raw text in, detokenized "
+            "text out, CTranslate2's own search) against CTranslate2's translate_batch called directly "
+            "on the same sentences' pieces, in the same batches, beam 5, fp32, the trained model, real "
+            "test sentences (median of the interleaved passes):",
+            "",
+            "| system | sentences/s |",
+            "|---|---:|",
+            f"| ctranslate2 direct (translate_batch) | {backend['ctranslate2-direct']:.1f} |",
+            f"| this project's ctranslate2 backend | {backend['pipeline-ct2-backend']:.1f} ({ratio:.2f}x) |",
+        ]
     out += ["", "Run with:", "", "```", command, "```", ""]
     out += [f"- {k}: {v}" for k, v in info.items()]
     out += ["", DECODE_END]
@@ -435,9 +511,15 @@ SMOKE_VOCAB = 300
 
 
 def benchmark(
-    setup: Setup, *, model_dir: Path | None = None, split_file: Path | None = None,
+    setup: Setup,
+    *,
+    model_dir: Path | None = None,
+    split_file: Path | None = None,
     systems: Sequence[str] = SYSTEMS,
-    seed: int = 1, out: Path | None = None, md: Path | None = None, command: str = "",
+    seed: int = 1,
+    out: Path | None = None,
+    md: Path | None = None,
+    command: str = "",
     say: Callable[[str], None] = lambda _: None,
 ) -> list[dict]:
     """Measure `systems` on the same batches; rows merged into `out`, the section into `md` (if given)."""
@@ -465,15 +547,21 @@ def benchmark(
     info = machine_info(threads)
     info["load average (1 min) before / after"] = f"{load_before:.2f} / {os.getloadavg()[0]:.2f}"
     n = sum(map(len, batches))
-    note = (f"{subject.label}; {n} sentences in batches of {setup.batch_size}, exactly {setup.steps} "
-            f"decoding steps each (EOS refused before), median of {setup.repeats} interleaved passes after a "
-            f"warm-up; "
-            f"sentences/s, tokens/s = {setup.steps} x sentences/s.")
-    note += (f" pytorch-kv-cache runs {default_workers('cpu')} batches at once (translate's default on "
-             f"this machine), the {threads} threads shared among them; pytorch-1-worker one batch at a time "
-             "on all threads.")
-    note += (" Interleaving evens out drifts in the machine's speed within a run, not between runs: on "
-             "the 2-core development VM, runs an hour apart moved single cells by 20-30%.")
+    note = (
+        f"{subject.label}; {n} sentences in batches of {setup.batch_size}, exactly {setup.steps} "
+        f"decoding steps each (EOS refused before), median of {setup.repeats} interleaved passes after a "
+        f"warm-up; "
+        f"sentences/s, tokens/s = {setup.steps} x sentences/s."
+    )
+    note += (
+        f" pytorch-kv-cache runs {default_workers('cpu')} batches at once (translate's default on "
+        f"this machine), the {threads} threads shared among them; pytorch-1-worker one batch at a time "
+        "on all threads."
+    )
+    note += (
+        " Interleaving evens out drifts in the machine's speed within a run, not between runs: on "
+        "the 2-core development VM, runs an hour apart moved single cells by 20-30%."
+    )
     if out is not None:
         write_json(out, merge_rows(out, rows))
     if md is not None:
@@ -496,34 +584,76 @@ def smoke_subject(seed: int) -> Subject:
 def available_systems() -> list[str]:
     """The systems whose packages are installed (HF and CT2 are optional extras)."""
     have = {name: importlib.util.find_spec(name) is not None for name in ("transformers", "ctranslate2")}
-    return [s for s in SYSTEMS if not (s.startswith("hf") and not have["transformers"])
-            and not (s.startswith("ctranslate2") and not have["ctranslate2"])]
+    return [
+        s
+        for s in SYSTEMS
+        if not (s.startswith("hf") and not have["transformers"])
+        and not (s.startswith("ctranslate2") and not have["ctranslate2"])
+    ]
 
 
 @click.command()
-@click.option("--model", "model_dir", type=click.Path(file_okay=False, exists=True, path_type=Path),
-              default=None,
-              help="A trained model directory; default: random weights at params.yaml's dimensions.")
-@click.option("--split-file", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
-              help="Source sentences (e.g. data/clean/test.src); default: random ids.")
+@click.option(
+    "--model",
+    "model_dir",
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="A trained model directory; default: random weights at params.yaml's dimensions.",
+)
+@click.option(
+    "--split-file",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="Source sentences (e.g. data/clean/test.src); default: random ids.",
+)
 @click.option("--sentences", type=click.IntRange(min=1), default=256, show_default=True)
 @click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True)
-@click.option("--steps", type=click.IntRange(min=2), default=20, show_default=True,
-              help="Decoding steps (output tokens) per sentence, for every system.")
+@click.option(
+    "--steps",
+    type=click.IntRange(min=2),
+    default=20,
+    show_default=True,
+    help="Decoding steps (output tokens) per sentence, for every system.",
+)
 @click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True)
-@click.option("--threads", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Threads for every system; 0: torch's default.")
+@click.option(
+    "--threads",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Threads for every system; 0: torch's default.",
+)
 @click.option("--systems", default=None, help="Comma-separated subset.  [default: all installed]")
 @click.option("--seed", type=int, default=1, show_default=True)
-@click.option("--smoke", is_flag=True,
-              help="A tiny model and sizes, one thread: checks that it runs (seconds).")
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Rows merged here  [default: reports/bench.json; with --smoke: not written]")
-@click.option("--md", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Decoding section written here  [default: reports/bench.md; with --smoke: not written]")
-def main(model_dir: Path | None, split_file: Path | None, sentences: int, batch_size: int, steps: int,
-         repeats: int, threads: int, systems: str | None, seed: int, smoke: bool, out: Path | None,
-         md: Path | None) -> None:
+@click.option(
+    "--smoke", is_flag=True, help="A tiny model and sizes, one thread: checks that it runs (seconds)."
+)
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Rows merged here  [default: reports/bench.json; with --smoke: not written]",
+)
+@click.option(
+    "--md",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Decoding section written here  [default: reports/bench.md; with --smoke: not written]",
+)
+def main(
+    model_dir: Path | None,
+    split_file: Path | None,
+    sentences: int,
+    batch_size: int,
+    steps: int,
+    repeats: int,
+    threads: int,
+    systems: str | None,
+    seed: int,
+    smoke: bool,
+    out: Path | None,
+    md: Path | None,
+) -> None:
     """Measure decoding speed of every system on the same batches; merge into --out and --md."""
     if not smoke:
         out, md = out or REPO / "reports/bench.json", md or REPO / "reports/bench.md"
@@ -537,8 +667,17 @@ def main(model_dir: Path | None, split_file: Path | None, sentences: int, batch_
         )
     setup = Setup(8, 4, 4, 1, smoke=True) if smoke else Setup(sentences, batch_size, steps, repeats)
     command = "python -m bench.decode_speed " + " ".join(sys.argv[1:])
-    benchmark(setup, model_dir=model_dir, split_file=split_file, systems=chosen, seed=seed, out=out, md=md,
-              command=command, say=lambda m: click.echo(m, err=True))
+    benchmark(
+        setup,
+        model_dir=model_dir,
+        split_file=split_file,
+        systems=chosen,
+        seed=seed,
+        out=out,
+        md=md,
+        command=command,
+        say=lambda m: click.echo(m, err=True),
+    )
     click.echo(f"wrote {out} and {md}" if out else "smoke run: nothing written", err=True)
 
 

@@ -29,8 +29,8 @@ import functools
 import random
 import statistics
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 import click
 import torch
@@ -38,9 +38,9 @@ import torch
 from bench import decode_speed as D
 from bench import train_speed as T
 from bench.common import merge_rows, write_section
-from pipeline.model import linear
 from pipeline import params as P
 from pipeline.files import write_json
+from pipeline.model import linear
 
 REPO = Path(__file__).resolve().parents[1]
 GEMM_START, GEMM_END = "<!-- gemm:start -->", "<!-- gemm:end -->"
@@ -77,17 +77,23 @@ def training(setup: T.Setup, params: P.Params, seed: int, say: Callable[[str], N
     rng, rates = random.Random(seed), {name: [] for name in steps}
     for round_ in range(setup.repeats):
         calls = {name: functools.partial(step, batch) for name, step in steps.items()}
-        for name, rate in T.measure_round(calls, batch.n_tgt_tokens, setup.seconds / setup.repeats,
-                                          rng).items():
+        for name, rate in T.measure_round(
+            calls, batch.n_tgt_tokens, setup.seconds / setup.repeats, rng
+        ).items():
             rates[name].append(rate)
-        say(f"fp32 train round {round_ + 1}/{setup.repeats}: "
-            + ", ".join(f"{n} {r[-1]:,.0f}" for n, r in rates.items()) + " tok/s")
-    return [T.row(name, setup.task, "fp32", "tokens_per_s", statistics.median(r))
-            for name, r in rates.items()]
+        say(
+            f"fp32 train round {round_ + 1}/{setup.repeats}: "
+            + ", ".join(f"{n} {r[-1]:,.0f}" for n, r in rates.items())
+            + " tok/s"
+        )
+    return [
+        T.row(name, setup.task, "fp32", "tokens_per_s", statistics.median(r)) for name, r in rates.items()
+    ]
 
 
-def decoding(setup: D.Setup, model_dir: Path | None, split_file: Path | None, seed: int,
-             say: Callable[[str], None]) -> list[dict]:
+def decoding(
+    setup: D.Setup, model_dir: Path | None, split_file: Path | None, seed: int, say: Callable[[str], None]
+) -> list[dict]:
     """Greedy and beam-5 sentences/s of the KV-cached search with each GEMM library."""
     subject = D.smoke_subject(seed) if setup.smoke else D.load_subject(model_dir, seed)
     batches = D.make_batches(D.source_ids(subject, split_file, setup.sentences, seed), setup.batch_size)
@@ -101,43 +107,101 @@ def section(rows: list[dict], train_task: str, command: str, smoke: bool) -> str
     """The Markdown section: training tok/s and decoding sentences/s per GEMM library, and their ratio."""
     metric = {train_task: "tokens_per_s", **{task: "sentences_per_s" for task in D.TASKS}}
     value = {(r["system"], r["task"]): r["value"] for r in rows if metric.get(r["task"]) == r["metric"]}
-    columns = [(train_task, "fp32 training update, target tok/s"), ("decode_greedy", "greedy sent/s"),
-               ("decode_beam5", "beam 5 sent/s")]
+    columns = [
+        (train_task, "fp32 training update, target tok/s"),
+        ("decode_greedy", "greedy sent/s"),
+        ("decode_beam5", "beam 5 sent/s"),
+    ]
     title = "## float32 GEMMs: oneDNN against MKL (CPU)"
     title += " — SMOKE RUN, not a measurement" if smoke else ""
-    out = [GEMM_START, title, "",
-           "This project's own fp32 training update and decoding, with `pipeline/linear.py` routing the "
-           "linear layers' large products to oneDNN (the default; from 2**23 multiply-adds) and every "
-           "product to MKL (torch's default; `PIPELINE_CPU_GEMM=mkl`), interleaved in one run on the same "
-           "batches. The peers above run on MKL.", "",
-           "| system | " + " | ".join(c for _, c in columns) + " |", "|---|" + "---:|" * len(columns)]
+    out = [
+        GEMM_START,
+        title,
+        "",
+        "This project's own fp32 training update and decoding, with `pipeline/linear.py` routing the "
+        "linear layers' large products to oneDNN (the default; from 2**23 multiply-adds) and every "
+        "product to MKL (torch's default; `PIPELINE_CPU_GEMM=mkl`), interleaved in one run on the same "
+        "batches. The peers above run on MKL.",
+        "",
+        "| system | " + " | ".join(c for _, c in columns) + " |",
+        "|---|" + "---:|" * len(columns),
+    ]
     for system, label in ((ONEDNN, "ours, oneDNN GEMMs"), (MKL, "ours, MKL GEMMs")):
-        out.append(f"| {label} | " + " | ".join(f"{value.get((system, t), float('nan')):,.1f}"
-                                               for t, _ in columns) + " |")
-    ratios = [value.get((ONEDNN, t), 0) / value[(MKL, t)] if value.get((MKL, t)) else float("nan")
-              for t, _ in columns]
-    out += ["| oneDNN / MKL | " + " | ".join(f"{r:.2f}x" for r in ratios) + " |", "",
-            "Run with:", "", "```", command, "```", "", GEMM_END]
+        out.append(
+            f"| {label} | "
+            + " | ".join(f"{value.get((system, t), float('nan')):,.1f}" for t, _ in columns)
+            + " |"
+        )
+    ratios = [
+        value.get((ONEDNN, t), 0) / value[(MKL, t)] if value.get((MKL, t)) else float("nan")
+        for t, _ in columns
+    ]
+    out += [
+        "| oneDNN / MKL | " + " | ".join(f"{r:.2f}x" for r in ratios) + " |",
+        "",
+        "Run with:",
+        "",
+        "```",
+        command,
+        "```",
+        "",
+        GEMM_END,
+    ]
     return "\n".join(out)
 
 
 @click.command()
-@click.option("--model", "model_dir", type=click.Path(file_okay=False, exists=True, path_type=Path),
-              default=None, help="A trained model directory for decoding; default: random weights.")
-@click.option("--split-file", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
-              help="Source sentences to decode (e.g. data/clean/test.src); default: random ids.")
-@click.option("--seconds", type=click.FloatRange(min=0, min_open=True), default=40.0, show_default=True,
-              help="Training time per system, split over the rounds.")
-@click.option("--repeats", type=click.IntRange(min=1), default=5, show_default=True,
-              help="Rounds of training and of decoding passes.")
+@click.option(
+    "--model",
+    "model_dir",
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="A trained model directory for decoding; default: random weights.",
+)
+@click.option(
+    "--split-file",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="Source sentences to decode (e.g. data/clean/test.src); default: random ids.",
+)
+@click.option(
+    "--seconds",
+    type=click.FloatRange(min=0, min_open=True),
+    default=40.0,
+    show_default=True,
+    help="Training time per system, split over the rounds.",
+)
+@click.option(
+    "--repeats",
+    type=click.IntRange(min=1),
+    default=5,
+    show_default=True,
+    help="Rounds of training and of decoding passes.",
+)
 @click.option("--seed", type=int, default=1, show_default=True)
 @click.option("--smoke", is_flag=True, help="Tiny sizes, one thread: checks that it runs (seconds).")
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Rows merged here  [default: reports/bench.json; with --smoke: not written]")
-@click.option("--md", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Section written here  [default: reports/bench.md; with --smoke: not written]")
-def main(model_dir: Path | None, split_file: Path | None, seconds: float, repeats: int, seed: int,
-         smoke: bool, out: Path | None, md: Path | None) -> None:
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Rows merged here  [default: reports/bench.json; with --smoke: not written]",
+)
+@click.option(
+    "--md",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Section written here  [default: reports/bench.md; with --smoke: not written]",
+)
+def main(
+    model_dir: Path | None,
+    split_file: Path | None,
+    seconds: float,
+    repeats: int,
+    seed: int,
+    smoke: bool,
+    out: Path | None,
+    md: Path | None,
+) -> None:
     """fp32 training and decoding of this project with oneDNN and with MKL GEMMs, in one run."""
     if not linear.onednn_enabled():
         raise click.UsageError(
@@ -147,7 +211,7 @@ def main(model_dir: Path | None, split_file: Path | None, seconds: float, repeat
         torch.set_num_threads(1)
     else:
         out, md = out or REPO / "reports/bench.json", md or REPO / "reports/bench.md"
-    say = lambda m: click.echo(m, err=True)  # noqa: E731
+    say = lambda m: click.echo(m, err=True)
     params = P.load(REPO / "params.yaml")
     train_setup = T.make_setup(params, smoke, seconds, repeats, 0)
     decode_setup = D.Setup(8, 4, 4, 1, smoke=True) if smoke else D.Setup(256, 64, 20, repeats)

@@ -59,9 +59,10 @@ import tempfile
 import time
 import tracemalloc
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 import click
 import numpy as np
@@ -74,8 +75,8 @@ from pipeline import params as P
 from pipeline.data.batching import Batch, ParallelData, collate, epoch_batches, token_batches
 from pipeline.files import write_json
 from pipeline.model.transformer import build_model
-from pipeline.training.optim import build_optimizer, build_scheduler, inverse_sqrt, parameter_groups
 from pipeline.tokens import BOS, EOS, N_SPECIAL, PAD
+from pipeline.training.optim import build_optimizer, build_scheduler, inverse_sqrt, parameter_groups
 from pipeline.training.trainer import Dist, Paths, Progress, Trainer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -110,10 +111,29 @@ class Setup:
 
 def make_setup(params: P.Params, smoke: bool, seconds: float, repeats: int, real_batches: int) -> Setup:
     if not smoke:
-        return Setup(params.model, 8000, 128, 16, seconds, repeats, 3, real_batches,
-                     ((10_000, 1), (1_000_000, 1), (1_000_000, 4)), 2000, False)
-    tiny = dataclasses.replace(params.model, d_model=32, n_heads=2, d_ff=64, n_layers=1,
-                               encoder_layers=None, decoder_layers=None, max_positions=64)
+        return Setup(
+            params.model,
+            8000,
+            128,
+            16,
+            seconds,
+            repeats,
+            3,
+            real_batches,
+            ((10_000, 1), (1_000_000, 1), (1_000_000, 4)),
+            2000,
+            False,
+        )
+    tiny = dataclasses.replace(
+        params.model,
+        d_model=32,
+        n_heads=2,
+        d_ff=64,
+        n_layers=1,
+        encoder_layers=None,
+        decoder_layers=None,
+        max_positions=64,
+    )
     return Setup(tiny, 300, 8, 8, 0.05, 1, 1, 2, ((2_000, 1), (20_000, 1), (20_000, 4)), 100, True)
 
 
@@ -140,9 +160,14 @@ def synthetic_batch(vocab: int, batch: int, length: int, seed: int) -> Batch:
     src = torch.randint(N_SPECIAL, vocab, (batch, length - 1), generator=g)
     tgt = torch.randint(N_SPECIAL, vocab, (batch, length - 1), generator=g)
     eos, bos = torch.full((batch, 1), EOS), torch.full((batch, 1), BOS)
-    return Batch(src=torch.cat([src, eos], 1), tgt_in=torch.cat([bos, tgt], 1),
-                 tgt_out=torch.cat([tgt, eos], 1), n_src_tokens=batch * length, n_tgt_tokens=batch * length,
-                 indices=np.arange(batch))
+    return Batch(
+        src=torch.cat([src, eos], 1),
+        tgt_in=torch.cat([bos, tgt], 1),
+        tgt_out=torch.cat([tgt, eos], 1),
+        n_src_tokens=batch * length,
+        n_tgt_tokens=batch * length,
+        indices=np.arange(batch),
+    )
 
 
 def write_corpus(bin_dir: Path, pairs: int, vocab: int, seed: int, scale: int = 1) -> int:
@@ -155,7 +180,8 @@ def write_corpus(bin_dir: Path, pairs: int, vocab: int, seed: int, scale: int = 
         offsets = np.zeros(pairs + 1, dtype="<i8")
         np.cumsum(rng.integers(5, 41, size=pairs) * scale, out=offsets[1:])
         rng.integers(N_SPECIAL, vocab, size=int(offsets[-1]), dtype=np.uint16).astype("<u2").tofile(
-            bin_dir / f"train.{side}.bin")
+            bin_dir / f"train.{side}.bin"
+        )
         offsets.tofile(bin_dir / f"train.{side}.idx")
         index_bytes += offsets.nbytes
     return index_bytes
@@ -197,15 +223,21 @@ def peer_step(model: nn.Module, forward: Callable, params: P.Params) -> StepFn:
     pipeline.training.optim's: a speed-up there counts for ours only.
     """
     t = params.train
-    optimizer = torch.optim.AdamW(parameter_groups(model.train(), t.weight_decay), lr=t.lr,
-                                  betas=tuple(t.betas), eps=t.eps)
+    optimizer = torch.optim.AdamW(
+        parameter_groups(model.train(), t.weight_decay), lr=t.lr, betas=tuple(t.betas), eps=t.eps
+    )
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda k: inverse_sqrt(k + 1, t.warmup_steps))
 
     def step(batch: Batch) -> tuple[float, int]:
         with autocast(t.precision):
             logits = forward(batch.src, batch.tgt_in)  # (B, T, V)
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), batch.tgt_out.flatten(), ignore_index=PAD,
-                               reduction="sum", label_smoothing=t.label_smoothing)
+        loss = F.cross_entropy(
+            logits.flatten(0, 1).float(),
+            batch.tgt_out.flatten(),
+            ignore_index=PAD,
+            reduction="sum",
+            label_smoothing=t.label_smoothing,
+        )
         (loss / batch.n_tgt_tokens).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), t.clip_norm)
         optimizer.step()
@@ -223,20 +255,39 @@ def hf_marian(params: P.Params, vocab: int, seed: int) -> StepFn:
     cfg = params.model
     torch.manual_seed(seed)
     config = MarianConfig(
-        vocab_size=vocab, d_model=cfg.d_model, encoder_layers=cfg.n_encoder_layers,
-        decoder_layers=cfg.n_decoder_layers, encoder_attention_heads=cfg.n_heads,
-        decoder_attention_heads=cfg.n_heads, encoder_ffn_dim=cfg.d_ff, decoder_ffn_dim=cfg.d_ff,
-        activation_function=cfg.activation, max_position_embeddings=cfg.max_positions,
-        scale_embedding=cfg.scale_embeddings, dropout=cfg.dropout, attention_dropout=cfg.attention_dropout,
-        activation_dropout=cfg.activation_dropout, share_encoder_decoder_embeddings=True,
-        tie_word_embeddings=True, pad_token_id=PAD, eos_token_id=EOS, bos_token_id=BOS,
-        decoder_start_token_id=BOS, forced_eos_token_id=None, use_cache=False,
+        vocab_size=vocab,
+        d_model=cfg.d_model,
+        encoder_layers=cfg.n_encoder_layers,
+        decoder_layers=cfg.n_decoder_layers,
+        encoder_attention_heads=cfg.n_heads,
+        decoder_attention_heads=cfg.n_heads,
+        encoder_ffn_dim=cfg.d_ff,
+        decoder_ffn_dim=cfg.d_ff,
+        activation_function=cfg.activation,
+        max_position_embeddings=cfg.max_positions,
+        scale_embedding=cfg.scale_embeddings,
+        dropout=cfg.dropout,
+        attention_dropout=cfg.attention_dropout,
+        activation_dropout=cfg.activation_dropout,
+        share_encoder_decoder_embeddings=True,
+        tie_word_embeddings=True,
+        pad_token_id=PAD,
+        eos_token_id=EOS,
+        bos_token_id=BOS,
+        decoder_start_token_id=BOS,
+        forced_eos_token_id=None,
+        use_cache=False,
     )
     model = MarianMTModel(config)
 
     def forward(src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
-        return model(input_ids=src, attention_mask=src != PAD, decoder_input_ids=tgt_in,
-                     decoder_attention_mask=tgt_in != PAD, use_cache=False).logits
+        return model(
+            input_ids=src,
+            attention_mask=src != PAD,
+            decoder_input_ids=tgt_in,
+            decoder_attention_mask=tgt_in != PAD,
+            use_cache=False,
+        ).logits
 
     return peer_step(model, forward, params)
 
@@ -248,8 +299,17 @@ class PlainTransformer(nn.Module):
         super().__init__()
         d = cfg.d_model
         self.embed = nn.Embedding(vocab, d, padding_idx=PAD)
-        self.core = nn.Transformer(d, cfg.n_heads, cfg.n_encoder_layers, cfg.n_decoder_layers, cfg.d_ff,
-                                   cfg.dropout, cfg.activation, batch_first=True, norm_first=True)
+        self.core = nn.Transformer(
+            d,
+            cfg.n_heads,
+            cfg.n_encoder_layers,
+            cfg.n_decoder_layers,
+            cfg.d_ff,
+            cfg.dropout,
+            cfg.activation,
+            batch_first=True,
+            norm_first=True,
+        )
         self.dropout = nn.Dropout(cfg.dropout)
         self.scale = math.sqrt(d) if cfg.scale_embeddings else 1.0
         pos = torch.arange(cfg.max_positions, dtype=torch.float32)[:, None]  # (L, 1)
@@ -266,8 +326,15 @@ class PlainTransformer(nn.Module):
         T = tgt_in.size(1)
         causal = torch.ones(T, T, dtype=torch.bool, device=tgt_in.device).triu(1)  # True = may NOT attend
         src_pad = src == PAD  # (B, S), True = padding, as nn.Transformer wants
-        h = self.core(self._embed(src), self._embed(tgt_in), tgt_mask=causal, src_key_padding_mask=src_pad,
-                      tgt_key_padding_mask=tgt_in == PAD, memory_key_padding_mask=src_pad, tgt_is_causal=True)
+        h = self.core(
+            self._embed(src),
+            self._embed(tgt_in),
+            tgt_mask=causal,
+            src_key_padding_mask=src_pad,
+            tgt_key_padding_mask=tgt_in == PAD,
+            memory_key_padding_mask=src_pad,
+            tgt_is_causal=True,
+        )
         return h @ self.embed.weight.t()
 
 
@@ -280,14 +347,16 @@ def torch_transformer(params: P.Params, vocab: int, seed: int) -> StepFn:
 
 
 BUILDERS: dict[str, Callable[[P.Params, int, int], StepFn]] = {
-    "ours": ours, "hf-marian": hf_marian, "torch-nn-transformer": torch_transformer,
+    "ours": ours,
+    "hf-marian": hf_marian,
+    "torch-nn-transformer": torch_transformer,
 }
 
 
 def available_systems() -> list[str]:
     """Every system whose library is installed (transformers is not a dependency of the pipeline)."""
     try:
-        import transformers  # noqa: F401
+        import transformers
     except ImportError:
         return [s for s in SYSTEMS if s != "hf-marian"]
     return list(SYSTEMS)
@@ -296,8 +365,9 @@ def available_systems() -> list[str]:
 # --- timing -------------------------------------------------------------------------
 
 
-def measure_round(steps: dict[str, Callable[[], Any]], tokens_per_step: int, seconds: float,
-                  rng: random.Random) -> dict[str, float]:
+def measure_round(
+    steps: dict[str, Callable[[], Any]], tokens_per_step: int, seconds: float, rng: random.Random
+) -> dict[str, float]:
     """Tokens/s of each system over one round: the systems take turns, one whole update each, in a
     shuffled order every turn, until each has run for about `seconds`; each system's updates are
     timed alone. Turns of one update keep a drift in the machine's speed from favouring anyone."""
@@ -313,8 +383,14 @@ def measure_round(steps: dict[str, Callable[[], Any]], tokens_per_step: int, sec
     return {name: done[name] * tokens_per_step / spent[name] for name in names}
 
 
-def throughput(setup: Setup, params: P.Params, precisions: list[str], systems: list[str], seed: int,
-               say: Callable[[str], None]) -> list[dict]:
+def throughput(
+    setup: Setup,
+    params: P.Params,
+    precisions: list[str],
+    systems: list[str],
+    seed: int,
+    say: Callable[[str], None],
+) -> list[dict]:
     """Tokens/s of every system on one synthetic batch, per precision; median over shuffled rounds."""
     batch = synthetic_batch(setup.vocab, setup.batch, setup.length, seed)
     order_rng, rows = random.Random(seed), []
@@ -330,19 +406,34 @@ def throughput(setup: Setup, params: P.Params, precisions: list[str], systems: l
             measured = measure_round(calls, batch.n_tgt_tokens, setup.seconds / setup.repeats, order_rng)
             for name in systems:
                 rates[name].append(measured[name])
-            say(f"{precision} round {round_ + 1}/{setup.repeats}: "
-                + ", ".join(f"{n} {rates[n][-1]:,.0f}" for n in systems) + " tok/s")
+            say(
+                f"{precision} round {round_ + 1}/{setup.repeats}: "
+                + ", ".join(f"{n} {rates[n][-1]:,.0f}" for n in systems)
+                + " tok/s"
+            )
         medians = {name: statistics.median(r) for name, r in rates.items()}
         rows += [row(name, setup.task, precision, "tokens_per_s", medians[name]) for name in systems]
         peers = [medians[name] for name in systems if name != "ours"]
         if "ours" in medians and peers:
-            rows.append(row("ours", setup.task, precision, "ratio_vs_faster_peer",
-                            medians["ours"] / max(peers), digits=3))
+            rows.append(
+                row(
+                    "ours",
+                    setup.task,
+                    precision,
+                    "ratio_vs_faster_peer",
+                    medians["ours"] / max(peers),
+                    digits=3,
+                )
+            )
             # The same ratio within each round (ours against that round's faster peer): how far it moves.
-            per_round = [rates["ours"][i] / max(rates[n][i] for n in systems if n != "ours")
-                         for i in range(setup.repeats)]
-            rows += [row("ours", setup.task, precision, "round_ratio_min", min(per_round), digits=3),
-                     row("ours", setup.task, precision, "round_ratio_max", max(per_round), digits=3)]
+            per_round = [
+                rates["ours"][i] / max(rates[n][i] for n in systems if n != "ours")
+                for i in range(setup.repeats)
+            ]
+            rows += [
+                row("ours", setup.task, precision, "round_ratio_min", min(per_round), digits=3),
+                row("ours", setup.task, precision, "round_ratio_max", max(per_round), digits=3),
+            ]
     return rows
 
 
@@ -355,8 +446,14 @@ def corpus_vocab(bin_dir: Path, default: int) -> int:
     return max(sizes["src_vocab_size"], sizes["tgt_vocab_size"])
 
 
-def real_batch_speed(setup: Setup, params: P.Params, bin_dir: Path, precisions: list[str], seed: int,
-                     say: Callable[[str], None]) -> list[dict]:
+def real_batch_speed(
+    setup: Setup,
+    params: P.Params,
+    bin_dir: Path,
+    precisions: list[str],
+    seed: int,
+    say: Callable[[str], None],
+) -> list[dict]:
     """Our step on the corpus's own token-budget batches, against the fixed synthetic batch."""
     data = ParallelData.load(bin_dir, "train")
     vocab = corpus_vocab(bin_dir, setup.vocab)
@@ -382,21 +479,33 @@ def real_batch_speed(setup: Setup, params: P.Params, bin_dir: Path, precisions: 
             synth_s.append(timed_pass(step, [synthetic] * n_synthetic))
         real_rate = real_tokens / statistics.median(real_s)
         synth_rate = n_synthetic * synthetic.n_tgt_tokens / statistics.median(synth_s)
-        say(f"{precision} real batches: {real_rate:,.0f} tok/s; "
-            f"synthetic, same tokens: {synth_rate:,.0f} tok/s")
+        say(
+            f"{precision} real batches: {real_rate:,.0f} tok/s; "
+            f"synthetic, same tokens: {synth_rate:,.0f} tok/s"
+        )
         padded = sum(b.tgt_out.numel() for b in timed)
-        rows += [row("ours", REAL, precision, "tokens_per_s", real_rate),
-                 row("ours", REAL, precision, "padded_tokens_per_s", padded / statistics.median(real_s)),
-                 row("ours", task_same, precision, "tokens_per_s", synth_rate),
-                 row("ours", REAL, precision, "ratio_vs_synthetic", real_rate / synth_rate, digits=3)]
+        rows += [
+            row("ours", REAL, precision, "tokens_per_s", real_rate),
+            row("ours", REAL, precision, "padded_tokens_per_s", padded / statistics.median(real_s)),
+            row("ours", task_same, precision, "tokens_per_s", synth_rate),
+            row("ours", REAL, precision, "ratio_vs_synthetic", real_rate / synth_rate, digits=3),
+        ]
     padded_src = sum(b.src.numel() for b in timed)
-    rows += [row("ours", REAL, "-", "batches", len(timed)),
-             row("ours", REAL, "-", "target_tokens", real_tokens),
-             row("ours", REAL, "-", "mean_batch_sentences", sum(map(len, timed)) / len(timed)),
-             row("ours", REAL, "-", "padding_fraction_tgt", 1 - real_tokens / padded, digits=4),
-             row("ours", REAL, "-", "padding_fraction_src",
-                 1 - sum(b.n_src_tokens for b in timed) / padded_src, digits=4),
-             row("ours", REAL, "-", "collate_ms_per_batch", collate_ms, digits=3)]
+    rows += [
+        row("ours", REAL, "-", "batches", len(timed)),
+        row("ours", REAL, "-", "target_tokens", real_tokens),
+        row("ours", REAL, "-", "mean_batch_sentences", sum(map(len, timed)) / len(timed)),
+        row("ours", REAL, "-", "padding_fraction_tgt", 1 - real_tokens / padded, digits=4),
+        row(
+            "ours",
+            REAL,
+            "-",
+            "padding_fraction_src",
+            1 - sum(b.n_src_tokens for b in timed) / padded_src,
+            digits=4,
+        ),
+        row("ours", REAL, "-", "collate_ms_per_batch", collate_ms, digits=3),
+    ]
     return rows
 
 
@@ -441,9 +550,12 @@ def probe_memory(bin_dir: str, max_tokens: int, n_batches: int, seed: int) -> di
     numpy's allocations) is what the process itself holds.
     """
     reset = reset_peak()
-    peak = (lambda: proc_status_mb()["VmHWM"]) if reset else (  # noqa: E731
-        lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)  # Linux: KiB
-    heap = lambda: tracemalloc.get_traced_memory()[1] / 2**20  # noqa: E731
+    peak = (
+        (lambda: proc_status_mb()["VmHWM"])
+        if reset
+        else (lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    )  # Linux: KiB
+    heap = lambda: tracemalloc.get_traced_memory()[1] / 2**20
     out = {"baseline": proc_status_mb().get("VmRSS", peak()), "peak_reset": float(reset)}
     tracemalloc.start()
     data = ParallelData.load(bin_dir, "train")
@@ -471,29 +583,48 @@ def memory(setup: Setup, max_tokens: int, seed: int, say: Callable[[str], None])
     for pairs, scale in setup.memory_corpora:
         with tempfile.TemporaryDirectory(prefix="bench-corpus-") as tmp:
             index_bytes = write_corpus(Path(tmp), pairs, setup.vocab, seed, scale)
-            code = ("import json, sys; from bench.train_speed import probe_memory; "
-                    "print(json.dumps(probe_memory(*json.loads(sys.argv[1]))))")
+            code = (
+                "import json, sys; from bench.train_speed import probe_memory; "
+                "print(json.dumps(probe_memory(*json.loads(sys.argv[1]))))"
+            )
             args = json.dumps([tmp, max_tokens, setup.memory_batches, seed])
             env = dict(os.environ, OMP_NUM_THREADS="1")
-            done = subprocess.run([sys.executable, "-c", code, args], cwd=REPO, env=env, check=True,
-                                  capture_output=True, text=True)
+            done = subprocess.run(
+                [sys.executable, "-c", code, args],
+                cwd=REPO,
+                env=env,
+                check=True,
+                capture_output=True,
+                text=True,
+            )
         probe = json.loads(done.stdout.strip().splitlines()[-1])
         task = memory_task(pairs, scale)
         if not probe["peak_reset"]:
             say("warning: cannot reset the peak RSS (/proc/self/clear_refs); peaks include the parent's")
-        say(f"{pairs:,} pairs, {probe['tokens']:,.0f} tokens: heap peak {probe['heap_peak']:.1f} MB, "
+        say(
+            f"{pairs:,} pairs, {probe['tokens']:,.0f} tokens: heap peak {probe['heap_peak']:.1f} MB, "
             f"peak RSS {probe['peak']:.0f} MB (after imports {probe['baseline']:.0f} MB), "
-            f"index {index_bytes / 2**20:.1f} MB")
-        metrics = dict(index_mb=index_bytes / 2**20, tokens=probe["tokens"],
-                       baseline_rss_mb=probe["baseline"], after_load_rss_mb=probe["after_load"],
-                       after_batches_rss_mb=probe["after_batches"],
-                       peak_rss_mb=probe["peak"], peak_growth_mb=probe["peak"] - probe["baseline"],
-                       heap_after_load_mb=probe["heap_after_load"],
-                       heap_after_batches_mb=probe["heap_after_batches"], heap_peak_mb=probe["heap_peak"],
-                       rss_anon_end_mb=probe["rss_anon_end"], rss_file_end_mb=probe["rss_file_end"],
-                       batches=probe["batches"])
-        rows += [row("data-path", task, "-", k, val, digits=3 if k == "index_mb" else 1)
-                 for k, val in metrics.items()]
+            f"index {index_bytes / 2**20:.1f} MB"
+        )
+        metrics = dict(
+            index_mb=index_bytes / 2**20,
+            tokens=probe["tokens"],
+            baseline_rss_mb=probe["baseline"],
+            after_load_rss_mb=probe["after_load"],
+            after_batches_rss_mb=probe["after_batches"],
+            peak_rss_mb=probe["peak"],
+            peak_growth_mb=probe["peak"] - probe["baseline"],
+            heap_after_load_mb=probe["heap_after_load"],
+            heap_after_batches_mb=probe["heap_after_batches"],
+            heap_peak_mb=probe["heap_peak"],
+            rss_anon_end_mb=probe["rss_anon_end"],
+            rss_file_end_mb=probe["rss_file_end"],
+            batches=probe["batches"],
+        )
+        rows += [
+            row("data-path", task, "-", k, val, digits=3 if k == "index_mb" else 1)
+            for k, val in metrics.items()
+        ]
     return rows
 
 
@@ -501,14 +632,25 @@ def memory(setup: Setup, max_tokens: int, seed: int, say: Callable[[str], None])
 
 
 def row(system: str, task: str, precision: str, metric: str, value: float, digits: int = 1) -> dict:
-    return {"system": system, "task": task, "precision": precision, "metric": metric,
-            "value": round(float(value), digits)}
-
+    return {
+        "system": system,
+        "task": task,
+        "precision": precision,
+        "metric": metric,
+        "value": round(float(value), digits),
+    }
 
 
 def machine_info() -> dict[str, str]:
-    cpus = [x.split(":", 1)[1].strip() for x in Path("/proc/cpuinfo").read_text().splitlines()
-            if x.startswith("model name")] if Path("/proc/cpuinfo").is_file() else []
+    cpus = (
+        [
+            x.split(":", 1)[1].strip()
+            for x in Path("/proc/cpuinfo").read_text().splitlines()
+            if x.startswith("model name")
+        ]
+        if Path("/proc/cpuinfo").is_file()
+        else []
+    )
     versions = {"python": platform.python_version(), "torch": torch.__version__}
     try:
         import transformers
@@ -532,42 +674,66 @@ def train_section(rows: list[dict], setup: Setup, info: dict[str, str], command:
     cfg = setup.model
     smoke = " — SMOKE RUN, tiny sizes, not a measurement" if setup.smoke else ""
     out = [TRAIN_START, f"## Training speed (CPU){smoke}", ""]
-    out += [f"Whole updates (forward, backward, clip 1.0, AdamW, label-smoothed CE 0.1) on one synthetic "
-            f"batch of {setup.batch} x {setup.length} target tokens (no padding), the same for every system; "
-            f"d_model {cfg.d_model}, {cfg.n_encoder_layers}+{cfg.n_decoder_layers} layers, FFN {cfg.d_ff}, "
-            f"{cfg.n_heads} heads, vocabulary {setup.vocab}, dropout {cfg.dropout}. Median of "
-            f"{setup.repeats} round(s) of about {setup.seconds / setup.repeats:g} s of updates per system, "
-            f"after {setup.warmup} warm-up update(s); within a round the systems take turns one update at "
-            f"a time, in a shuffled order each turn, so a drift in the machine's speed hits all alike. "
-            f"Target tokens/s:", ""]
+    out += [
+        f"Whole updates (forward, backward, clip 1.0, AdamW, label-smoothed CE 0.1) on one synthetic "
+        f"batch of {setup.batch} x {setup.length} target tokens (no padding), the same for every system; "
+        f"d_model {cfg.d_model}, {cfg.n_encoder_layers}+{cfg.n_decoder_layers} layers, FFN {cfg.d_ff}, "
+        f"{cfg.n_heads} heads, vocabulary {setup.vocab}, dropout {cfg.dropout}. Median of "
+        f"{setup.repeats} round(s) of about {setup.seconds / setup.repeats:g} s of updates per system, "
+        f"after {setup.warmup} warm-up update(s); within a round the systems take turns one update at "
+        f"a time, in a shuffled order each turn, so a drift in the machine's speed hits all alike. "
+        f"Target tokens/s:",
+        "",
+    ]
     systems = [s for s in SYSTEMS if any(k[0] == s and k[1] == setup.task for k in v)]
     out += ["| system | " + " | ".join(precisions) + " |", "|---|" + "---:|" * len(precisions)]
     for s in systems:
-        out.append(f"| {s} | " + " | ".join(f"{v.get((s, setup.task, p, 'tokens_per_s'), float('nan')):,.0f}"
-                                            for p in precisions) + " |")
-    out += ["", "| ours / faster peer | " + " | ".join(precisions) + " | needed |",
-            "|---|" + "---:|" * len(precisions) + "---|"]
+        out.append(
+            f"| {s} | "
+            + " | ".join(
+                f"{v.get((s, setup.task, p, 'tokens_per_s'), float('nan')):,.0f}" for p in precisions
+            )
+            + " |"
+        )
+    out += [
+        "",
+        "| ours / faster peer | " + " | ".join(precisions) + " | needed |",
+        "|---|" + "---:|" * len(precisions) + "---|",
+    ]
     cells = []
     for p in precisions:
         ratio = v.get(("ours", setup.task, p, "ratio_vs_faster_peer"))
         cells.append("-" if ratio is None else f"{ratio:.2f}x " + ("ok" if ratio >= BAR else "MISSED"))
     out += [f"| ratio | {' | '.join(cells)} | >= {BAR}x |"]
-    spread = [tuple(v.get(("ours", setup.task, p, f"round_ratio_{m}")) for m in ("min", "max"))
-              for p in precisions]
+    spread = [
+        tuple(v.get(("ours", setup.task, p, f"round_ratio_{m}")) for m in ("min", "max")) for p in precisions
+    ]
     if all(lo is not None for lo, _ in spread):
-        out.append("| single rounds, lowest-highest | "
-                   + " | ".join(f"{lo:.2f}-{hi:.2f}x" for lo, hi in spread) + " | |")
+        out.append(
+            "| single rounds, lowest-highest | "
+            + " | ".join(f"{lo:.2f}-{hi:.2f}x" for lo, hi in spread)
+            + " | |"
+        )
     out.append("")
     if any(k[1] == REAL for k in v):
         out += real_table(v, setup, precisions)
     if any(k[0] == "data-path" for k in v):
         out += memory_table(v, setup)
-    out += ["Notes on equal work: the peers do our update's math in stock torch code (F.cross_entropy "
-            "with label smoothing in fp32, torch.optim.AdamW with torch's default implementation, the same "
-            "decay groups and schedule, clip_grad_norm_); ours is Trainer.train_step itself on a Trainer "
-            "without data (bench.train_speed.bare_trainer). MarianMTModel is post-LN (its only layout) and "
-            "adds a final logits bias; nn.Transformer applies its dropout inside the FFN as well "
-            "(ours: activation_dropout 0.0).", "", "Run with:", "", "```", command, "```", ""]
+    out += [
+        "Notes on equal work: the peers do our update's math in stock torch code (F.cross_entropy "
+        "with label smoothing in fp32, torch.optim.AdamW with torch's default implementation, the same "
+        "decay groups and schedule, clip_grad_norm_); ours is Trainer.train_step itself on a Trainer "
+        "without data (bench.train_speed.bare_trainer). MarianMTModel is post-LN (its only layout) and "
+        "adds a final logits bias; nn.Transformer applies its dropout inside the FFN as well "
+        "(ours: activation_dropout 0.0).",
+        "",
+        "Run with:",
+        "",
+        "```",
+        command,
+        "```",
+        "",
+    ]
     out += [f"- {k}: {val}" for k, val in info.items()]
     out += ["", TRAIN_END]
     return "\n".join(out)
@@ -575,35 +741,50 @@ def train_section(rows: list[dict], setup: Setup, info: dict[str, str], command:
 
 def real_table(v: dict, setup: Setup, precisions: list[str]) -> list[str]:
     same = f"{SAME_TOKENS}_{setup.batch}x{setup.length}"
-    get = lambda p, m, task=REAL: v.get(("ours", task, p, m), float("nan"))  # noqa: E731
-    out = [f"Ours on the first {get('-', 'batches'):.0f} real train batches (token budget, shuffled; "
-           f"{get('-', 'target_tokens'):,.0f} target tokens, "
-           f"{get('-', 'mean_batch_sentences'):.1f} sentences a batch, padding "
-           f"{get('-', 'padding_fraction_tgt'):.1%} of target and "
-           f"{get('-', 'padding_fraction_src'):.1%} of source positions; collate "
-           f"{get('-', 'collate_ms_per_batch'):.2f} ms a batch, not timed below) against the fixed "
-           f"{setup.batch}x{setup.length} batch for the same number of target tokens:", "",
-           "| precision | real tok/s (non-pad) | real padded tok/s | synthetic tok/s | real / synthetic |",
-           "|---|---:|---:|---:|---:|"]
+    get = lambda p, m, task=REAL: v.get(("ours", task, p, m), float("nan"))
+    out = [
+        f"Ours on the first {get('-', 'batches'):.0f} real train batches (token budget, shuffled; "
+        f"{get('-', 'target_tokens'):,.0f} target tokens, "
+        f"{get('-', 'mean_batch_sentences'):.1f} sentences a batch, padding "
+        f"{get('-', 'padding_fraction_tgt'):.1%} of target and "
+        f"{get('-', 'padding_fraction_src'):.1%} of source positions; collate "
+        f"{get('-', 'collate_ms_per_batch'):.2f} ms a batch, not timed below) against the fixed "
+        f"{setup.batch}x{setup.length} batch for the same number of target tokens:",
+        "",
+        "| precision | real tok/s (non-pad) | real padded tok/s | synthetic tok/s | real / synthetic |",
+        "|---|---:|---:|---:|---:|",
+    ]
     for p in precisions:
-        out.append(f"| {p} | {get(p, 'tokens_per_s'):,.0f} | {get(p, 'padded_tokens_per_s'):,.0f} | "
-                   f"{get(p, 'tokens_per_s', same):,.0f} | {get(p, 'ratio_vs_synthetic'):.2f}x |")
-    return out + [""]
+        out.append(
+            f"| {p} | {get(p, 'tokens_per_s'):,.0f} | {get(p, 'padded_tokens_per_s'):,.0f} | "
+            f"{get(p, 'tokens_per_s', same):,.0f} | {get(p, 'ratio_vs_synthetic'):.2f}x |"
+        )
+    return [*out, ""]
 
 
 def memory_table(v: dict, setup: Setup) -> list[str]:
-    get = lambda n, x, m: v.get(("data-path", memory_task(n, x), "-", m), float("nan"))  # noqa: E731
-    out = ["Data path only (load the .bin/.idx, one epoch's token batches, collate the first "
-           f"{setup.memory_batches}; no model), each in a fresh process. Heap: tracemalloc's peak (Python "
-           "and numpy allocations) after each step. RSS: VmHWM, restarted after the imports "
-           "(/proc/self/clear_refs); it also counts the memory-mapped corpus pages that collation touched, "
-           "which are file-backed and clean (page cache the kernel reclaims at will). MB:", "",
-           "| pairs | tokens (both sides) | index (.idx, both sides) | heap after load | after batching | "
-           "heap peak | RSS peak - imports | RssAnon at end | RssFile at end |",
-           "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    get = lambda n, x, m: v.get(("data-path", memory_task(n, x), "-", m), float("nan"))
+    out = [
+        "Data path only (load the .bin/.idx, one epoch's token batches, collate the first "
+        f"{setup.memory_batches}; no model), each in a fresh process. Heap: tracemalloc's peak (Python "
+        "and numpy allocations) after each step. RSS: VmHWM, restarted after the imports "
+        "(/proc/self/clear_refs); it also counts the memory-mapped corpus pages that collation touched, "
+        "which are file-backed and clean (page cache the kernel reclaims at will). MB:",
+        "",
+        "| pairs | tokens (both sides) | index (.idx, both sides) | heap after load | after batching | "
+        "heap peak | RSS peak - imports | RssAnon at end | RssFile at end |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for n, x in setup.memory_corpora:
-        metrics = ("index_mb", "heap_after_load_mb", "heap_after_batches_mb", "heap_peak_mb",
-                   "peak_growth_mb", "rss_anon_end_mb", "rss_file_end_mb")
+        metrics = (
+            "index_mb",
+            "heap_after_load_mb",
+            "heap_after_batches_mb",
+            "heap_peak_mb",
+            "peak_growth_mb",
+            "rss_anon_end_mb",
+            "rss_file_end_mb",
+        )
         cells = [get(n, x, m) for m in metrics]
         out.append(f"| {n:,} | {get(n, x, 'tokens'):,.0f} | " + " | ".join(f"{c:.1f}" for c in cells) + " |")
     large = max(n for n, _ in setup.memory_corpora)
@@ -611,12 +792,16 @@ def memory_table(v: dict, setup: Setup) -> list[str]:
     longer = max(x for n, x in setup.memory_corpora if n == large)
     tokens, long_tokens = get(large, 1, "tokens"), get(large, longer, "tokens")
     heap, long_heap = get(large, 1, "heap_peak_mb"), get(large, longer, "heap_peak_mb")
-    out += ["", f"The heap holds the index (16 bytes a pair: two int64 offsets), int32 lengths (8 bytes) "
-            f"and one epoch's batch order; its peak, in the epoch's sort, is {ratio:.1f}x the index at "
-            f"{large:,} pairs. It grows with the number of pairs, as the index does, and not with the "
-            f"corpus's tokens: {longer}x longer sentences ({long_tokens:,.0f} tokens instead of "
-            f"{tokens:,.0f}) leave the heap peak at {long_heap:.1f} MB against {heap:.1f} MB; the token ids "
-            "stay on disk, memory-mapped.", ""]
+    out += [
+        "",
+        f"The heap holds the index (16 bytes a pair: two int64 offsets), int32 lengths (8 bytes) "
+        f"and one epoch's batch order; its peak, in the epoch's sort, is {ratio:.1f}x the index at "
+        f"{large:,} pairs. It grows with the number of pairs, as the index does, and not with the "
+        f"corpus's tokens: {longer}x longer sentences ({long_tokens:,.0f} tokens instead of "
+        f"{tokens:,.0f}) leave the heap peak at {long_heap:.1f} MB against {heap:.1f} MB; the token ids "
+        "stay on disk, memory-mapped.",
+        "",
+    ]
     return out
 
 
@@ -628,19 +813,39 @@ def write_markdown(path: Path, section: str) -> None:
 # --- the run -----------------------------------------------------------------------
 
 
-def benchmark(*, smoke: bool = False, params_file: Path = REPO / "params.yaml",
-              bin_dir: Optional[Path] = None, out_json: Optional[Path] = None,
-              out_md: Optional[Path] = None, seconds: float = 20.0,
-              repeats: int = 5, real_batches: int = 20, precisions: tuple[str, ...] = ("fp32", "bf16"),
-              memory_check: bool = True, seed: int = 1, command: str = "",
-              say: Callable[[str], None] = print) -> list[dict]:
+def benchmark(
+    *,
+    smoke: bool = False,
+    params_file: Path = REPO / "params.yaml",
+    bin_dir: Path | None = None,
+    out_json: Path | None = None,
+    out_md: Path | None = None,
+    seconds: float = 20.0,
+    repeats: int = 5,
+    real_batches: int = 20,
+    precisions: tuple[str, ...] = ("fp32", "bf16"),
+    memory_check: bool = True,
+    seed: int = 1,
+    command: str = "",
+    say: Callable[[str], None] = print,
+) -> list[dict]:
     """Every measurement; merges the rows into out_json and the section into out_md when given; -> rows."""
     threads = torch.get_num_threads()
     if smoke:
         torch.set_num_threads(1)  # tiny sizes; and never compete with a real run for the cores
     try:
-        rows, setup, info = measure_all(smoke, params_file, bin_dir, seconds, repeats, real_batches,
-                                        list(precisions), memory_check, seed, say)
+        rows, setup, info = measure_all(
+            smoke,
+            params_file,
+            bin_dir,
+            seconds,
+            repeats,
+            real_batches,
+            list(precisions),
+            memory_check,
+            seed,
+            say,
+        )
     finally:
         torch.set_num_threads(threads)  # a caller (the smoke test) keeps its own setting
     if out_json is not None:
@@ -650,9 +855,18 @@ def benchmark(*, smoke: bool = False, params_file: Path = REPO / "params.yaml",
     return rows
 
 
-def measure_all(smoke: bool, params_file: Path, bin_dir: Optional[Path], seconds: float, repeats: int,
-                real_batches: int, precisions: list[str], memory_check: bool, seed: int,
-                say: Callable[[str], None]) -> tuple[list[dict], Setup, dict[str, str]]:
+def measure_all(
+    smoke: bool,
+    params_file: Path,
+    bin_dir: Path | None,
+    seconds: float,
+    repeats: int,
+    real_batches: int,
+    precisions: list[str],
+    memory_check: bool,
+    seed: int,
+    say: Callable[[str], None],
+) -> tuple[list[dict], Setup, dict[str, str]]:
     """The three measurements; -> (rows, the sizes used, machine info as measured)."""
     params = P.load(params_file)
     setup = make_setup(params, smoke, seconds, repeats, real_batches)
@@ -671,25 +885,63 @@ def measure_all(smoke: bool, params_file: Path, bin_dir: Optional[Path], seconds
 
 @click.command()
 @click.option("--smoke", is_flag=True, help="Tiny sizes, one thread, a few seconds: checks that it runs.")
-@click.option("--params", "params_file", type=click.Path(dir_okay=False, exists=True, path_type=Path),
-              default=REPO / "params.yaml", show_default=True)
-@click.option("--bin", "bin_dir", type=click.Path(file_okay=False, exists=True, path_type=Path), default=None,
-              help="The binarize stage's output (data/bin): adds the real-batch measurement.")
-@click.option("--out-json", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Rows merged here [default: reports/bench.json; with --smoke: not written].")
-@click.option("--out-md", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Training section written here [default: reports/bench.md; with --smoke: not written].")
-@click.option("--seconds", type=click.FloatRange(min=0.01), default=20.0, show_default=True,
-              help="Timed seconds per (system, precision), split over the repeats.")
+@click.option(
+    "--params",
+    "params_file",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    default=REPO / "params.yaml",
+    show_default=True,
+)
+@click.option(
+    "--bin",
+    "bin_dir",
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="The binarize stage's output (data/bin): adds the real-batch measurement.",
+)
+@click.option(
+    "--out-json",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Rows merged here [default: reports/bench.json; with --smoke: not written].",
+)
+@click.option(
+    "--out-md",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Training section written here [default: reports/bench.md; with --smoke: not written].",
+)
+@click.option(
+    "--seconds",
+    type=click.FloatRange(min=0.01),
+    default=20.0,
+    show_default=True,
+    help="Timed seconds per (system, precision), split over the repeats.",
+)
 @click.option("--repeats", type=click.IntRange(min=1), default=5, show_default=True)
 @click.option("--real-batches", type=click.IntRange(min=1), default=20, show_default=True)
 @click.option("--precisions", default="fp32,bf16", show_default=True)
-@click.option("--memory/--no-memory", "memory_check", default=True, show_default=True,
-              help="Measure the data path's peak RSS on synthetic 1M- and 10k-pair corpora.")
+@click.option(
+    "--memory/--no-memory",
+    "memory_check",
+    default=True,
+    show_default=True,
+    help="Measure the data path's peak RSS on synthetic 1M- and 10k-pair corpora.",
+)
 @click.option("--seed", type=int, default=1, show_default=True)
-def main(smoke: bool, params_file: Path, bin_dir: Optional[Path], out_json: Optional[Path],
-         out_md: Optional[Path], seconds: float, repeats: int, real_batches: int, precisions: str,
-         memory_check: bool, seed: int) -> None:
+def main(
+    smoke: bool,
+    params_file: Path,
+    bin_dir: Path | None,
+    out_json: Path | None,
+    out_md: Path | None,
+    seconds: float,
+    repeats: int,
+    real_batches: int,
+    precisions: str,
+    memory_check: bool,
+    seed: int,
+) -> None:
     """Measure training throughput of ours and its peers, real-batch speed, and data-path memory."""
     chosen = tuple(p.strip() for p in precisions.split(",") if p.strip())
     if not chosen or set(chosen) - {"fp32", "bf16"}:
@@ -698,9 +950,21 @@ def main(smoke: bool, params_file: Path, bin_dir: Optional[Path], out_json: Opti
         out_json = out_json or Path("reports/bench.json")
         out_md = out_md or Path("reports/bench.md")
     command = "python -m bench.train_speed " + " ".join(sys.argv[1:])
-    benchmark(smoke=smoke, params_file=params_file, bin_dir=bin_dir, out_json=out_json, out_md=out_md,
-              seconds=seconds, repeats=repeats, real_batches=real_batches, precisions=chosen,
-              memory_check=memory_check, seed=seed, command=command, say=lambda m: click.echo(m, err=True))
+    benchmark(
+        smoke=smoke,
+        params_file=params_file,
+        bin_dir=bin_dir,
+        out_json=out_json,
+        out_md=out_md,
+        seconds=seconds,
+        repeats=repeats,
+        real_batches=real_batches,
+        precisions=chosen,
+        memory_check=memory_check,
+        seed=seed,
+        command=command,
+        say=lambda m: click.echo(m, err=True),
+    )
     for path in (out_json, out_md):
         if path is not None:
             click.echo(f"wrote {path}", err=True)

@@ -8,6 +8,6 @@ import os
 # and half the memory. It changes no result. An explicit setting in the environment wins.
 os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "64")
 
-from pipeline.cli import cli  # noqa: E402  (after the environment it reads)
+from pipeline.cli import cli
 
 cli(prog_name="python -m pipeline")

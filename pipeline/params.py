@@ -14,7 +14,7 @@ import types
 import typing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Literal
 
 import yaml
 
@@ -26,10 +26,10 @@ from pipeline.tokens import N_SPECIAL
 class SideFiles:
     """One split of a user's bitext: a URL or local path per side, plain or .gz."""
 
-    src: Optional[str]
-    tgt: Optional[str]
-    src_sha256: Optional[str]
-    tgt_sha256: Optional[str]
+    src: str | None
+    tgt: str | None
+    src_sha256: str | None
+    tgt_sha256: str | None
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ class DataParams:
     corpus: Literal["multi30k", "bitext"]
     src_lang: str
     tgt_lang: str
-    mirror: Optional[str]
+    mirror: str | None
     multi30k_test: Literal["test_2016_flickr", "test_2017_flickr", "test_2017_mscoco", "test_2018_flickr"]
     bitext: Bitext
     heldout_seed: int
@@ -74,8 +74,8 @@ class ModelParams:
     n_heads: int
     d_ff: int
     n_layers: int
-    encoder_layers: Optional[int]
-    decoder_layers: Optional[int]
+    encoder_layers: int | None
+    decoder_layers: int | None
     norm: Literal["pre", "post"]
     positions: Literal["sinusoidal", "learned"]
     max_positions: int

@@ -22,8 +22,9 @@ import platform
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any
 
 import click
 
@@ -71,14 +72,14 @@ def tracking_uri() -> str:
     return uri
 
 
-def sqlite_path(uri: str) -> Optional[Path]:
+def sqlite_path(uri: str) -> Path | None:
     """The database file of a sqlite:////abs/path URI; None for any other store."""
     if uri.startswith("sqlite:////"):
         return Path(uri.removeprefix("sqlite:///"))
     return None
 
 
-def git_commit(cwd: Optional[Path] = None) -> Optional[str]:
+def git_commit(cwd: Path | None = None) -> str | None:
     """HEAD's commit hash, or None outside a git checkout or without git."""
     try:
         out = subprocess.run(
@@ -94,7 +95,7 @@ def git_commit(cwd: Optional[Path] = None) -> Optional[str]:
     return out.stdout.strip() or None
 
 
-def system_info(device: Optional[str] = None) -> dict[str, str]:
+def system_info(device: str | None = None) -> dict[str, str]:
     """Where a run ran: device, torch version and threads, host, python."""
     import torch  # imported here: score and report reopen runs without needing torch
 
@@ -109,7 +110,7 @@ def system_info(device: Optional[str] = None) -> dict[str, str]:
     }
 
 
-def run_tags(params: dict[str, Any], tags: Optional[dict[str, Any]] = None) -> dict[str, str]:
+def run_tags(params: dict[str, Any], tags: dict[str, Any] | None = None) -> dict[str, str]:
     """Git commit, DVC experiment name, corpus and pair, system info, then the caller's tags."""
     out = dict(system_info())
     commit = git_commit()
@@ -140,9 +141,9 @@ class Tracker:
 
     def __init__(
         self,
-        uri: Optional[str],
-        run_id: Optional[str],
-        offline_dir: Optional[Path],
+        uri: str | None,
+        run_id: str | None,
+        offline_dir: Path | None,
         owns_run: bool,
     ) -> None:
         self.tracking_uri = uri
@@ -165,8 +166,8 @@ class Tracker:
         params: dict[str, Any],
         experiment: str,
         run_name: str,
-        tags: Optional[dict[str, Any]] = None,
-        offline_dir: Optional[str | Path] = None,
+        tags: dict[str, Any] | None = None,
+        offline_dir: str | Path | None = None,
     ) -> Tracker:
         """Open a new run with flattened params and the standard tags; offline if MLflow fails."""
         tracker = cls(tracking_uri(), None, Path(offline_dir) if offline_dir else None, owns_run=True)
@@ -186,8 +187,8 @@ class Tracker:
     def resume(
         cls,
         run_id: str,
-        uri: Optional[str] = None,
-        offline_dir: Optional[str | Path] = None,
+        uri: str | None = None,
+        offline_dir: str | Path | None = None,
         owns_run: bool = False,
     ) -> Tracker:
         """Reopen an existing run by id to add records; `end` sets its status only if owns_run.
@@ -201,7 +202,7 @@ class Tracker:
         return tracker
 
     @classmethod
-    def from_run_file(cls, path: str | Path, offline_dir: Optional[str | Path] = None) -> Tracker:
+    def from_run_file(cls, path: str | Path, offline_dir: str | Path | None = None) -> Tracker:
         """Resume the run a `mlflow_run.json` names; disabled (silently) when there is none."""
         path = Path(path)
         if not path.is_file():
@@ -224,7 +225,7 @@ class Tracker:
     # --- what callers use ---
 
     @property
-    def run_id(self) -> Optional[str]:
+    def run_id(self) -> str | None:
         return self._run_id
 
     @property
@@ -236,10 +237,10 @@ class Tracker:
         return self._state == "online"
 
     @property
-    def offline_file(self) -> Optional[Path]:
+    def offline_file(self) -> Path | None:
         return self._offline_file
 
-    def run_info(self) -> dict[str, Optional[str]]:
+    def run_info(self) -> dict[str, str | None]:
         """What `mlflow_run.json` holds, for later stages to resume this run."""
         return {"run_id": self._run_id, "tracking_uri": self.tracking_uri}
 
@@ -262,10 +263,10 @@ class Tracker:
     def set_tags(self, tags: dict[str, Any]) -> None:
         self._submit({"op": "tags", "tags": {str(k): str(v) for k, v in tags.items()}})
 
-    def log_artifact(self, path: str | Path, artifact_path: Optional[str] = None) -> None:
+    def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
         self._submit({"op": "artifact", "path": str(Path(path).resolve()), "artifact_path": artifact_path})
 
-    def log_artifacts(self, directory: str | Path, artifact_path: Optional[str] = None) -> None:
+    def log_artifacts(self, directory: str | Path, artifact_path: str | None = None) -> None:
         path = str(Path(directory).resolve())
         self._submit({"op": "artifacts", "path": path, "artifact_path": artifact_path})
 
@@ -300,13 +301,13 @@ class Tracker:
                 try:
                     self._apply(record)
                     return
-                except Exception as e:  # noqa: BLE001 - any MLflow failure must stay here
+                except Exception as e:
                     if self._refused(record, e):
                         return
                     self._go_offline(e)
             self._buffer(record)
             self._try_reconnect()
-        except Exception as e:  # noqa: BLE001 - a bug here must not stop training either
+        except Exception as e:
             self._state = "disabled"
             _warn(f"MLflow tracking disabled after an unexpected error: {_short(e)}")
 
@@ -397,14 +398,14 @@ class Tracker:
                 record = self._pending[0]
                 try:
                     self._apply(record)
-                except Exception as e:  # noqa: BLE001
+                except Exception as e:
                     if not self._refused(record, e):
                         raise
                     if self._state == "disabled":
                         return
                 self._pending.pop(0)
                 synced += 1
-        except Exception:  # noqa: BLE001 - still unreachable: wait longer next time
+        except Exception:
             self._pause_s = min(self._pause_s * 2, RETRY_SECONDS[1])
             self._next_try = time.monotonic() + self._pause_s
             return
@@ -485,7 +486,7 @@ def _with_lock_retries(call: Any) -> Any:
     for delay in LOCK_RETRY_DELAYS_S:
         try:
             return call()
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             if "database is locked" not in str(e) and "database table is locked" not in str(e):
                 raise
             time.sleep(delay)
@@ -514,7 +515,7 @@ def _reason(error: Exception) -> str:
     """Why MLflow failed, in a few words: the network cause if there is one."""
     import requests
 
-    cause: Optional[BaseException] = error
+    cause: BaseException | None = error
     while cause is not None:
         if isinstance(cause, requests.exceptions.Timeout):
             return "the server did not answer in time"
@@ -527,7 +528,7 @@ def _reason(error: Exception) -> str:
 def _safe(make: Any, default: Any) -> Any:
     try:
         return make()
-    except Exception:  # noqa: BLE001 - tags are nice to have, never worth a failed run
+    except Exception:
         return default
 
 

@@ -8,7 +8,6 @@ from pipeline import params as P
 from tests.helpers import MIRROR, REPO
 
 
-
 @pytest.fixture(scope="session")
 def params() -> P.Params:
     """The repository's default params.yaml, validated."""

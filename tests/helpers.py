@@ -36,19 +36,25 @@ BASE = P.load(REPO / "params.yaml")
 WORDS = "der die das ein eine hund katze mann frau kind läuft springt über straße groß weiß".split()
 
 
-
 def train_spm(path: Path, vocab_size: int = 40, seed: int = 0) -> int:
     """A tiny BPE model with the pipeline's special ids; returns its size."""
     rng = random.Random(seed)
     lines = [" ".join(rng.choices(WORDS, k=rng.randint(2, 8))) for _ in range(300)]
     buffer = io.BytesIO()
     spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(lines), model_writer=buffer, model_type="bpe", vocab_size=vocab_size,
-        pad_id=0, unk_id=1, bos_id=2, eos_id=3, user_defined_symbols=["<sep>"], minloglevel=2,
+        sentence_iterator=iter(lines),
+        model_writer=buffer,
+        model_type="bpe",
+        vocab_size=vocab_size,
+        pad_id=0,
+        unk_id=1,
+        bos_id=2,
+        eos_id=3,
+        user_defined_symbols=["<sep>"],
+        minloglevel=2,
     )
     path.write_bytes(buffer.getvalue())
     return spm.SentencePieceProcessor(model_file=str(path)).get_piece_size()
-
 
 
 def make_model_dir(
@@ -59,8 +65,17 @@ def make_model_dir(
     size = train_spm(path / "spm.model")
     vocab = model_vocab or size
     model_params = dataclasses.replace(
-        BASE.model, arch=arch, d_model=32, n_heads=4, d_ff=64, n_layers=2, dropout=0.0,
-        attention_dropout=0.0, activation_dropout=0.0, max_positions=64, tie_embeddings="none",
+        BASE.model,
+        arch=arch,
+        d_model=32,
+        n_heads=4,
+        d_ff=64,
+        n_layers=2,
+        dropout=0.0,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        max_positions=64,
+        tie_embeddings="none",
     )
     decode_params = dataclasses.replace(BASE.decode, beam=3, batch_tokens=400, max_len_a=1.0, max_len_b=3)
     params = dataclasses.replace(BASE, model=model_params, decode=decode_params)
@@ -74,7 +89,6 @@ def make_model_dir(
 VOCAB = 24
 
 
-
 def write_side(prefix: Path, seqs: list[list[int]]) -> None:
     """One {split}.{side}.bin/.idx pair, as the binarize stage writes it."""
     lens = np.array([len(s) for s in seqs], dtype=np.int64)
@@ -84,7 +98,6 @@ def write_side(prefix: Path, seqs: list[list[int]]) -> None:
     offsets.tofile(f"{prefix}.idx")
 
 
-
 def make_corpus(
     root: Path, *, task: str = "copy", n_train: int = 400, n_val: int = 30, lengths=(3, 8), seed: int = 0
 ) -> Paths:
@@ -92,7 +105,7 @@ def make_corpus(
     rng = random.Random(seed)
     text = root / "text"
     text.mkdir(parents=True)
-    word = lambda: "".join(rng.choices("abcdefgh", k=rng.randint(1, 5)))  # noqa: E731
+    word = lambda: "".join(rng.choices("abcdefgh", k=rng.randint(1, 5)))
     words = [" ".join(word() for _ in range(8)) for _ in range(300)]
     for side in ("src", "tgt"):
         (text / f"train.{side}").write_text("\n".join(words) + "\n", encoding="utf-8")
@@ -107,30 +120,41 @@ def make_corpus(
     return Paths(root / "bin", root / "bpe", root / "model", root / "checkpoints", root / "log")
 
 
-
 def tiny_raw(model: dict | None = None, **train) -> dict:
     """The repository's params.yaml shrunk to a model that trains in seconds on 1 thread."""
     raw = yaml.safe_load((REPO / "params.yaml").read_text(encoding="utf-8"))
     raw["bpe"]["vocab_size"] = VOCAB
-    raw["model"].update(d_model=32, n_heads=2, d_ff=64, n_layers=1, dropout=0.1, attention_dropout=0.0,
-                        max_positions=64)
+    raw["model"].update(
+        d_model=32, n_heads=2, d_ff=64, n_layers=1, dropout=0.1, attention_dropout=0.0, max_positions=64
+    )
     raw["model"].update(model or {})
-    raw["train"].update(device="cpu", precision="fp32", max_tokens=64, lr=5e-3, warmup_steps=10, max_epochs=2,
-                        max_steps=0, validate_every=4, log_every=2, threads=1, patience=0, keep_last=2,
-                        average_last=0, label_smoothing=0.1, early_stop_metric="loss")
+    raw["train"].update(
+        device="cpu",
+        precision="fp32",
+        max_tokens=64,
+        lr=5e-3,
+        warmup_steps=10,
+        max_epochs=2,
+        max_steps=0,
+        validate_every=4,
+        log_every=2,
+        threads=1,
+        patience=0,
+        keep_last=2,
+        average_last=0,
+        label_smoothing=0.1,
+        early_stop_metric="loss",
+    )
     raw["train"].update(train)
     return raw
-
 
 
 def tiny_params(model: dict | None = None, **train) -> P.Params:
     return P.from_dict(tiny_raw(model, **train))
 
 
-
 def model_weights(path: Path) -> dict[str, torch.Tensor]:
     return checkpoint.load(path)["model"]
-
 
 
 def read_tsv(path: Path) -> list[list[str]]:
@@ -143,15 +167,23 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-
 def start_server(tmp_path: Path, port: int) -> subprocess.Popen:
     mlflow_bin = Path(sys.executable).parent / "mlflow"
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}  # no job-runner processes
     return subprocess.Popen(
         [
-            str(mlflow_bin), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-            "--backend-store-uri", f"sqlite:///{tmp_path / 's.db'}",
-            "--artifacts-destination", str(tmp_path / "artifacts"),
+            str(mlflow_bin),
+            "server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+            "--backend-store-uri",
+            f"sqlite:///{tmp_path / 's.db'}",
+            "--artifacts-destination",
+            str(tmp_path / "artifacts"),
         ],
         cwd=tmp_path,
         env=env,
@@ -159,7 +191,6 @@ def start_server(tmp_path: Path, port: int) -> subprocess.Popen:
         stderr=subprocess.DEVNULL,
         start_new_session=True,  # its own process group, so stopping it stops its workers too
     )
-
 
 
 def wait_healthy(server: subprocess.Popen, port: int, limit_s: float = 60.0) -> bool:
@@ -172,7 +203,6 @@ def wait_healthy(server: subprocess.Popen, port: int, limit_s: float = 60.0) -> 
         except OSError:
             time.sleep(0.5)
     return False
-
 
 
 def stop_server(server: subprocess.Popen) -> None:

@@ -6,9 +6,9 @@ including the EOS or BOS that is added here; the stored ids have neither).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import torch
@@ -69,7 +69,7 @@ class ParallelData:
     tgt: TokenArray
 
     @classmethod
-    def load(cls, bin_dir: str | Path, split: str) -> "ParallelData":
+    def load(cls, bin_dir: str | Path, split: str) -> ParallelData:
         bin_dir = Path(bin_dir)
         data = cls(TokenArray(bin_dir / f"{split}.src"), TokenArray(bin_dir / f"{split}.tgt"))
         if len(data.src) != len(data.tgt):
@@ -199,7 +199,7 @@ class Batch:
     def __len__(self) -> int:
         return self.src.shape[0]
 
-    def to(self, device: torch.device | str, non_blocking: bool = False) -> "Batch":
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
         """A copy with the tensors on `device` (non_blocking needs pinned memory to overlap)."""
         return replace(
             self,

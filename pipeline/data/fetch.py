@@ -24,7 +24,6 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
 
 import click
 
@@ -47,15 +46,13 @@ _MIRROR_HELP = (
 )
 
 
-
 @dataclass(frozen=True)
 class Source:
     """One file to fetch: where it is, the param that named it, the sha256 it must have."""
 
     location: str  # a URL or a local path, as the user gave it
     key: str  # e.g. data.bitext.train.src, for messages
-    sha256: Optional[str]
-
+    sha256: str | None
 
 
 @dataclass(frozen=True)
@@ -67,8 +64,7 @@ class Fetched:
     sha256: str
 
 
-
-def fetch(source: Source, scratch: Path, mirror: Optional[Path]) -> Fetched:
+def fetch(source: Source, scratch: Path, mirror: Path | None) -> Fetched:
     """Get the file's bytes (local path, mirror, or network into `scratch`) and verify its sha256."""
     match = _SCHEME.match(source.location)
     if match is None:
@@ -81,7 +77,6 @@ def fetch(source: Source, scratch: Path, mirror: Optional[Path]) -> Fetched:
     return fetched
 
 
-
 def _fetch_local(source: Source) -> Fetched:
     path = Path(source.location)
     if not path.is_file():
@@ -89,8 +84,7 @@ def _fetch_local(source: Source) -> Fetched:
     return Fetched(path, "local", sha256_file(path))
 
 
-
-def _fetch_url(url: str, scratch: Path, mirror: Optional[Path]) -> Fetched:
+def _fetch_url(url: str, scratch: Path, mirror: Path | None) -> Fetched:
     if mirror is not None:
         mirrored = mirror_path(mirror, url)
         if mirrored.is_file():
@@ -107,7 +101,6 @@ def _fetch_url(url: str, scratch: Path, mirror: Optional[Path]) -> Fetched:
     return Fetched(path, "network", sha256_file(path))
 
 
-
 def mirror_path(mirror: Path, url: str) -> Path:
     """Where the mirror keeps `url`: https://HOST/PATH -> MIRROR/HOST/PATH (as `wget -x` stores it)."""
     parts = urllib.parse.urlsplit(url)
@@ -117,10 +110,8 @@ def mirror_path(mirror: Path, url: str) -> Path:
     return Path(mirror, parts.hostname, *segments)
 
 
-
 class FetchError(Exception):
     """The network did not give the file: after every try, or at once for an error that will last."""
-
 
 
 def download_url(url: str, scratch: Path) -> Path:
@@ -140,13 +131,11 @@ def download_url(url: str, scratch: Path) -> Path:
     raise AssertionError("unreachable")
 
 
-
 def _lasting(error: Exception) -> bool:
     """A 4xx answer (a 404, say) will not change by asking again; 408 and 429 may."""
     if not isinstance(error, urllib.error.HTTPError):
         return False
     return 400 <= error.code < 500 and error.code not in (408, 429)
-
 
 
 def _download_once(url: str, scratch: Path) -> Path:
@@ -169,14 +158,12 @@ def _download_once(url: str, scratch: Path) -> Path:
     return path
 
 
-
 def sha256_file(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         while chunk := f.read(_CHUNK):
             digest.update(chunk)
     return digest.hexdigest()
-
 
 
 def _expected_sums(source: Source) -> list[tuple[str, str]]:
@@ -190,12 +177,10 @@ def _expected_sums(source: Source) -> list[tuple[str, str]]:
     return sums
 
 
-
-def verified_by(source: Source) -> Optional[str]:
+def verified_by(source: Source) -> str | None:
     """Which sums the file was checked against, for the manifest: params, pinned, both, or None."""
     sums = {"params": source.sha256, "pinned": corpora.PINNED_SHA256.get(source.location)}
     return "+".join(name for name, value in sums.items() if value) or None
-
 
 
 def _verify(source: Source, fetched: Fetched) -> None:
@@ -209,7 +194,6 @@ def _verify(source: Source, fetched: Fetched) -> None:
             f"sha256 mismatch for {source.location}{where}: expected {expected} ({origin}), "
             f"got {fetched.sha256}; the file is corrupt or changed upstream; check the source or the sum"
         )
-
 
 
 def decode_lines(data: bytes, name: str) -> list[str]:

@@ -25,7 +25,6 @@ from pipeline.params import CleanParams
 _KEEP_CF = {0x200C, 0x200D}  # ZWNJ, ZWJ
 
 
-
 @functools.cache
 def _control_table() -> dict[int, str | None]:
     """str.translate table for step 1: whitespace Cc -> space, other Cc and Cf -> deleted."""
@@ -39,7 +38,6 @@ def _control_table() -> dict[int, str | None]:
     return table
 
 
-
 def _steps(line: str) -> tuple[str, str, str]:
     """The line after steps 1, 2 and 3 of the normalization."""
     no_controls = line.translate(_control_table())
@@ -47,11 +45,9 @@ def _steps(line: str) -> tuple[str, str, str]:
     return no_controls, nfc, " ".join(nfc.split())
 
 
-
 def normalize(line: str) -> str:
     """One line, normalized as the module docstring says (also used on user input by translate)."""
     return _steps(line)[2]
-
 
 
 @dataclass
@@ -61,7 +57,6 @@ class SideStats:
     control_chars: int = 0
     nfc: int = 0
     whitespace: int = 0
-
 
 
 def normalize_lines(lines: Sequence[str], stats: SideStats) -> list[str]:
@@ -74,7 +69,6 @@ def normalize_lines(lines: Sequence[str], stats: SideStats) -> list[str]:
         stats.whitespace += result != nfc
         out.append(result)
     return out
-
 
 
 def drop_reason(src: str, tgt: str, params: CleanParams) -> str | None:

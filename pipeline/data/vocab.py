@@ -6,8 +6,8 @@ an encoded sentence is exactly its subword pieces.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import sentencepiece as spm
 
@@ -38,12 +38,12 @@ class Vocab:
         self._tgt = self._src if tgt_model is None else _load_checked(Path(tgt_model))
 
     @classmethod
-    def from_files(cls, src_model: Path, tgt_model: Path | None = None) -> "Vocab":
+    def from_files(cls, src_model: Path, tgt_model: Path | None = None) -> Vocab:
         """A joint vocab from one model file, or a separate one from two."""
         return cls(src_model, tgt_model)
 
     @classmethod
-    def load(cls, bpe_dir: str | Path) -> "Vocab":
+    def load(cls, bpe_dir: str | Path) -> Vocab:
         """Find spm.model (joint) or src.model + tgt.model (separate) in `bpe_dir`."""
         bpe_dir = Path(bpe_dir)
         joint = bpe_dir / JOINT_MODEL

@@ -65,24 +65,25 @@ import json
 import logging
 import shutil
 import types
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
-from pipeline.model import checkpoint
 from pipeline import params as P
+from pipeline.data.vocab import Vocab
+from pipeline.decoding.search import BANNED, Hypothesis, SearchStats, fit_to_model, length_penalty
+from pipeline.decoding.translator import QUANTIZATIONS, TextTranslator
 from pipeline.devices import pick_device
 from pipeline.errors import UserError
 from pipeline.files import atomic_path, write_json
+from pipeline.model import checkpoint
 from pipeline.model.transformer import Transformer
 from pipeline.params import DecodeParams
-from pipeline.decoding.search import BANNED, Hypothesis, SearchStats, fit_to_model, length_penalty
 from pipeline.tokens import EOS
-from pipeline.decoding.translator import QUANTIZATIONS, TextTranslator
-from pipeline.data.vocab import Vocab
 
 log = logging.getLogger(__name__)
 
@@ -174,7 +175,9 @@ def build_spec(model: Transformer, src_pieces: Sequence[str], tgt_pieces: Sequen
     check_expressible(cfg)
     activation = {"relu": common_spec.Activation.RELU, "gelu": common_spec.Activation.GELU}[cfg.activation]
     spec = transformer_spec.TransformerSpec.from_config(
-        (cfg.n_encoder_layers, cfg.n_decoder_layers), cfg.n_heads, pre_norm=cfg.norm == "pre",
+        (cfg.n_encoder_layers, cfg.n_decoder_layers),
+        cfg.n_heads,
+        pre_norm=cfg.norm == "pre",
         activation=activation,
     )
     _set_embeddings(spec.encoder, model.src_embed, cfg)
@@ -275,8 +278,10 @@ def resolve(model_dir: Path, quantization: str | None) -> Path:
         return model_dir
     quantization = quantization or "float32"
     cached = cache_dir(model_dir, quantization)
-    fresh = is_exported(cached) and (model_dir / checkpoint.MODEL_FILE).is_file() and (
-        _read_info(cached).get("model_sha256") == _digest(model_dir / checkpoint.MODEL_FILE)
+    fresh = (
+        is_exported(cached)
+        and (model_dir / checkpoint.MODEL_FILE).is_file()
+        and (_read_info(cached).get("model_sha256") == _digest(model_dir / checkpoint.MODEL_FILE))
     )
     if not fresh:
         log.info(f"converting {model_dir} to CTranslate2 ({quantization}) in {cached}")
@@ -299,8 +304,14 @@ class _Found:
 class CT2Translator(TextTranslator):
     """The ctranslate2 backend: a TextTranslator over a ctranslate2.Translator."""
 
-    def __init__(self, ct2_dir: Path, device: str = "auto", settings: DecodeParams | None = None,
-                 threads: int = 0, exact: bool = False):
+    def __init__(
+        self,
+        ct2_dir: Path,
+        device: str = "auto",
+        settings: DecodeParams | None = None,
+        threads: int = 0,
+        exact: bool = False,
+    ):
         ct2 = _ctranslate2()
         self.exact = exact
         self.ct2_dir = ct2_dir = Path(ct2_dir)
@@ -320,13 +331,20 @@ class CT2Translator(TextTranslator):
         )
 
     @classmethod
-    def from_dir(cls, model_dir: str | Path, device: str = "auto", quantization: str | None = None,
-                 settings: DecodeParams | None = None, exact: bool = False) -> "CT2Translator":
+    def from_dir(
+        cls,
+        model_dir: str | Path,
+        device: str = "auto",
+        quantization: str | None = None,
+        settings: DecodeParams | None = None,
+        exact: bool = False,
+    ) -> CT2Translator:
         """A model directory (converted on first use) or an export-ct2 directory."""
         return cls(resolve(Path(model_dir), quantization), device, settings, exact=exact)
 
-    def search_ids(self, seqs: Sequence[Sequence[int]], s: DecodeParams,
-                   stats: SearchStats | None = None) -> list[list[Hypothesis]]:
+    def search_ids(
+        self, seqs: Sequence[Sequence[int]], s: DecodeParams, stats: SearchStats | None = None
+    ) -> list[list[Hypothesis]]:
         """Source ids (without EOS) -> per input its n_best hypotheses, in input order."""
         stats = stats if stats is not None else SearchStats()
         fitted = [fit_to_model(self._limits, q, s.max_len_a, s.max_len_b) if q else ([], 0) for q in seqs]
@@ -363,10 +381,17 @@ class CT2Translator(TextTranslator):
         if not sources:
             return []
         results = self.translator.translate_batch(
-            [self.vocab.src_pieces(src) for src in sources], beam_size=s.beam, num_hypotheses=s.n_best,
-            length_penalty=s.length_penalty, return_scores=True, max_decoding_length=max(max_lens) + 1,
-            min_decoding_length=0, max_input_length=0, suppress_sequences=self._banned,
-            max_batch_size=max(s.batch_tokens // s.beam, 1), batch_type="tokens",
+            [self.vocab.src_pieces(src) for src in sources],
+            beam_size=s.beam,
+            num_hypotheses=s.n_best,
+            length_penalty=s.length_penalty,
+            return_scores=True,
+            max_decoding_length=max(max_lens) + 1,
+            min_decoding_length=0,
+            max_input_length=0,
+            suppress_sequences=self._banned,
+            max_batch_size=max(s.batch_tokens // s.beam, 1),
+            batch_type="tokens",
         )
         return [
             [Hypothesis([self._tgt_ids[p] for p in h][:n], score) for h, score in zip(r.hypotheses, r.scores)]
@@ -378,10 +403,18 @@ class CT2Translator(TextTranslator):
         pieces = [self.vocab.src_pieces(src) for src in sources]
         beam = s.beam
         results = self.translator.translate_batch(
-            pieces, beam_size=beam, patience=1, num_hypotheses=beam,
-            length_penalty=NO_EARLY_EXIT if beam > 1 else 0.0, return_scores=True, return_end_token=True,
-            max_decoding_length=max_len + 1, min_decoding_length=0, max_input_length=0,
-            suppress_sequences=self._banned, max_batch_size=max(s.batch_tokens // beam, 1),
+            pieces,
+            beam_size=beam,
+            patience=1,
+            num_hypotheses=beam,
+            length_penalty=NO_EARLY_EXIT if beam > 1 else 0.0,
+            return_scores=True,
+            return_end_token=True,
+            max_decoding_length=max_len + 1,
+            min_decoding_length=0,
+            max_input_length=0,
+            suppress_sequences=self._banned,
+            max_batch_size=max(s.batch_tokens // beam, 1),
             batch_type="tokens",
         )
         found = [[self._found(h, sc, max_len) for h, sc in zip(r.hypotheses, r.scores)] for r in results]
@@ -414,5 +447,3 @@ class CT2Translator(TextTranslator):
         alpha = s.length_penalty
         hyps = [Hypothesis(list(k), t / length_penalty(len(k) + 1, alpha)) for k, t in best.items()]
         return sorted(hyps, key=lambda h: -h.score)[: s.n_best]
-
-

@@ -18,22 +18,22 @@ Symbols: T target pieces + EOS, S source pieces + EOS, H heads.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import torch
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from pipeline.data.text import normalize
 from pipeline.data.batching import collate_src
+from pipeline.data.text import normalize
+from pipeline.decoding.search import evaluating, translate_ids
+from pipeline.decoding.translator import Translator
 from pipeline.errors import UserError
 from pipeline.files import atomic_path
-from pipeline.decoding.search import evaluating, translate_ids
 from pipeline.tokens import BOS, EOS
-from pipeline.decoding.translator import Translator
 
 Layers = str | Sequence[int]  # "all", or 0-based decoder layer indices
 Heads = str | int  # "mean", or one 0-based head index
@@ -57,7 +57,11 @@ def _translator(model: Translator | str | Path) -> Translator:
 
 
 def cross_attention(
-    translator: Translator, sentence: str, *, layers: Layers = "all", heads: Heads = "mean",
+    translator: Translator,
+    sentence: str,
+    *,
+    layers: Layers = "all",
+    heads: Heads = "mean",
     beam: int | None = None,
 ) -> CrossAttention:
     """Translate `sentence`, teacher-force the output, return the chosen layers' (T, S) weights."""
@@ -70,20 +74,28 @@ def cross_attention(
     if not text:
         raise UserError("an empty sentence has no attention to draw; pick a non-blank one")
     src = vocab.encode_src([text])[0]
-    (best, *_), = translate_ids(
-        model, [src], beam=beam or s.beam, length_penalty=s.length_penalty, max_len_a=s.max_len_a,
-        max_len_b=s.max_len_b, batch_tokens=s.batch_tokens, device=translator.device,
+    ((best, *_),) = translate_ids(
+        model,
+        [src],
+        beam=beam or s.beam,
+        length_penalty=s.length_penalty,
+        max_len_a=s.max_len_a,
+        max_len_b=s.max_len_b,
+        batch_tokens=s.batch_tokens,
+        device=translator.device,
     )
     src_t = collate_src([src]).to(translator.device)  # (1, S), EOS appended
-    tgt_in = torch.tensor([[BOS] + best.tokens], device=translator.device)  # (1, T)
+    tgt_in = torch.tensor([[BOS, *best.tokens]], device=translator.device)  # (1, T)
     with evaluating(model), model.recording_attention() as records:
         model(src_t, tgt_in)
     chosen = range(len(model.decoder)) if layers == "all" else list(layers)
     weights = [records[f"decoder.{i}.cross_attn"][0][0].float() for i in chosen]  # each (H, T, S)
     matrices = [(w.mean(0) if heads == "mean" else w[int(heads)]).cpu().numpy() for w in weights]
     return CrossAttention(
-        src_pieces=vocab.src_pieces(src + [EOS]), tgt_pieces=vocab.tgt_pieces(best.tokens + [EOS]),
-        layers=list(chosen), matrices=matrices,
+        src_pieces=vocab.src_pieces([*src, EOS]),
+        tgt_pieces=vocab.tgt_pieces([*best.tokens, EOS]),
+        layers=list(chosen),
+        matrices=matrices,
     )
 
 
@@ -117,8 +129,13 @@ def draw(attention: CrossAttention, path: Path, title: str = "") -> Path:
 
 
 def plot_sentence(
-    model: Translator | str | Path, sentence: str, path: str | Path, *, layers: Layers = "all",
-    heads: Heads = "mean", beam: int | None = None,
+    model: Translator | str | Path,
+    sentence: str,
+    path: str | Path,
+    *,
+    layers: Layers = "all",
+    heads: Heads = "mean",
+    beam: int | None = None,
 ) -> Path:
     """One sentence's heatmaps into the PNG file `path`."""
     attention = cross_attention(_translator(model), sentence, layers=layers, heads=heads, beam=beam)
@@ -127,7 +144,10 @@ def plot_sentence(
 
 
 def plot_cross_attention(
-    model: Translator | str | Path, sentences: Sequence[str], out_dir: str | Path, layers: Layers = "all",
+    model: Translator | str | Path,
+    sentences: Sequence[str],
+    out_dir: str | Path,
+    layers: Layers = "all",
     heads: Heads = "mean",
 ) -> list[Path]:
     """out_dir/cross_attention_{i}.png for each sentence i (from 0); returns the paths in order."""

@@ -43,9 +43,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Iterator, Protocol, Sequence
+from typing import Protocol
 
 import torch
 
@@ -76,8 +77,13 @@ class SearchStats:
     truncated: int = 0
     batches: int = 0
 
-    def add(self, seqs: Sequence[Sequence[int]], fitted: Sequence[tuple[list[int], int]],
-            results: Sequence[list[Hypothesis]], truncated: int) -> None:
+    def add(
+        self,
+        seqs: Sequence[Sequence[int]],
+        fitted: Sequence[tuple[list[int], int]],
+        results: Sequence[list[Hypothesis]],
+        truncated: int,
+    ) -> None:
         """Count one call's inputs, their fitted sources and 1-best outputs (batches are counted apart)."""
         self.sentences += len(seqs)
         self.src_tokens += sum(len(f[0]) for f in fitted)
@@ -398,8 +404,9 @@ def search_batches(
     if torch.device(device).type != "cpu" or recording:
         workers = 1
     workers = max(min(workers, len(batches)), 1)
-    autocast = dict(device_type="cpu", dtype=torch.get_autocast_dtype("cpu"),
-                    enabled=torch.is_autocast_enabled("cpu"))
+    autocast = dict(
+        device_type="cpu", dtype=torch.get_autocast_dtype("cpu"), enabled=torch.is_autocast_enabled("cpu")
+    )
 
     def run(batch: list[int]) -> list[list[Hypothesis]]:
         if workers > 1:
@@ -465,8 +472,16 @@ def translate_ids(
             raise ValueError("batches must hold the index of every non-empty input exactly once")
     with evaluating(model):
         found = search_batches(
-            model, fitted, batches, workers=workers, device=device, beam=beam, alpha=length_penalty,
-            n_best=n_best, use_cache=use_cache, min_len=min_len,
+            model,
+            fitted,
+            batches,
+            workers=workers,
+            device=device,
+            beam=beam,
+            alpha=length_penalty,
+            n_best=n_best,
+            use_cache=use_cache,
+            min_len=min_len,
         )
     for batch, hyps in zip(batches, found):
         for i, h in zip(batch, hyps):

@@ -31,20 +31,20 @@ loader in BACKENDS returning a TextTranslator.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import torch
 
-from pipeline.model import checkpoint
 from pipeline.data.text import normalize
+from pipeline.data.vocab import Vocab
+from pipeline.decoding.search import Hypothesis, SearchStats, default_workers, translate_ids
 from pipeline.devices import torch_device
 from pipeline.errors import UserError
+from pipeline.model import checkpoint
 from pipeline.model.transformer import Seq2SeqBase
 from pipeline.params import DecodeParams, Params
-from pipeline.decoding.search import Hypothesis, SearchStats, default_workers, translate_ids
-from pipeline.data.vocab import Vocab
 
 CHUNK_LINES = 5000  # lines searched together: enough to sort into full batches, bounded memory
 
@@ -145,7 +145,12 @@ class Translator(TextTranslator):
     """
 
     def __init__(
-        self, model: Seq2SeqBase, vocab: Vocab, params: Params, settings: DecodeParams, device: torch.device,
+        self,
+        model: Seq2SeqBase,
+        vocab: Vocab,
+        params: Params,
+        settings: DecodeParams,
+        device: torch.device,
         workers: int | None = None,
     ):
         self.model = model.to(device).eval()
@@ -157,9 +162,12 @@ class Translator(TextTranslator):
 
     @classmethod
     def from_dir(
-        cls, model_dir: str | Path, device: str = "auto", settings: DecodeParams | None = None,
+        cls,
+        model_dir: str | Path,
+        device: str = "auto",
+        settings: DecodeParams | None = None,
         workers: int | None = None,
-    ) -> "Translator":
+    ) -> Translator:
         """Load model_dir's model.pt and sentencepiece model(s); settings default to its decode params."""
         model_dir = Path(model_dir)
         path = model_dir / checkpoint.MODEL_FILE
@@ -180,16 +188,31 @@ class Translator(TextTranslator):
         self, seqs: Sequence[Sequence[int]], s: DecodeParams, stats: SearchStats | None = None
     ) -> list[list[Hypothesis]]:
         return translate_ids(
-            self.model, seqs, beam=s.beam, length_penalty=s.length_penalty, max_len_a=s.max_len_a,
-            max_len_b=s.max_len_b, batch_tokens=s.batch_tokens, device=self.device, n_best=s.n_best,
-            stats=stats, workers=self.workers,
+            self.model,
+            seqs,
+            beam=s.beam,
+            length_penalty=s.length_penalty,
+            max_len_a=s.max_len_a,
+            max_len_b=s.max_len_b,
+            batch_tokens=s.batch_tokens,
+            device=self.device,
+            n_best=s.n_best,
+            stats=stats,
+            workers=self.workers,
         )
 
 
 # CTranslate2's weight types (ctranslate2.specs.model_spec.ACCEPTED_MODEL_TYPES), listed here so
 # that the command's help does not need ctranslate2 installed.
 QUANTIZATIONS = (
-    "float32", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16",
+    "float32",
+    "int8",
+    "int8_float32",
+    "int8_float16",
+    "int8_bfloat16",
+    "int16",
+    "float16",
+    "bfloat16",
 )
 
 
@@ -204,5 +227,3 @@ def one_line(text: str) -> str:
 def nbest_row(index: int, t: Translation) -> str:
     """The Moses/fairseq n-best format: `i ||| hypothesis ||| score`."""
     return f"{index} ||| {one_line(t.text)} ||| {t.score:.4f}"
-
-

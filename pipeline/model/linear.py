@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import os
 import warnings
-from typing import Optional
 
 import torch
 import torch.nn.functional as F
@@ -63,8 +62,11 @@ def _chosen_in_environment() -> bool:
     """PIPELINE_CPU_GEMM: onednn (the default) or mkl; anything else warns and keeps the default."""
     choice = os.environ.get("PIPELINE_CPU_GEMM", "onednn").strip().lower()
     if choice not in GEMM_LIBRARIES:
-        warnings.warn(f"PIPELINE_CPU_GEMM={choice!r} is neither of {', '.join(GEMM_LIBRARIES)}; "
-                      "using onednn (set PIPELINE_CPU_GEMM=mkl for torch's default)", stacklevel=2)
+        warnings.warn(
+            f"PIPELINE_CPU_GEMM={choice!r} is neither of {', '.join(GEMM_LIBRARIES)}; "
+            "using onednn (set PIPELINE_CPU_GEMM=mkl for torch's default)",
+            stacklevel=2,
+        )
     return choice != "mkl"
 
 
@@ -85,7 +87,7 @@ def use_onednn(enabled: bool) -> bool:
     return before
 
 
-def _onednn(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], relu: bool) -> torch.Tensor:
+def _onednn(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, relu: bool) -> torch.Tensor:
     """x (N, D_in) 2-D, weight (D_out, D_in) -> (N, D_out), not a view."""
     return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "relu" if relu else "none", [], "")
 
@@ -104,8 +106,11 @@ def _reused(weight: torch.Tensor) -> torch.Tensor:
         return weight
     entry = _PACKED.get(weight)
     if entry is None or entry[0].data_ptr() != weight.data_ptr() or entry[1] != weight._version:
-        entry = _PACKED[weight] = (weight.detach(), weight._version,
-                                   torch.ops.mkldnn._reorder_linear_weight(weight, None))
+        entry = _PACKED[weight] = (
+            weight.detach(),
+            weight._version,
+            torch.ops.mkldnn._reorder_linear_weight(weight, None),
+        )
     return entry[2]
 
 
@@ -123,15 +128,16 @@ def takes_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
 
 
 def linear(
-    x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None, relu: bool = False
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, relu: bool = False
 ) -> torch.Tensor:
     """F.linear(x, weight, bias) (then ReLU if `relu`): x (..., D_in) -> (..., D_out)."""
     if not takes_onednn(x, weight):
         y = F.linear(x, weight, bias)
         return F.relu(y, inplace=True) if relu else y
     rows = x.reshape(-1, x.size(-1))
-    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or (
-            bias is not None and bias.requires_grad)):
+    if torch.is_grad_enabled() and (
+        x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad)
+    ):
         y = _OneDnnLinear.apply(rows, weight, bias, relu)
     else:
         y = _onednn(rows, _reused(weight), bias, relu)

@@ -21,8 +21,6 @@ Symbols: N target tokens, D d_model, V vocabulary.
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 
 from pipeline.model.linear import linear
@@ -35,7 +33,7 @@ CHUNK_ROWS = 1024
 def projected_loss(
     hidden: torch.Tensor,
     weight: torch.Tensor,
-    bias: Optional[torch.Tensor],
+    bias: torch.Tensor | None,
     target: torch.Tensor,
     smoothing: float,
     chunk_rows: int = CHUNK_ROWS,

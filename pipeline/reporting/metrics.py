@@ -14,6 +14,7 @@ from sacrebleu.metrics import BLEU, CHRF, TER
 
 from pipeline.errors import UserError
 
+
 def corpus_scores(hyps: Sequence[str], refs: Sequence[str]) -> dict[str, Any]:
     """BLEU, chrF, TER (rounded to 2 decimals), line count and signatures of one split."""
     scores: dict[str, Any] = {}
@@ -24,13 +25,11 @@ def corpus_scores(hyps: Sequence[str], refs: Sequence[str]) -> dict[str, Any]:
     return {**scores, "n_lines": len(hyps), "signature": signatures}
 
 
-
 def sentence_chrf(hyps: Sequence[str], refs: Sequence[str]) -> list[float]:
     """Sentence-level chrF of each hypothesis against its reference."""
     check_aligned(len(hyps), len(refs), "hypotheses", "references")
     chrf = CHRF()
     return [float(chrf.sentence_score(h, [r]).score) for h, r in zip(hyps, refs)]
-
 
 
 def bleu_by_length(
@@ -56,7 +55,6 @@ def bleu_by_length(
             bleu = round(float(score.score), 2)
         rows.append({"bucket": label, "n_lines": len(picked), "bleu": bleu})
     return rows
-
 
 
 def check_aligned(n_a: int, n_b: int, what_a: str, what_b: str) -> None:

@@ -24,7 +24,7 @@ import sys
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import pandas as pd
 
@@ -37,8 +37,15 @@ ID_COLUMNS = ("run", "dvc_exp", "commit", "status", "started", "id")
 # Names as train.py (n_params, train_seconds, tokens_per_s) and score.py
 # (test_*, dev_* for the val split) log them to MLflow.
 METRIC_COLUMNS = (
-    "test_bleu", "test_chrf", "test_ter", "dev_bleu", "dev_chrf", "dev_ter",
-    "n_params", "train_seconds", "tokens_per_s",
+    "test_bleu",
+    "test_chrf",
+    "test_ter",
+    "dev_bleu",
+    "dev_chrf",
+    "dev_ter",
+    "n_params",
+    "train_seconds",
+    "tokens_per_s",
 )
 
 SORT_BY = ("test_bleu", "dev_bleu")
@@ -46,8 +53,11 @@ SORT_BY = ("test_bleu", "dev_bleu")
 # `dvc exp show --json` metrics, flattened across the metrics files (metrics.json:
 # {split: {bleu, ...}}, train/summary.json: {n_params, ...}), to the MLflow names.
 DVC_METRICS = {
-    **{f"{split}.{name}": f"{mlflow}_{name}"
-       for split, mlflow in (("test", "test"), ("val", "dev")) for name in ("bleu", "chrf", "ter")},
+    **{
+        f"{split}.{name}": f"{mlflow}_{name}"
+        for split, mlflow in (("test", "test"), ("val", "dev"))
+        for name in ("bleu", "chrf", "ter")
+    },
     **{name: name for name in ("n_params", "train_seconds", "tokens_per_s")},
 }
 
@@ -56,10 +66,8 @@ DVC_STATES = {None: "finished", "success": "finished"}  # executor state -> stat
 DVC_TIMEOUT_S = 300
 
 
-
 class ExperimentsUnavailable(Exception):
     """The runs cannot be read (no database yet, server down); the message says why."""
-
 
 
 @dataclass(frozen=True)
@@ -67,14 +75,13 @@ class RunRecord:
     """One run as either source describes it; params as params.yaml spells them."""
 
     run: str
-    id: Optional[str] = None  # MLflow run id, or the git rev of a DVC experiment
-    dvc_exp: Optional[str] = None
-    commit: Optional[str] = None  # the git commit whose code ran
+    id: str | None = None  # MLflow run id, or the git rev of a DVC experiment
+    dvc_exp: str | None = None
+    commit: str | None = None  # the git commit whose code ran
     status: str = "finished"
-    started: Optional[pd.Timestamp] = None
+    started: pd.Timestamp | None = None
     params: dict[str, str] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
-
 
 
 def table(records: Iterable[RunRecord]) -> pd.DataFrame:
@@ -97,12 +104,10 @@ def table(records: Iterable[RunRecord]) -> pd.DataFrame:
     return frame.reset_index(drop=True)
 
 
-
 def differing_params(params: list[dict[str, str]]) -> list[str]:
     """Flat keys whose value is not the same in every run (absent counts as a value); sorted."""
     keys = sorted({k for p in params for k in p})
     return [k for k in keys if len({p.get(k) for p in params}) > 1]
-
 
 
 def param_text(value: Any) -> str:
@@ -117,14 +122,12 @@ def param_text(value: Any) -> str:
     return str(value)
 
 
-
-def mlflow_table(experiment: str, uri: Optional[str] = None) -> pd.DataFrame:
+def mlflow_table(experiment: str, uri: str | None = None) -> pd.DataFrame:
     """Every active run of `experiment` in MLflow; raises ExperimentsUnavailable if it cannot be read."""
     return table(mlflow_records(experiment, uri))
 
 
-
-def mlflow_records(experiment: str, uri: Optional[str] = None) -> list[RunRecord]:
+def mlflow_records(experiment: str, uri: str | None = None) -> list[RunRecord]:
     uri = uri or tracking.tracking_uri()
     db = tracking.sqlite_path(uri)
     if db is not None and not db.is_file():
@@ -133,9 +136,8 @@ def mlflow_records(experiment: str, uri: Optional[str] = None) -> list[RunRecord
     try:
         with tracking._quick_http():
             return [_mlflow_record(run) for run in _search_all(experiment, uri)]
-    except Exception as e:  # noqa: BLE001 - any MLflow failure means "cannot read", with its reason
+    except Exception as e:
         raise ExperimentsUnavailable(f"MLflow at {uri} could not be read ({tracking._reason(e)})") from e
-
 
 
 def _search_all(experiment: str, uri: str) -> Iterator[Any]:
@@ -156,8 +158,7 @@ def _search_all(experiment: str, uri: str) -> Iterator[Any]:
             return
 
 
-
-def mlflow_histories(run_ids: Sequence[str], key: str, uri: Optional[str] = None) -> dict[str, pd.DataFrame]:
+def mlflow_histories(run_ids: Sequence[str], key: str, uri: str | None = None) -> dict[str, pd.DataFrame]:
     """Each run's logged `key` by step (columns step, value); runs that never logged it are left out."""
     uri = uri or tracking.tracking_uri()
     try:
@@ -174,9 +175,8 @@ def mlflow_histories(run_ids: Sequence[str], key: str, uri: Optional[str] = None
                     # A resumed run can log a step again: its latest value wins.
                     out[run_id] = frame.drop_duplicates("step", keep="last")[["step", "value"]]
             return out
-    except Exception as e:  # noqa: BLE001 - as in mlflow_records
+    except Exception as e:
         raise ExperimentsUnavailable(f"MLflow at {uri} could not be read ({tracking._reason(e)})") from e
-
 
 
 def _mlflow_record(run: Any) -> RunRecord:
@@ -193,11 +193,9 @@ def _mlflow_record(run: Any) -> RunRecord:
     )
 
 
-
 def dvc_table(shown: list[dict[str, Any]]) -> pd.DataFrame:
     """The table from `dvc exp show --json`'s parsed output (DVC 3: baselines with their experiments)."""
     return table(dvc_records(shown))
-
 
 
 def dvc_records(shown: list[dict[str, Any]]) -> list[RunRecord]:
@@ -217,9 +215,9 @@ def dvc_records(shown: list[dict[str, Any]]) -> list[RunRecord]:
     return records
 
 
-
-def _dvc_record(entry: dict[str, Any], name: str, exp: Optional[str], commit: Optional[str],
-                status: str) -> RunRecord:
+def _dvc_record(
+    entry: dict[str, Any], name: str, exp: str | None, commit: str | None, status: str
+) -> RunRecord:
     data = entry.get("data") or {}
     params: dict[str, str] = {}
     for source in (data.get("params") or {}).values():  # one entry per params file
@@ -242,12 +240,10 @@ def _dvc_record(entry: dict[str, Any], name: str, exp: Optional[str], commit: Op
     )
 
 
-
-def _dvc_status(entry: dict[str, Any], state: Optional[str]) -> str:
+def _dvc_status(entry: dict[str, Any], state: str | None) -> str:
     if entry.get("error"):
         return "error"
     return DVC_STATES.get(state, str(state))
-
 
 
 def dvc_exp_show(repo: Path, all_commits: bool = False) -> list[dict[str, Any]]:
@@ -269,7 +265,6 @@ def dvc_exp_show(repo: Path, all_commits: bool = False) -> list[dict[str, Any]]:
         return json.loads(done.stdout or "[]")
     except ValueError as e:
         raise UserError(f"`dvc exp show --json` printed something that is not JSON ({e})")
-
 
 
 def _dvc_binary() -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any, Optional
+from typing import Any
 
 import pandas as pd
 
@@ -15,12 +15,10 @@ SCORE_DIGITS = 1  # BLEU, chrF, TER as papers and sacreBLEU print them
 _MARKDOWN_SPECIAL = "\\`*|<>"  # not "_": GitHub ignores it inside words, where it is common
 
 
-
 def escape_cell(value: Any) -> str:
     """Text safe inside a Markdown table cell: one line, Markdown characters escaped."""
     text = " ".join(str(value).split())
     return "".join("\\" + c if c in _MARKDOWN_SPECIAL else c for c in text)
-
 
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]], align: str = "") -> str:
@@ -32,17 +30,14 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]], align: 
     return "\n".join(lines)
 
 
-
 def frame_table(frame: pd.DataFrame, align: str = "") -> str:
     """A DataFrame as a Markdown table (columns as header, index dropped)."""
     rows = [[fmt(v) for v in row] for row in frame.itertuples(index=False)]
     return markdown_table([str(c) for c in frame.columns], rows, align)
 
 
-
 def _row(cells: Sequence[Any], escape: bool = True) -> str:
     return "| " + " | ".join(escape_cell(c) if escape else str(c) for c in cells) + " |"
-
 
 
 def fmt(value: Any, digits: int = 2) -> str:
@@ -60,10 +55,8 @@ def fmt(value: Any, digits: int = 2) -> str:
     return str(value)
 
 
-
 def fmt_score(value: Any) -> str:
     return fmt(value, SCORE_DIGITS)
-
 
 
 def fmt_whole(value: Any) -> str:
@@ -71,27 +64,28 @@ def fmt_whole(value: Any) -> str:
     return fmt(value, 0)
 
 
-
 def fmt_hms(seconds: Any) -> str:
     """Seconds as h:mm:ss."""
     if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or math.isnan(seconds):
         return fmt(seconds)
-    s = int(round(seconds))
+    s = round(seconds)
     return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
 
 # Columns of the experiments table after the params: (DataFrame column, header, format).
 # dev chrF and TER stay in the DataFrame and the command's CSV: the page has enough columns.
 EXPERIMENT_METRICS = (
-    ("test_bleu", "test BLEU", fmt_score), ("test_chrf", "chrF", fmt_score), ("test_ter", "TER", fmt_score),
-    ("dev_bleu", "dev BLEU", fmt_score), ("n_params", "parameters", fmt_whole),
-    ("train_seconds", "train time", fmt_hms), ("tokens_per_s", "tokens/s", fmt_whole),
+    ("test_bleu", "test BLEU", fmt_score),
+    ("test_chrf", "chrF", fmt_score),
+    ("test_ter", "TER", fmt_score),
+    ("dev_bleu", "dev BLEU", fmt_score),
+    ("n_params", "parameters", fmt_whole),
+    ("train_seconds", "train time", fmt_hms),
+    ("tokens_per_s", "tokens/s", fmt_whole),
 )
 
 
-
-def experiments_markdown(
-    frame: pd.DataFrame, current: Optional[str] = None, limit: Optional[int] = None
-) -> str:
+def experiments_markdown(frame: pd.DataFrame, current: str | None = None, limit: int | None = None) -> str:
     """An experiments.table() as Markdown: rank, run, what differs, scores, size, speed; `current` marked."""
     if frame.empty:
         return "No runs yet."
@@ -113,7 +107,6 @@ def experiments_markdown(
     return markdown_table(header, rows, align) + ("\n\n" + " ".join(notes) if notes else "")
 
 
-
 def _experiment_columns(frame: pd.DataFrame) -> tuple[list[str], str]:
     """Header and alignment; a status column only if some run did not finish."""
     params = _param_columns(frame)
@@ -121,7 +114,6 @@ def _experiment_columns(frame: pd.DataFrame) -> tuple[list[str], str]:
     header = ["#", "run", "commit", *status, *params, *(h for _, h, _ in EXPERIMENT_METRICS)]
     align = "rll" + "l" * len(status) + "".join("r" if _numeric(frame[p]) else "l" for p in params)
     return header, align + "r" * len(EXPERIMENT_METRICS)
-
 
 
 def _experiment_row(frame: pd.DataFrame, i: int, marked: bool, with_status: bool) -> list[str]:
@@ -136,10 +128,8 @@ def _experiment_row(frame: pd.DataFrame, i: int, marked: bool, with_status: bool
     ]
 
 
-
 def _param_columns(frame: pd.DataFrame) -> list[str]:
     return [c for c in frame.columns if c not in runs.ID_COLUMNS and c not in runs.METRIC_COLUMNS]
-
 
 
 def run_label(row: pd.Series) -> str:
@@ -147,12 +137,10 @@ def run_label(row: pd.Series) -> str:
     return str(row["dvc_exp"]) if isinstance(row["dvc_exp"], str) else str(row["run"])
 
 
-
 def _numeric(column: pd.Series) -> bool:
     """True if every present value of a params column reads as a number (so it aligns right)."""
     values = [v for v in column if isinstance(v, str)]
     return bool(values) and all(_is_number(v) for v in values)
-
 
 
 def _is_number(text: str) -> bool:

@@ -15,16 +15,17 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator, TextIO
+from typing import TextIO
 
 import click
 import numpy as np
 
 from pipeline import tokens
+from pipeline.data.vocab import Vocab
 from pipeline.errors import UserError
 from pipeline.files import atomic_path, write_json
-from pipeline.data.vocab import Vocab
 
 SPLITS = ("train", "val", "test")
 SIDES = ("src", "tgt")
@@ -58,8 +59,12 @@ def binarize(clean_dir: Path, bpe_dir: Path, out_dir: Path) -> dict:
     with atomic_path(out_dir) as tmp:
         tmp.mkdir()
         for split in SPLITS:
-            stats = {side: _encode_file(clean_dir / f"{split}.{side}", encoders[side], dtype,
-                                        tmp / f"{split}.{side}") for side in SIDES}
+            stats = {
+                side: _encode_file(
+                    clean_dir / f"{split}.{side}", encoders[side], dtype, tmp / f"{split}.{side}"
+                )
+                for side in SIDES
+            }
             n_src, n_tgt = stats["src"].pop("sentences"), stats["tgt"].pop("sentences")
             if n_src != n_tgt:
                 raise UserError(
@@ -107,12 +112,27 @@ def _sha256(path: Path) -> str:
 
 
 @click.command("binarize")
-@click.option("--clean", "clean_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="The clean stage's output directory.")
-@click.option("--bpe", "bpe_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="The bpe stage's output directory.")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="Where to write the binarized splits.")
+@click.option(
+    "--clean",
+    "clean_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="The clean stage's output directory.",
+)
+@click.option(
+    "--bpe",
+    "bpe_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="The bpe stage's output directory.",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="Where to write the binarized splits.",
+)
 def command(clean_dir: Path, bpe_dir: Path, out_dir: Path) -> None:
     """Encode every split with the BPE model(s) into flat id arrays."""
     meta = binarize(clean_dir, bpe_dir, out_dir)

@@ -16,18 +16,18 @@ from __future__ import annotations
 
 import io
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import click
 import sentencepiece as spm
 
 from pipeline import tokens
+from pipeline.data.vocab import JOINT_MODEL, SRC_MODEL, TGT_MODEL, Vocab
 from pipeline.errors import UserError
 from pipeline.files import atomic_path
 from pipeline.params import BpeParams
 from pipeline.stages.options import load_params, params_option
-from pipeline.data.vocab import JOINT_MODEL, SRC_MODEL, TGT_MODEL, Vocab
 
 # Recorded in the model file, so it must not depend on the machine (see above).
 _TRAIN_THREADS = 4
@@ -119,10 +119,20 @@ def _user_error(e: RuntimeError, bpe: BpeParams, inputs: list[Path], what: str) 
 
 @click.command("bpe")
 @params_option
-@click.option("--clean", "clean_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="The clean stage's output directory.")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="Where to write the sentencepiece model(s).")
+@click.option(
+    "--clean",
+    "clean_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="The clean stage's output directory.",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="Where to write the sentencepiece model(s).",
+)
 def command(params_file: Path, clean_dir: Path, out_dir: Path) -> None:
     """Train sentencepiece BPE on the training split."""
     bpe = load_params(params_file).bpe

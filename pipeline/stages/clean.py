@@ -14,9 +14,10 @@ normalization step changed: control_chars, nfc, whitespace.
 from __future__ import annotations
 
 import unicodedata
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import click
 

@@ -23,12 +23,12 @@ from typing import Any
 import click
 
 from pipeline import files
-from pipeline.errors import UserError
-from pipeline.params import DecodeParams
 from pipeline.decoding.search import SearchStats
-from pipeline.stages.options import load_params, params_option
 from pipeline.decoding.translator import Translator, nbest_row, one_line
 from pipeline.devices import DEVICES
+from pipeline.errors import UserError
+from pipeline.params import DecodeParams
+from pipeline.stages.options import load_params, params_option
 
 SPLITS = ("val", "test")
 
@@ -83,12 +83,27 @@ def decode(
 
 @click.command("decode")
 @params_option
-@click.option("--model", "model_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="The train stage's model directory.")
-@click.option("--clean", "clean_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="The clean stage's output directory.")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="Where to write {val,test}.hyp and stats.json.")
+@click.option(
+    "--model",
+    "model_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="The train stage's model directory.",
+)
+@click.option(
+    "--clean",
+    "clean_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="The clean stage's output directory.",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="Where to write {val,test}.hyp and stats.json.",
+)
 @click.option("--device", type=click.Choice(DEVICES), default="auto", show_default=True)
 def command(params_file: Path, model_dir: Path, clean_dir: Path, out_dir: Path, device: str) -> None:
     """Translate the val and test sources (stage decode)."""

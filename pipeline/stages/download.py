@@ -19,7 +19,7 @@ import random
 import re
 import tempfile
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import click
 
@@ -72,20 +72,20 @@ def download(data: DataParams, out: Path) -> dict[str, Any]:
     return manifest
 
 
-def resolve_mirror(data: DataParams) -> Optional[Path]:
+def resolve_mirror(data: DataParams) -> Path | None:
     """The mirror root: env CORPUS_MIRROR if set, else data.mirror (relative to the cwd), else None."""
     root = os.environ.get("CORPUS_MIRROR") or data.mirror
     return Path(root) if root else None
 
 
-def plan_sources(data: DataParams) -> dict[str, Optional[tuple[Source, Source]]]:
+def plan_sources(data: DataParams) -> dict[str, tuple[Source, Source] | None]:
     """Per split, its (src, tgt) sources, or None where the split is to be held out of train."""
     if data.corpus == "multi30k":
         return _plan_multi30k(data)
     return {split: _plan_bitext(getattr(data.bitext, split), split) for split in SPLITS}
 
 
-def _plan_multi30k(data: DataParams) -> dict[str, Optional[tuple[Source, Source]]]:
+def _plan_multi30k(data: DataParams) -> dict[str, tuple[Source, Source] | None]:
     for key, lang in (("data.src_lang", data.src_lang), ("data.tgt_lang", data.tgt_lang)):
         if lang not in MULTI30K_LANGS:
             raise UserError(
@@ -98,7 +98,7 @@ def _plan_multi30k(data: DataParams) -> dict[str, Optional[tuple[Source, Source]
             f"supported: {', '.join(MULTI30K_TESTS)}"
         )
     names = {"train": "train", "val": "val", "test": data.multi30k_test}
-    plan: dict[str, Optional[tuple[Source, Source]]] = {}
+    plan: dict[str, tuple[Source, Source] | None] = {}
     for split, name in names.items():
         urls = [MULTI30K_URL.format(split=name, lang=lang) for lang in (data.src_lang, data.tgt_lang)]
         # No sum of its own: every Multi30k URL is in PINNED_SHA256, which fetch() checks.
@@ -106,7 +106,7 @@ def _plan_multi30k(data: DataParams) -> dict[str, Optional[tuple[Source, Source]
     return plan
 
 
-def _plan_bitext(sides: SideFiles, split: str) -> Optional[tuple[Source, Source]]:
+def _plan_bitext(sides: SideFiles, split: str) -> tuple[Source, Source] | None:
     if sides.src is None or sides.tgt is None:
         return None  # params.validate allows this only for val and test
     key = f"data.bitext.{split}"
@@ -116,7 +116,7 @@ def _plan_bitext(sides: SideFiles, split: str) -> Optional[tuple[Source, Source]
     )
 
 
-def _check_sha(value: Optional[str], key: str) -> Optional[str]:
+def _check_sha(value: str | None, key: str) -> str | None:
     if value is None:
         return None
     value = value.strip().lower()
@@ -128,7 +128,7 @@ def _check_sha(value: Optional[str], key: str) -> Optional[str]:
 # --- fetching ------------------------------------------------------------------
 
 
-def _fetch_lines(source: Source, scratch: Path, mirror: Optional[Path]) -> tuple[list[str], dict[str, Any]]:
+def _fetch_lines(source: Source, scratch: Path, mirror: Path | None) -> tuple[list[str], dict[str, Any]]:
     fetched = fetch(source, scratch, mirror)
     lines = decode_lines(fetched.path.read_bytes(), source.location)
     if fetched.via == "network":
@@ -168,10 +168,10 @@ def heldout_indices(n_lines: int, n_val: int, n_test: int, seed: int) -> tuple[l
 
 def _hold_out(
     data: DataParams,
-    plan: dict[str, Optional[tuple[Source, Source]]],
+    plan: dict[str, tuple[Source, Source] | None],
     pairs: dict[str, tuple[list[str], list[str]]],
     records: dict[str, dict[str, Any]],
-) -> Optional[dict[str, Any]]:
+) -> dict[str, Any] | None:
     """Split val/test off train where the plan has none; update `pairs` and `records` in place."""
     missing = [split for split in ("val", "test") if plan[split] is None]
     if not missing:
@@ -204,7 +204,7 @@ def _hold_out(
 
 
 def _manifest(
-    data: DataParams, records: dict[str, dict[str, Any]], heldout: Optional[dict[str, Any]]
+    data: DataParams, records: dict[str, dict[str, Any]], heldout: dict[str, Any] | None
 ) -> dict[str, Any]:
     return {
         "corpus": data.corpus,

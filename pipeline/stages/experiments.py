@@ -17,18 +17,15 @@ params whose values differ between the rows (flat keys such as
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import click
 import pandas as pd
 
-from pipeline import files
-from pipeline import tracking
+from pipeline import files, tracking
 from pipeline.errors import UserError
 from pipeline.reporting.runs import ExperimentsUnavailable, dvc_exp_show, dvc_table, mlflow_table
 from pipeline.reporting.tables import experiments_markdown
 from pipeline.stages.options import load_params, params_option
-
 
 # --- one table from either source ------------------------------------------------
 
@@ -53,13 +50,26 @@ def write_table(frame: pd.DataFrame, out: Path) -> None:
 
 @click.command("experiments")
 @params_option
-@click.option("--source", type=click.Choice(["mlflow", "dvc"]), default="mlflow", show_default=True,
-              help="mlflow: every tracked run; dvc: `dvc exp show` (workspace, baseline, experiments).")
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Also write the table here: Markdown, or CSV if the name ends in .csv.")
-@click.option("--all-commits", "-A", is_flag=True,
-              help="With --source dvc: experiments of every commit, not only HEAD's.")
-def command(params_file: Path, source: str, out: Optional[Path], all_commits: bool) -> None:
+@click.option(
+    "--source",
+    type=click.Choice(["mlflow", "dvc"]),
+    default="mlflow",
+    show_default=True,
+    help="mlflow: every tracked run; dvc: `dvc exp show` (workspace, baseline, experiments).",
+)
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Also write the table here: Markdown, or CSV if the name ends in .csv.",
+)
+@click.option(
+    "--all-commits",
+    "-A",
+    is_flag=True,
+    help="With --source dvc: experiments of every commit, not only HEAD's.",
+)
+def command(params_file: Path, source: str, out: Path | None, all_commits: bool) -> None:
     """Compare experiments: a row per run, the params that differ, scores, size and speed."""
     if source == "dvc":
         frame = dvc_table(dvc_exp_show(Path.cwd(), all_commits))

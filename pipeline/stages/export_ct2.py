@@ -15,13 +15,29 @@ import click
 from pipeline.decoding.ct2 import export
 from pipeline.decoding.translator import QUANTIZATIONS
 
+
 @click.command("export-ct2")
-@click.option("--model", "model_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="The train stage's model directory (data/model).")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="Where to write the CTranslate2 model directory (replaced atomically).")
-@click.option("--quantization", type=click.Choice(QUANTIZATIONS), default="float32", show_default=True,
-              help="Weight type of the exported model (int8: about 4x smaller, faster on CPU).")
+@click.option(
+    "--model",
+    "model_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="The train stage's model directory (data/model).",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="Where to write the CTranslate2 model directory (replaced atomically).",
+)
+@click.option(
+    "--quantization",
+    type=click.Choice(QUANTIZATIONS),
+    default="float32",
+    show_default=True,
+    help="Weight type of the exported model (int8: about 4x smaller, faster on CPU).",
+)
 def command(model_dir: Path, out_dir: Path, quantization: str) -> None:
     """Export a trained model to CTranslate2 (for `translate --backend ctranslate2`)."""
     export(model_dir, out_dir, quantization)

@@ -18,27 +18,33 @@ import importlib.util
 import json
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any
 
 import click
 import matplotlib
 import pandas as pd
 
-from pipeline.reporting import runs as E
 from pipeline import files
 from pipeline import params as P
 from pipeline.errors import UserError
+from pipeline.reporting import runs as E
 from pipeline.reporting.metrics import bleu_by_length, sentence_chrf
 from pipeline.reporting.tables import (
-    experiments_markdown, fmt, fmt_hms, markdown_table, run_label, fmt_score,
+    experiments_markdown,
+    fmt,
+    fmt_hms,
+    fmt_score,
+    markdown_table,
+    run_label,
 )
 from pipeline.stages.options import load_params, params_option
 from pipeline.tracking import RUN_FILE, Tracker
 
 matplotlib.use("Agg")  # files only: no display on servers and in DVC runs
-import matplotlib.pyplot as plt  # noqa: E402 - after choosing the backend
+import matplotlib.pyplot as plt
 
 LENGTH_BUCKETS = (10, 20, 30, 40)  # source words; fixed so reports of different runs compare
 N_SAMPLES = 3
@@ -72,16 +78,16 @@ class ReportInputs:
 
     params: dict[str, Any]
     metrics: dict[str, Any]
-    summary: Optional[dict[str, Any]] = None
-    clean_stats: Optional[dict[str, Any]] = None
+    summary: dict[str, Any] | None = None
+    clean_stats: dict[str, Any] | None = None
     length_rows: list[dict[str, Any]] = field(default_factory=list)
     samples: dict[str, list[Sample]] = field(default_factory=dict)  # best, worst, first
     figures: dict[str, str] = field(default_factory=dict)  # curves, length, compare -> link from the page
-    run_id: Optional[str] = None
-    experiments: Optional[pd.DataFrame] = None  # experiments.table() of the MLflow runs
-    experiments_note: Optional[str] = None  # why there is no table
+    run_id: str | None = None
+    experiments: pd.DataFrame | None = None  # experiments.table() of the MLflow runs
+    experiments_note: str | None = None  # why there is no table
     heatmaps: list[tuple[str, str]] = field(default_factory=list)  # (caption, link)
-    heatmaps_note: Optional[str] = None  # why there are no heatmaps
+    heatmaps_note: str | None = None  # why there are no heatmaps
 
 
 # --- Markdown ------------------------------------------------------------------
@@ -136,7 +142,7 @@ def _scores(metrics: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def _training(summary: Optional[dict[str, Any]], curves: Optional[str]) -> str:
+def _training(summary: dict[str, Any] | None, curves: str | None) -> str:
     out = ["## Training", ""]
     if summary is None:
         out.append("No training summary (reports/train/summary.json) was found.")
@@ -175,10 +181,10 @@ def _experiments(inputs: ReportInputs) -> str:
     out = ["## Experiments", ""]
     frame = inputs.experiments
     if frame is None:
-        return "\n".join(out + [inputs.experiments_note or "No experiments table."])
+        return "\n".join([*out, inputs.experiments_note or "No experiments table."])
     experiment = inputs.params.get("tracking", {}).get("experiment", "?")
     if frame.empty:
-        return "\n".join(out + [f"No runs in the MLflow experiment `{experiment}` yet."])
+        return "\n".join([*out, f"No runs in the MLflow experiment `{experiment}` yet."])
     out += [
         f"Runs of the MLflow experiment `{experiment}` when this report was made, best test BLEU first, "
         "named by their DVC experiment if they have one; the columns after commit are the params that "
@@ -192,7 +198,7 @@ def _experiments(inputs: ReportInputs) -> str:
     return "\n".join(out)
 
 
-def _lengths(rows: list[dict[str, Any]], chart: Optional[str]) -> str:
+def _lengths(rows: list[dict[str, Any]], chart: str | None) -> str:
     if not rows:
         return "## BLEU by source length\n\nNo test translations to analyse."
     table = markdown_table(
@@ -223,19 +229,21 @@ def _samples(samples: dict[str, list[Sample]]) -> str:
     return "\n".join(out)
 
 
-def _attention(heatmaps: list[tuple[str, str]], note: Optional[str]) -> str:
+def _attention(heatmaps: list[tuple[str, str]], note: str | None) -> str:
     out = ["## Cross-attention (test)", ""]
     if not heatmaps:
-        return "\n".join(out + [note or "No attention heatmaps."])
-    out.append("Decoder-to-encoder attention while translating the first test sentences of "
-               f"{HEATMAP_WORDS[0]}-{HEATMAP_WORDS[1]} words (the same in every run), one panel per decoder "
-               "layer: a row per output piece (the last one predicts the end), a column per source piece.")
+        return "\n".join([*out, note or "No attention heatmaps."])
+    out.append(
+        "Decoder-to-encoder attention while translating the first test sentences of "
+        f"{HEATMAP_WORDS[0]}-{HEATMAP_WORDS[1]} words (the same in every run), one panel per decoder "
+        "layer: a row per output piece (the last one predicts the end), a column per source piece."
+    )
     for caption, link in heatmaps:
         out += ["", f"![{caption}]({link})"]
     return "\n".join(out)
 
 
-def _cleaning(stats: Optional[dict[str, Any]]) -> str:
+def _cleaning(stats: dict[str, Any] | None) -> str:
     if not stats:
         return "## Data cleaning\n\nNo cleaning statistics were found."
     return "## Data cleaning\n\n" + stats_table(stats)
@@ -274,7 +282,7 @@ def _yaml_value(value: Any) -> str:
 # --- figures ------------------------------------------------------------------------
 
 
-def plot_learning_curves(steps: Optional[pd.DataFrame], valid: Optional[pd.DataFrame], path: Path) -> None:
+def plot_learning_curves(steps: pd.DataFrame | None, valid: pd.DataFrame | None, path: Path) -> None:
     """Three panels by update step: train and val loss; val BLEU; learning rate. PNG at `path`."""
     fig, (ax_loss, ax_bleu, ax_lr) = plt.subplots(1, 3, figsize=(12, 3.5))
     has_steps = steps is not None and not steps.empty
@@ -294,8 +302,14 @@ def plot_learning_curves(steps: Optional[pd.DataFrame], valid: Optional[pd.DataF
         ax_bleu.plot(valid["step"], valid["val_bleu"], "o-", color="tab:green", markersize=3)
         best = valid.loc[valid["val_bleu"].idxmax()]
         ax_bleu.plot([best["step"]], [best["val_bleu"]], "*", color="black", markersize=10)
-        ax_bleu.annotate(f"best {best['val_bleu']:.1f}", (best["step"], best["val_bleu"]),
-                         textcoords="offset points", xytext=(0, 7), ha="center", fontsize=8)
+        ax_bleu.annotate(
+            f"best {best['val_bleu']:.1f}",
+            (best["step"], best["val_bleu"]),
+            textcoords="offset points",
+            xytext=(0, 7),
+            ha="center",
+            fontsize=8,
+        )
         ax_bleu.margins(y=0.15)  # room for the label above the best point
     _finish(ax_bleu, "Validation BLEU (greedy)", "BLEU", has_bleu)
 
@@ -327,8 +341,15 @@ def plot_bleu_by_length(rows: list[dict[str, Any]], path: Path) -> None:
     bars = ax.bar(labels, values, color="tab:blue")
     for bar, row in zip(bars, rows):
         text = f"{row['bleu']:.1f}\n{row['n_lines']:,} lines" if row["bleu"] is not None else "no lines"
-        ax.annotate(text, (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                    textcoords="offset points", xytext=(0, 2), ha="center", va="bottom", fontsize=8)
+        ax.annotate(
+            text,
+            (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+            textcoords="offset points",
+            xytext=(0, 2),
+            ha="center",
+            va="bottom",
+            fontsize=8,
+        )
     ax.set_xlabel("source length (words)")
     ax.set_ylabel("BLEU")
     ax.set_title("Test BLEU by source length")
@@ -339,16 +360,20 @@ def plot_bleu_by_length(rows: list[dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
-def plot_experiment_curves(
-    curves: list[tuple[str, pd.DataFrame]], current: Optional[str], path: Path
-) -> None:
+def plot_experiment_curves(curves: list[tuple[str, pd.DataFrame]], current: str | None, path: Path) -> None:
     """Validation BLEU by update step, a line per (label, frame of step and value); `current` in black."""
     fig, ax = plt.subplots(figsize=(8, 4))
     for label, frame in curves:
         mine = label == current
         style = {"linewidth": 2.2, "color": "black", "zorder": 3} if mine else {"linewidth": 1.2}
-        ax.plot(frame["step"], frame["value"], "o-", markersize=2.5,
-                label=f"{label} (this run)" if mine else label, **style)
+        ax.plot(
+            frame["step"],
+            frame["value"],
+            "o-",
+            markersize=2.5,
+            label=f"{label} (this run)" if mine else label,
+            **style,
+        )
     _finish(ax, "Validation BLEU (greedy): this run and the best others", "BLEU", bool(curves))
     if curves:
         ax.legend(frameon=False, fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
@@ -371,8 +396,11 @@ def _finish(ax: Any, title: str, ylabel: str, has_data: bool) -> None:
 
 
 def select_samples(
-    srcs: Sequence[str], refs: Sequence[str], hyps: Sequence[str],
-    n: int = N_SAMPLES, min_words: int = MIN_SAMPLE_WORDS,
+    srcs: Sequence[str],
+    refs: Sequence[str],
+    hyps: Sequence[str],
+    n: int = N_SAMPLES,
+    min_words: int = MIN_SAMPLE_WORDS,
 ) -> dict[str, list[Sample]]:
     """The n best and n worst lines by sentence chrF (references of min_words+ words), and the first n."""
     chrf = sentence_chrf(hyps, refs)
@@ -390,7 +418,7 @@ def select_samples(
     }
 
 
-def read_tsv(path: Path) -> Optional[pd.DataFrame]:
+def read_tsv(path: Path) -> pd.DataFrame | None:
     """A tab-separated log with a header row; None if the file is absent."""
     if not path.is_file():
         return None
@@ -402,7 +430,7 @@ def read_tsv(path: Path) -> Optional[pd.DataFrame]:
         raise UserError(f"{path}: not a tab-separated table ({e}); rerun the train stage")
 
 
-def read_json(path: Path, required: bool = False) -> Optional[dict[str, Any]]:
+def read_json(path: Path, required: bool = False) -> dict[str, Any] | None:
     if not path.is_file():
         if required:
             raise UserError(f"{path}: no such file; run the stage that makes it first (dvc repro)")
@@ -413,7 +441,7 @@ def read_json(path: Path, required: bool = False) -> Optional[dict[str, Any]]:
         raise UserError(f"{path}: not valid JSON ({e}); rerun the stage that makes it")
 
 
-def load_test_split(raw_dir: Path, decode_dir: Path) -> Optional[tuple[list[str], list[str], list[str]]]:
+def load_test_split(raw_dir: Path, decode_dir: Path) -> tuple[list[str], list[str], list[str]] | None:
     """Test sources, references and hypotheses, line-aligned; None without test.hyp."""
     hyp_path = decode_dir / "test.hyp"
     if not hyp_path.is_file():
@@ -432,8 +460,15 @@ def load_test_split(raw_dir: Path, decode_dir: Path) -> Optional[tuple[list[str]
 
 
 def build_report(
-    params: P.Params, metrics_path: Path, train_log: Path, clean_stats: Path, raw_dir: Path,
-    decode_dir: Path, out: Path, figures_dir: Path, model_dir: Optional[Path] = None,
+    params: P.Params,
+    metrics_path: Path,
+    train_log: Path,
+    clean_stats: Path,
+    raw_dir: Path,
+    decode_dir: Path,
+    out: Path,
+    figures_dir: Path,
+    model_dir: Path | None = None,
 ) -> str:
     """Read the stage outputs, draw the figures, write the page; returns its Markdown."""
     steps, valid = read_tsv(train_log / "steps.tsv"), read_tsv(train_log / "valid.tsv")
@@ -485,7 +520,7 @@ def build_report(
     return text
 
 
-def read_experiments(experiment: str) -> tuple[Optional[pd.DataFrame], Optional[str]]:
+def read_experiments(experiment: str) -> tuple[pd.DataFrame | None, str | None]:
     """The MLflow runs of `experiment` as experiments.table(), or None and why; never fails the report."""
     try:
         return E.mlflow_table(experiment), None
@@ -493,7 +528,7 @@ def read_experiments(experiment: str) -> tuple[Optional[pd.DataFrame], Optional[
         return None, f"No experiments table: {e}."
 
 
-def experiment_curves(runs: pd.DataFrame, current: Optional[str]) -> list[tuple[str, pd.DataFrame]]:
+def experiment_curves(runs: pd.DataFrame, current: str | None) -> list[tuple[str, pd.DataFrame]]:
     """Validation BLEU histories of this run and the best others, by rank and labelled; [] if MLflow fails."""
     ids = list(runs["id"])
     picked = [i for i in ids if i != current][: RUNS_COMPARED - 1] + ([current] if current in ids else [])
@@ -504,7 +539,7 @@ def experiment_curves(runs: pd.DataFrame, current: Optional[str]) -> list[tuple[
     return [(_label(runs, i), histories[i]) for i in sorted(picked, key=ids.index) if i in histories]
 
 
-def _label(runs: Optional[pd.DataFrame], run_id: Optional[str]) -> Optional[str]:
+def _label(runs: pd.DataFrame | None, run_id: str | None) -> str | None:
     """A run's name in legends: rank and name, "(this run)" for the report's own."""
     if runs is None or run_id not in set(runs["id"]):
         return None
@@ -513,9 +548,11 @@ def _label(runs: Optional[pd.DataFrame], run_id: Optional[str]) -> Optional[str]
 
 
 def draw_heatmaps(
-    model_dir: Optional[Path], sources: Sequence[str], figures_dir: Path,
-    decode: Optional[P.DecodeParams] = None,
-) -> tuple[list[tuple[str, str]], Optional[str]]:
+    model_dir: Path | None,
+    sources: Sequence[str],
+    figures_dir: Path,
+    decode: P.DecodeParams | None = None,
+) -> tuple[list[tuple[str, str]], str | None]:
     """Cross-attention PNGs of fixed test sentences into `figures_dir`: ([(caption, file name)], why none)."""
     if importlib.util.find_spec("pipeline.decoding.heatmaps") is None:
         return [], "No attention heatmaps: this version has no pipeline/heatmaps.py."
@@ -545,7 +582,7 @@ def heatmap_lines(sources: Sequence[str], n: int = HEATMAP_SENTENCES) -> list[in
     return [i + 1 for i, s in enumerate(sources) if low <= len(s.split()) <= high][:n]
 
 
-def _run_id(run_file: Optional[Path]) -> Optional[str]:
+def _run_id(run_file: Path | None) -> str | None:
     """The MLflow run id in mlflow_run.json, or None; the report never fails over it."""
     if run_file is None:
         return None
@@ -558,30 +595,81 @@ def _run_id(run_file: Optional[Path]) -> Optional[str]:
 
 @click.command("report")
 @params_option
-@click.option("--metrics", "metrics_path", type=click.Path(dir_okay=False, path_type=Path), required=True,
-              help="The score stage's metrics JSON.")
-@click.option("--train-log", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="The train stage's logs: steps.tsv, valid.tsv, summary.json.")
-@click.option("--clean-stats", type=click.Path(dir_okay=False, path_type=Path), required=True,
-              help="The clean stage's stats.json.")
-@click.option("--raw", "raw_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="Directory with test.src and test.tgt.")
-@click.option("--decode", "decode_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="Directory with test.hyp.")
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True,
-              help="The Markdown report to write.")
-@click.option("--figures", "figures_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="Directory for the report's PNG figures (rewritten whole).")
-@click.option("--model", "model_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Model dir: its model draws the attention heatmaps; if it holds mlflow_run.json, "
-                   "the report is logged to that MLflow run and marked in the experiments table.")
+@click.option(
+    "--metrics",
+    "metrics_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    help="The score stage's metrics JSON.",
+)
+@click.option(
+    "--train-log",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="The train stage's logs: steps.tsv, valid.tsv, summary.json.",
+)
+@click.option(
+    "--clean-stats",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    help="The clean stage's stats.json.",
+)
+@click.option(
+    "--raw",
+    "raw_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="Directory with test.src and test.tgt.",
+)
+@click.option(
+    "--decode",
+    "decode_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="Directory with test.hyp.",
+)
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    help="The Markdown report to write.",
+)
+@click.option(
+    "--figures",
+    "figures_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="Directory for the report's PNG figures (rewritten whole).",
+)
+@click.option(
+    "--model",
+    "model_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Model dir: its model draws the attention heatmaps; if it holds mlflow_run.json, "
+    "the report is logged to that MLflow run and marked in the experiments table.",
+)
 def command(
-    params_file: Path, metrics_path: Path, train_log: Path, clean_stats: Path, raw_dir: Path,
-    decode_dir: Path, out: Path, figures_dir: Path, model_dir: Optional[Path],
+    params_file: Path,
+    metrics_path: Path,
+    train_log: Path,
+    clean_stats: Path,
+    raw_dir: Path,
+    decode_dir: Path,
+    out: Path,
+    figures_dir: Path,
+    model_dir: Path | None,
 ) -> None:
     """Write the Markdown report: scores, experiments, training curves, samples, attention."""
     build_report(
-        load_params(params_file), metrics_path, train_log, clean_stats, raw_dir,
-        decode_dir, out, figures_dir, model_dir,
+        load_params(params_file),
+        metrics_path,
+        train_log,
+        clean_stats,
+        raw_dir,
+        decode_dir,
+        out,
+        figures_dir,
+        model_dir,
     )
     click.echo(f"wrote {out} and {figures_dir}/")

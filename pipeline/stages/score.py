@@ -7,7 +7,7 @@ training run in MLflow.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import click
 
@@ -22,7 +22,7 @@ SPLITS = ("val", "test")
 MLFLOW_SPLIT_NAMES = {"val": "dev", "test": "test"}
 
 
-def score(decode_dir: Path, refs_dir: Path, out: Path, model_dir: Optional[Path] = None) -> dict[str, Any]:
+def score(decode_dir: Path, refs_dir: Path, out: Path, model_dir: Path | None = None) -> dict[str, Any]:
     """Score every split with a hypothesis file; write `out` atomically and return the scores."""
     results: dict[str, Any] = {}
     for split in SPLITS:
@@ -67,15 +67,34 @@ def log_final_scores(run_file: Path, results: dict[str, Any]) -> None:
 
 
 @click.command("score")
-@click.option("--decode", "decode_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="Directory with {val,test}.hyp (the decode stage's output).")
-@click.option("--refs", "refs_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="Directory with the references {val,test}.tgt (data/raw).")
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True,
-              help="The metrics JSON to write (DVC metrics).")
-@click.option("--model", "model_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Model dir; if it holds mlflow_run.json, the scores are logged to that MLflow run.")
-def command(decode_dir: Path, refs_dir: Path, out: Path, model_dir: Optional[Path]) -> None:
+@click.option(
+    "--decode",
+    "decode_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="Directory with {val,test}.hyp (the decode stage's output).",
+)
+@click.option(
+    "--refs",
+    "refs_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="Directory with the references {val,test}.tgt (data/raw).",
+)
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    help="The metrics JSON to write (DVC metrics).",
+)
+@click.option(
+    "--model",
+    "model_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Model dir; if it holds mlflow_run.json, the scores are logged to that MLflow run.",
+)
+def command(decode_dir: Path, refs_dir: Path, out: Path, model_dir: Path | None) -> None:
     """Score decoded splits with sacreBLEU (BLEU, chrF, TER)."""
     results = score(decode_dir, refs_dir, out, model_dir)
     for split, s in results.items():

@@ -13,7 +13,7 @@ What it writes, and how a killed run resumes: pipeline/training/ and docs/exact-
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import click
 import torch.distributed as torch_dist
@@ -23,9 +23,10 @@ from pipeline.model.transformer import count_parameters
 from pipeline.stages.options import load_params, params_option
 from pipeline.training.trainer import Paths, Trainer, close_distributed, init_distributed, remove_stale_temps
 
+
 def train(
     params: P.Params, paths: Paths, *, on_change: str = "refuse", tracking: bool = True
-) -> Optional[dict[str, Any]]:
+) -> dict[str, Any] | None:
     """Train (or resume, or just rebuild a finished run's outputs); -> summary.json's content on rank 0."""
     dist = init_distributed(params.train.device)
     try:
@@ -48,26 +49,66 @@ def train(
         close_distributed(dist)
 
 
-
 @click.command("train")
 @params_option
-@click.option("--bin", "bin_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="The binarize stage's output directory.")
-@click.option("--bpe", "bpe_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="The bpe stage's output directory (its models are copied into --out).")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="Where to write the final model directory.")
-@click.option("--checkpoints", "ckpt_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="Training state and checkpoints, kept across runs to resume.")
-@click.option("--log", "log_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="Where to write steps.tsv, valid.tsv and summary.json.")
-@click.option("--on-change", type=click.Choice(["refuse", "restart"]), default="refuse", show_default=True,
-              help="When the checkpoints are from other params or data: refuse, or delete them and "
-              "start afresh.")
-@click.option("--tracking/--no-tracking", default=True, show_default=True,
-              help="Log the run to MLflow (MLFLOW_TRACKING_URI, else ./mlflow.db).")
-def command(params_file: Path, bin_dir: Path, bpe_dir: Path, out_dir: Path, ckpt_dir: Path, log_dir: Path,
-            on_change: str, tracking: bool) -> None:
+@click.option(
+    "--bin",
+    "bin_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="The binarize stage's output directory.",
+)
+@click.option(
+    "--bpe",
+    "bpe_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="The bpe stage's output directory (its models are copied into --out).",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="Where to write the final model directory.",
+)
+@click.option(
+    "--checkpoints",
+    "ckpt_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="Training state and checkpoints, kept across runs to resume.",
+)
+@click.option(
+    "--log",
+    "log_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="Where to write steps.tsv, valid.tsv and summary.json.",
+)
+@click.option(
+    "--on-change",
+    type=click.Choice(["refuse", "restart"]),
+    default="refuse",
+    show_default=True,
+    help="When the checkpoints are from other params or data: refuse, or delete them and start afresh.",
+)
+@click.option(
+    "--tracking/--no-tracking",
+    default=True,
+    show_default=True,
+    help="Log the run to MLflow (MLFLOW_TRACKING_URI, else ./mlflow.db).",
+)
+def command(
+    params_file: Path,
+    bin_dir: Path,
+    bpe_dir: Path,
+    out_dir: Path,
+    ckpt_dir: Path,
+    log_dir: Path,
+    on_change: str,
+    tracking: bool,
+) -> None:
     """Train the model; resumes from --checkpoints/last.pt when it exists."""
     params = load_params(params_file)
     paths = Paths(bin_dir, bpe_dir, out_dir, ckpt_dir, log_dir)
@@ -75,5 +116,7 @@ def command(params_file: Path, bin_dir: Path, bpe_dir: Path, out_dir: Path, ckpt
     if summary is not None:
         bleu, loss = summary["best_val_bleu"], summary["best_val_loss"]
         best = f"val BLEU {bleu:.2f}" if bleu is not None else f"val loss {loss}"
-        click.echo(f"train: {summary['steps']} updates, stopped by {summary['stopped']}; best "
-                   f"{best} at step {summary['best_step']} -> {out_dir}")
+        click.echo(
+            f"train: {summary['steps']} updates, stopped by {summary['stopped']}; best "
+            f"{best} at step {summary['best_step']} -> {out_dir}"
+        )

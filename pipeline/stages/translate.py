@@ -27,11 +27,18 @@ import click
 
 from pipeline.decoding import ct2
 from pipeline.decoding.translator import (
-    CHUNK_LINES, QUANTIZATIONS, TextTranslator, Translator, check_settings, nbest_row, one_line,
+    CHUNK_LINES,
+    QUANTIZATIONS,
+    TextTranslator,
+    Translator,
+    check_settings,
+    nbest_row,
+    one_line,
 )
 from pipeline.devices import DEVICES
 from pipeline.errors import UserError
 from pipeline.files import atomic_path
+
 
 def load_torch(model_dir: Path, device: str, quantization: str | None, exact: bool = True) -> TextTranslator:
     """The reference search itself: `exact` changes nothing."""
@@ -42,18 +49,17 @@ def load_torch(model_dir: Path, device: str, quantization: str | None, exact: bo
     return Translator.from_dir(model_dir, device)
 
 
-
 def load_ctranslate2(
     model_dir: Path, device: str, quantization: str | None, exact: bool = False
 ) -> TextTranslator:
     return ct2.CT2Translator.from_dir(model_dir, device, quantization, exact=exact)
+
 
 # (model_dir, device, quantization or None, exact search) -> a backend
 BACKENDS: dict[str, Callable[[Path, str, str | None, bool], TextTranslator]] = {
     "torch": load_torch,
     "ctranslate2": load_ctranslate2,
 }
-
 
 
 class Utf8Lines:
@@ -76,8 +82,8 @@ class Utf8Lines:
         for raw in iter(self.stream.readline, b""):
             yield self.decode(raw)
 
-Render = Callable[[list[str], int], list[str]]  # input lines, number of the first -> output lines
 
+Render = Callable[[list[str], int], list[str]]  # input lines, number of the first -> output lines
 
 
 def renderer(translator: TextTranslator, n_best: int, beam: int | None, batch_tokens: int | None) -> Render:
@@ -93,12 +99,10 @@ def renderer(translator: TextTranslator, n_best: int, beam: int | None, batch_to
     return plain if n_best == 1 else nbest
 
 
-
 def chunks(items: Iterable[str], size: int) -> Iterator[list[str]]:
     it = iter(items)
     while chunk := list(itertools.islice(it, size)):
         yield chunk
-
 
 
 def run_batch(render: Render, lines: Iterable[str], out: BinaryIO) -> None:
@@ -107,7 +111,6 @@ def run_batch(render: Render, lines: Iterable[str], out: BinaryIO) -> None:
     for chunk in chunks(lines, CHUNK_LINES):
         out.write(b"".join(line.encode("utf-8") + b"\n" for line in render(chunk, first)))
         first += len(chunk)
-
 
 
 def run_interactive(render: Render, lines: Iterable[str], out: BinaryIO) -> None:
@@ -121,7 +124,6 @@ def run_interactive(render: Render, lines: Iterable[str], out: BinaryIO) -> None
     click.echo("", err=True)
 
 
-
 def translate_stream(render: Render, source: BinaryIO, out: BinaryIO, *, interactive: bool) -> int:
     """Translate `source` into `out`; returns how many input lines were not valid UTF-8."""
     lines = Utf8Lines(source)
@@ -129,41 +131,94 @@ def translate_stream(render: Render, source: BinaryIO, out: BinaryIO, *, interac
     return lines.invalid
 
 
-
 @click.command("translate")
-@click.option("--model", "model_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="A model directory: the train stage's output (data/model).")
-@click.option("--beam", type=click.IntRange(min=1), default=None,
-              help="Beam size (1: greedy).  [default: the model's decode.beam]")
-@click.option("--batch-tokens", type=click.IntRange(min=1), default=None,
-              help="Sentences x beam x padded source length per batch.  [default: the model's setting]")
+@click.option(
+    "--model",
+    "model_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="A model directory: the train stage's output (data/model).",
+)
+@click.option(
+    "--beam",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Beam size (1: greedy).  [default: the model's decode.beam]",
+)
+@click.option(
+    "--batch-tokens",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Sentences x beam x padded source length per batch.  [default: the model's setting]",
+)
 @click.option("--device", type=click.Choice(DEVICES), default="auto", show_default=True)
-@click.option("--n-best", "n_best", type=click.IntRange(min=1), default=1, show_default=True,
-              help="K > 1 writes up to K lines per input as `i ||| hypothesis ||| score`.")
-@click.option("--input", "input_file", type=click.Path(dir_okay=False, exists=True, path_type=Path),
-              default=None, help="Read from this file instead of stdin.")
-@click.option("--output", "output_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Write here (atomically) instead of stdout.")
-@click.option("--backend", type=click.Choice(sorted(BACKENDS)), default="torch", show_default=True,
-              help="torch, or ctranslate2 (converts the model on first use; needs the ct2 extra).")
-@click.option("--quantization", type=click.Choice(QUANTIZATIONS), default=None,
-              help="ctranslate2 weight type, e.g. int8.  "
-              "[default: float32, or what --model was exported with]")
-@click.option("--exact-search", is_flag=True,
-              help="ctranslate2: reproduce the torch decoder's search and scores exactly (slower) "
-              "instead of CTranslate2's own.")
-@click.option("--workers", type=click.IntRange(min=1), default=None,
-              help="torch on CPU (ignored on CUDA): batches decoded at once, sharing torch's threads.  "
-              "[default: 2 with at least 2 threads, else 1]")
+@click.option(
+    "--n-best",
+    "n_best",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="K > 1 writes up to K lines per input as `i ||| hypothesis ||| score`.",
+)
+@click.option(
+    "--input",
+    "input_file",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="Read from this file instead of stdin.",
+)
+@click.option(
+    "--output",
+    "output_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write here (atomically) instead of stdout.",
+)
+@click.option(
+    "--backend",
+    type=click.Choice(sorted(BACKENDS)),
+    default="torch",
+    show_default=True,
+    help="torch, or ctranslate2 (converts the model on first use; needs the ct2 extra).",
+)
+@click.option(
+    "--quantization",
+    type=click.Choice(QUANTIZATIONS),
+    default=None,
+    help="ctranslate2 weight type, e.g. int8.  [default: float32, or what --model was exported with]",
+)
+@click.option(
+    "--exact-search",
+    is_flag=True,
+    help="ctranslate2: reproduce the torch decoder's search and scores exactly (slower) "
+    "instead of CTranslate2's own.",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=None,
+    help="torch on CPU (ignored on CUDA): batches decoded at once, sharing torch's threads.  "
+    "[default: 2 with at least 2 threads, else 1]",
+)
 def command(
-    model_dir: Path, beam: int | None, batch_tokens: int | None, device: str, n_best: int,
-    input_file: Path | None, output_file: Path | None, backend: str, quantization: str | None,
-    exact_search: bool, workers: int | None,
+    model_dir: Path,
+    beam: int | None,
+    batch_tokens: int | None,
+    device: str,
+    n_best: int,
+    input_file: Path | None,
+    output_file: Path | None,
+    backend: str,
+    quantization: str | None,
+    exact_search: bool,
+    workers: int | None,
 ) -> None:
     """Translate raw text, one sentence a line (interactive when stdin is a terminal)."""
     if workers is not None and backend != "torch":
-        raise UserError(f"--workers applies to the torch backend; {backend} runs its own threads: "
-                        "drop --workers, or use --backend torch")
+        raise UserError(
+            f"--workers applies to the torch backend; {backend} runs its own threads: "
+            "drop --workers, or use --backend torch"
+        )
     translator = BACKENDS[backend](model_dir, device, quantization, exact_search)
     if workers is not None:
         translator.workers = workers

@@ -53,7 +53,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 import sacrebleu
@@ -62,18 +62,18 @@ import torch.distributed as torch_dist
 import yaml
 from tqdm import tqdm
 
-from pipeline.model import checkpoint
 from pipeline import params as P
+from pipeline import sources
 from pipeline.data.batching import Batch, ParallelData, collate, shard, token_batches
+from pipeline.data.vocab import Vocab
+from pipeline.decoding.search import translate_ids
+from pipeline.devices import torch_device
 from pipeline.errors import UserError
 from pipeline.files import atomic_path, write_json, write_lines, write_text
+from pipeline.model import checkpoint
 from pipeline.model.transformer import build_model, count_parameters
-from pipeline.training.optim import build_optimizer, build_scheduler
-from pipeline.decoding.search import translate_ids
-from pipeline import sources
-from pipeline.devices import torch_device
 from pipeline.tracking import Tracker, tracking_uri
-from pipeline.data.vocab import Vocab
+from pipeline.training.optim import build_optimizer, build_scheduler
 
 STATE_FORMAT = "nmt-pipeline/train-state/1"
 LAST, BEST = "last.pt", "best.pt"
@@ -123,16 +123,16 @@ class Progress:
     tokens: int = 0  # target tokens trained on, all ranks
     train_seconds: float = 0.0  # wall time of training, validation included
     update_seconds: float = 0.0  # wall time in updates only (for tokens/s)
-    best_step: Optional[int] = None
-    best_metric: Optional[float] = None  # higher is better (BLEU, or -val_loss)
+    best_step: int | None = None
+    best_metric: float | None = None  # higher is better (BLEU, or -val_loss)
     bad_validations: int = 0  # since the best one: early stopping's counter
     skipped: int = 0  # non-finite updates skipped (train.skip_bad_batches)
     interval: list = field(default_factory=lambda: [0.0, 0, 0.0])  # loss sum, tokens, seconds since last row
     steps: list = field(default_factory=list)  # steps.tsv rows
     valid: list = field(default_factory=list)  # valid.tsv rows
     kept: list = field(default_factory=list)  # steps whose ckpt_<step>.pt is kept
-    stopped: Optional[str] = None  # max_epochs | max_steps | early_stopping once done
-    run: Optional[dict] = None  # the MLflow run: {"run_id", "tracking_uri"}
+    stopped: str | None = None  # max_epochs | max_steps | early_stopping once done
+    run: dict | None = None  # the MLflow run: {"run_id", "tracking_uri"}
 
 
 # --- setup: device, processes, data ------------------------------------------------
@@ -243,7 +243,7 @@ class Trainer:
         self.train_ids = self._fitting(self.train_data, "train")
         self.val_ids = self._fitting(self.val_data, "val")
         self.model = build_model(params.model, self.vocab.src_size, self.vocab.tgt_size).to(self.device)
-        self.ddp: Optional[torch.nn.parallel.DistributedDataParallel] = None
+        self.ddp: torch.nn.parallel.DistributedDataParallel | None = None
         self.net = self._wrap(self.model)
         self.optimizer = build_optimizer(self.model, t)
         self.scheduler = build_scheduler(self.optimizer, t.warmup_steps)
@@ -259,7 +259,7 @@ class Trainer:
                 f"{paths.bin_dir}: too little training data for {dist.world_size} processes "
                 "(fewer batches than processes); lower train.max_tokens or run fewer processes"
             )
-        self._val_refs: Optional[list[str]] = None
+        self._val_refs: list[str] | None = None
 
     def _fitting(self, data: ParallelData, split: str) -> np.ndarray:
         ids = fitting_sentences(data, self.params.model)
@@ -314,7 +314,7 @@ class Trainer:
             torch_dist.all_reduce(value)
         return value
 
-    def train_step(self, batches: list[Batch]) -> Optional[tuple[float, int]]:
+    def train_step(self, batches: list[Batch]) -> tuple[float, int] | None:
         """One update over micro-batches (update_freq of them); -> (loss sum, target tokens), all ranks.
 
         None when the loss was not finite and train.skip_bad_batches skipped the update.
@@ -417,8 +417,12 @@ class Trainer:
         interval[1] += n_tokens
         interval[2] += seconds
         bar.update(1)
-        bar.set_postfix(loss=f"{loss_sum / n_tokens:.3f}", lr=f"{self.last_lr:.2e}",
-                        tok_s=f"{n_tokens / max(seconds, 1e-9):,.0f}", refresh=False)
+        bar.set_postfix(
+            loss=f"{loss_sum / n_tokens:.3f}",
+            lr=f"{self.last_lr:.2e}",
+            tok_s=f"{n_tokens / max(seconds, 1e-9):,.0f}",
+            refresh=False,
+        )
         if p.step % t.log_every:
             return
         row = [p.step, epoch, interval[0] / interval[1], self.last_lr, interval[1] / max(interval[2], 1e-9)]
@@ -426,8 +430,10 @@ class Trainer:
         p.interval = [0.0, 0, 0.0]
         self.tracker.log_metrics({"train_loss": row[2], "lr": row[3], "tokens_per_s": row[4]}, p.step)
         if bar.disable:
-            self.say(f"step {p.step} | epoch {epoch} | loss {row[2]:.4f} | lr {row[3]:.3e} | "
-                     f"{row[4]:,.0f} tok/s | eta {self.eta()}")
+            self.say(
+                f"step {p.step} | epoch {epoch} | loss {row[2]:.4f} | lr {row[3]:.3e} | "
+                f"{row[4]:,.0f} tok/s | eta {self.eta()}"
+            )
 
     def eta(self) -> str:
         """Time left at this session's pace (a disabled tqdm bar counts nothing)."""
@@ -488,7 +494,7 @@ class Trainer:
             p.best_metric, p.best_step, p.bad_validations = metric, p.step, 0
         else:
             p.bad_validations += 1
-        p.kept = (p.kept + [p.step])[-t.keep_last :]
+        p.kept = ([*p.kept, p.step])[-t.keep_last :]
         metrics = {"val_loss": val_loss} | ({"val_bleu": val_bleu} if t.val_bleu else {})
         self.tracker.log_metrics(metrics, p.step)
         best = "" if p.best_step is None else f" | best step {p.best_step}"
@@ -496,7 +502,7 @@ class Trainer:
         self.say(f"valid step {p.step} | epoch {epoch} | val_loss {val_loss:.4f}{bleu}{best}")
         return improved
 
-    def evaluate(self) -> tuple[float, Optional[float]]:
+    def evaluate(self) -> tuple[float, float | None]:
         """(val NLL per token, greedy BLEU or None); leaves every RNG as it found it."""
         saved = rng_state(self.device)
         try:
@@ -511,8 +517,14 @@ class Trainer:
     def val_loss(self) -> float:
         self.model.eval()
         ids, data = self.val_ids, self.val_data
-        batches = token_batches(data.src.lengths[ids], data.tgt.lengths[ids], self.params.train.max_tokens,
-                                shuffle=False, seed=0, epoch=0)
+        batches = token_batches(
+            data.src.lengths[ids],
+            data.tgt.lengths[ids],
+            self.params.train.max_tokens,
+            shuffle=False,
+            seed=0,
+            epoch=0,
+        )
         total, tokens = 0.0, 0
         for b in batches:
             batch = collate(data, ids[b]).to(self.device)
@@ -524,9 +536,16 @@ class Trainer:
     def val_bleu(self) -> float:
         seqs = [self.val_data.src[i].tolist() for i in self.val_ids]
         with self.autocast():
-            hyps = translate_ids(self.model, seqs, beam=1, length_penalty=1.0, max_len_a=VAL_MAX_LEN_A,
-                                 max_len_b=VAL_MAX_LEN_B, batch_tokens=self.params.train.max_tokens,
-                                 device=self.device)
+            hyps = translate_ids(
+                self.model,
+                seqs,
+                beam=1,
+                length_penalty=1.0,
+                max_len_a=VAL_MAX_LEN_A,
+                max_len_b=VAL_MAX_LEN_B,
+                batch_tokens=self.params.train.max_tokens,
+                device=self.device,
+            )
         texts = [self.vocab.decode_tgt(h[0].tokens) for h in hyps]
         if self._val_refs is None:
             self._val_refs = [self.vocab.decode_tgt(self.val_data.tgt[i].tolist()) for i in self.val_ids]
@@ -602,8 +621,11 @@ class Trainer:
     def changes_from(self, saved: dict[str, Any]) -> list[str]:
         """What differs between a saved run and this one: params, data, code, number of processes."""
         old, new = _weight_settings(saved["params"]), _weight_settings(self.params.to_dict())
-        changes = [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in sorted(set(old) | set(new))
-                   if k not in MAY_CHANGE and old.get(k) != new.get(k)]
+        changes = [
+            f"{k}: {old.get(k)!r} -> {new.get(k)!r}"
+            for k in sorted(set(old) | set(new))
+            if k not in MAY_CHANGE and old.get(k) != new.get(k)
+        ]
         if saved["data"] != self.fingerprint:
             changes.append(f"the data in {self.paths.bin_dir} or {self.paths.bpe_dir} changed")
         old_code = saved.get("code", {})
@@ -662,7 +684,7 @@ class Trainer:
             self.tracker.log_artifact(out / checkpoint.MODEL_FILE, "model")
         return summary
 
-    def run_info(self) -> dict[str, Optional[str]]:
+    def run_info(self) -> dict[str, str | None]:
         """The MLflow run for later stages: this session's, else the one the state recorded, else none."""
         if self.tracker.enabled:
             return self.tracker.run_info()
@@ -705,8 +727,12 @@ class Trainer:
             self.tracker = Tracker(uri, p.run["run_id"], offline, owns_run=True)
         else:
             label = os.environ.get("DVC_EXP_NAME") or time.strftime("%Y-%m-%d %H:%M:%S")
-            tags = {"stage": "train", "precision": self.params.train.precision, "device": str(self.device),
-                    "world_size": self.dist.world_size}
+            tags = {
+                "stage": "train",
+                "precision": self.params.train.precision,
+                "device": str(self.device),
+                "world_size": self.dist.world_size,
+            }
             name = f"{d.src_lang}-{d.tgt_lang} {m.arch} {label}"
             self.tracker = Tracker.start(
                 self.params.to_dict(), self.params.tracking.experiment, name, tags, offline_dir=offline
@@ -744,8 +770,10 @@ def load_payload(path: Path, step: int) -> dict[str, Any]:
     """A saved model payload, refusing one that is not from the step the training state names."""
     payload = checkpoint.load(path)
     if payload.get("step") != step:
-        raise UserError(f"{path} is from step {payload.get('step')}, but the training state expects step "
-                        f"{step}; the checkpoints are mixed up: delete {path.parent} and retrain")
+        raise UserError(
+            f"{path} is from step {payload.get('step')}, but the training state expects step "
+            f"{step}; the checkpoints are mixed up: delete {path.parent} and retrain"
+        )
     return payload
 
 
@@ -765,12 +793,13 @@ def average(payloads: list[dict[str, Any]]) -> dict[str, Any]:
 
 def remove_stale_temps(paths: Paths) -> None:
     """Temporaries a killed run left behind (atomic writes it never finished)."""
-    for folder, pattern in ((paths.ckpt_dir, ".*.tmp"), (paths.log_dir, ".*.tmp"),
-                            (paths.out_dir.parent, f".{paths.out_dir.name}.*.tmp")):
+    for folder, pattern in (
+        (paths.ckpt_dir, ".*.tmp"),
+        (paths.log_dir, ".*.tmp"),
+        (paths.out_dir.parent, f".{paths.out_dir.name}.*.tmp"),
+    ):
         for stale in folder.glob(pattern) if folder.is_dir() else []:
             shutil.rmtree(stale, ignore_errors=True)
 
 
 # --- the stage ------------------------------------------------------------------------
-
-

@@ -7,7 +7,13 @@ import torch
 
 from bench import decode_speed as D
 
-OTHER = {"system": "ours", "task": "train_synthetic_8x8", "precision": "fp32", "metric": "tokens_per_s", "value": 1.0}
+OTHER = {
+    "system": "ours",
+    "task": "train_synthetic_8x8",
+    "precision": "fp32",
+    "metric": "tokens_per_s",
+    "value": 1.0,
+}
 
 
 def test_decode_smoke_rows_and_report(tmp_path: Path) -> None:

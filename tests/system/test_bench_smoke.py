@@ -6,8 +6,13 @@ from pathlib import Path
 from bench import train_speed
 from tests.helpers import REPO
 
-OTHER = {"system": "pytorch-kv-cache", "task": "decode_greedy", "precision": "fp32",
-         "metric": "sentences_per_s", "value": 1.0}
+OTHER = {
+    "system": "pytorch-kv-cache",
+    "task": "decode_greedy",
+    "precision": "fp32",
+    "metric": "sentences_per_s",
+    "value": 1.0,
+}
 
 
 def test_smoke_rows_and_report(tmp_path: Path) -> None:
@@ -17,13 +22,22 @@ def test_smoke_rows_and_report(tmp_path: Path) -> None:
     out_json.write_text(json.dumps([OTHER]))
     out_md.write_text("# Benchmarks\n\n<!-- decode:start -->\nkept\n<!-- decode:end -->\n")
 
-    rows = train_speed.benchmark(smoke=True, params_file=REPO / "params.yaml", bin_dir=bin_dir,
-                                 out_json=out_json, out_md=out_md, say=lambda _: None)
+    rows = train_speed.benchmark(
+        smoke=True,
+        params_file=REPO / "params.yaml",
+        bin_dir=bin_dir,
+        out_json=out_json,
+        out_md=out_md,
+        say=lambda _: None,
+    )
 
     assert all(set(r) == {"system", "task", "precision", "metric", "value", "smoke"} for r in rows)
     assert all(r["smoke"] is True and isinstance(r["value"], float) for r in rows)
-    speed = {(r["system"], r["precision"]): r["value"] for r in rows
-             if r["task"] == "train_synthetic_8x8" and r["metric"] == "tokens_per_s"}
+    speed = {
+        (r["system"], r["precision"]): r["value"]
+        for r in rows
+        if r["task"] == "train_synthetic_8x8" and r["metric"] == "tokens_per_s"
+    }
     systems = train_speed.available_systems()
     assert set(speed) == {(s, p) for s in systems for p in ("fp32", "bf16")}
     assert all(v > 0 for v in speed.values())
@@ -31,7 +45,9 @@ def test_smoke_rows_and_report(tmp_path: Path) -> None:
     for p in ("fp32", "bf16"):
         faster = max(v for (s, q), v in speed.items() if q == p and s != "ours")
         assert abs(ratios[p] - speed["ours", p] / faster) < 0.02 * ratios[p] + 1e-3
-    spread = {(r["precision"], r["metric"]): r["value"] for r in rows if r["metric"].startswith("round_ratio")}
+    spread = {
+        (r["precision"], r["metric"]): r["value"] for r in rows if r["metric"].startswith("round_ratio")
+    }
     for p in ("fp32", "bf16"):
         # Ours beats every round's faster peer by at least the lowest round's ratio, so the ratio of
         # medians cannot fall below it.

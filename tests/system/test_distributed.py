@@ -19,12 +19,11 @@ import pytest
 import torch
 import yaml
 
-from pipeline.model import checkpoint
 from pipeline import params as P
 from pipeline.data.batching import ParallelData, token_batches
+from pipeline.model import checkpoint
 from pipeline.stages.train import train
-from tests.helpers import REPO
-from tests.helpers import make_corpus, read_tsv, tiny_raw
+from tests.helpers import REPO, make_corpus, read_tsv, tiny_raw
 
 pytestmark = pytest.mark.slow
 
@@ -76,8 +75,9 @@ def test_two_processes_equal_one_on_the_combined_batches(tmp_path):
 
     # One process: update_freq 2 takes batches (0, 1), (2, 3), ... of each epoch's list.
     single = tiny_raw(model, update_freq=2, **settings)
-    alone = corpus.__class__(corpus.bin_dir, corpus.bpe_dir, tmp_path / "one/model", tmp_path / "one/ckpt",
-                             tmp_path / "one/log")
+    alone = corpus.__class__(
+        corpus.bin_dir, corpus.bpe_dir, tmp_path / "one/model", tmp_path / "one/ckpt", tmp_path / "one/log"
+    )
     train(P.from_dict(single), alone, tracking=False)
 
     # Two ranks, update_freq 1: rank r takes batches r, r + 2, ... (data.shard), so update k
@@ -88,18 +88,42 @@ def test_two_processes_equal_one_on_the_combined_batches(tmp_path):
     params_file = tmp_path / "params.yaml"
     params_file.write_text(yaml.safe_dump(tiny_raw(model, update_freq=1, **settings)), encoding="utf-8")
     out = tmp_path / "two"
-    args = ["train", "--params", str(params_file), "--bin", str(corpus.bin_dir), "--bpe", str(corpus.bpe_dir),
-            "--out", str(out / "model"), "--checkpoints", str(out / "ckpt"), "--log", str(out / "log"),
-            "--no-tracking"]
+    args = [
+        "train",
+        "--params",
+        str(params_file),
+        "--bin",
+        str(corpus.bin_dir),
+        "--bpe",
+        str(corpus.bpe_dir),
+        "--out",
+        str(out / "model"),
+        "--checkpoints",
+        str(out / "ckpt"),
+        "--log",
+        str(out / "log"),
+        "--no-tracking",
+    ]
     port = free_port()
     procs = []
     for rank in range(2):
-        env = dict(os.environ, WORLD_SIZE="2", RANK=str(rank), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2",
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
+        env = dict(
+            os.environ,
+            WORLD_SIZE="2",
+            RANK=str(rank),
+            LOCAL_RANK=str(rank),
+            LOCAL_WORLD_SIZE="2",
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+            OMP_NUM_THREADS="1",
+        )
         record = tmp_path / f"writes{rank}.json"
         cmd = [sys.executable, "-c", RANK_SCRIPT, str(tmp_path / "two"), str(record), *args]
-        procs.append(subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      text=True))
+        procs.append(
+            subprocess.Popen(
+                cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
+        )
     outputs = [p.communicate(timeout=240) for p in procs]
     for p, (stdout, stderr) in zip(procs, outputs):
         assert p.returncode == 0, stderr[-3000:]

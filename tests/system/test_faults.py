@@ -25,20 +25,25 @@ import yaml
 from click.testing import CliRunner
 
 from pipeline import files
-from pipeline.stages import binarize
-from pipeline.stages import bpe
-from pipeline.model import checkpoint
-from pipeline.stages import clean
-from pipeline.stages import download
 from pipeline import params as P
-from pipeline.training import trainer as train_stage
 from pipeline.cli import cli
 from pipeline.data.batching import ParallelData
 from pipeline.errors import UserError
+from pipeline.model import checkpoint
+from pipeline.stages import binarize, bpe, clean, download
 from pipeline.stages.train import train
+from pipeline.training import trainer as train_stage
 from pipeline.training.trainer import fitting_sentences
 from tests.helpers import (
-    REPO, free_port, make_corpus, make_model_dir, start_server, stop_server, tiny_params, train_spm, wait_healthy,
+    REPO,
+    free_port,
+    make_corpus,
+    make_model_dir,
+    start_server,
+    stop_server,
+    tiny_params,
+    train_spm,
+    wait_healthy,
 )
 
 # --- params: refused by every stage before anything is written ----------------------------------
@@ -48,8 +53,12 @@ BAD_PARAMS = [
     ("model.dropout", -0.1, "model.dropout: must be within [0, 1)"),
     ("model.d_model", 250, "model.d_model: 250 is not divisible by model.n_heads=4"),
     ("model.n_heads", "4", "model.n_heads: got '4'; expected a whole number"),
-    ("bpe.joint", False, "model.tie_embeddings: 'all' ties source and target embeddings, which needs "
-                         "bpe.joint: true; use 'target' or 'none'"),
+    (
+        "bpe.joint",
+        False,
+        "model.tie_embeddings: 'all' ties source and target embeddings, which needs "
+        "bpe.joint: true; use 'target' or 'none'",
+    ),
     ("decode.beam", 0, "decode.beam: must be at least 1 (1 is greedy)"),
     ("train.learning_rate", 0.1, "train.learning_rate: unknown key; allowed keys here: device, precision, "),
 ]
@@ -61,8 +70,24 @@ STAGE_ARGS = {
     "bpe": ["--clean", "clean", "--out", "bpe"],
     "train": ["--bin", "bin", "--bpe", "bpe", "--out", "model", "--checkpoints", "ckpt", "--log", "log"],
     "decode": ["--model", "model", "--clean", "clean", "--out", "decode"],
-    "report": ["--metrics", "m.json", "--train-log", "log", "--clean-stats", "s.json", "--raw", "raw",
-               "--decode", "decode", "--out", "report.md", "--figures", "figures", "--model", "model"],
+    "report": [
+        "--metrics",
+        "m.json",
+        "--train-log",
+        "log",
+        "--clean-stats",
+        "s.json",
+        "--raw",
+        "raw",
+        "--decode",
+        "decode",
+        "--out",
+        "report.md",
+        "--figures",
+        "figures",
+        "--model",
+        "model",
+    ],
 }
 
 
@@ -106,8 +131,14 @@ def test_dvc_exp_run_with_a_bad_value_stops_at_the_first_stage(tmp_path):
     repo = copy_repo(tmp_path / "repo")
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     env.pop("MLFLOW_TRACKING_URI", None)
-    result = subprocess.run(["dvc", "exp", "run", "-S", "model.dropout=-0.1"], cwd=repo, env=env,
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        ["dvc", "exp", "run", "-S", "model.dropout=-0.1"],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     output = result.stdout + result.stderr
     assert result.returncode != 0, output
     assert "Error: model.dropout: must be within [0, 1)" in output.splitlines(), output
@@ -133,9 +164,33 @@ WORDS = {
 }
 # Dirt put into a line (each a str inserted between words): none may split, merge or lose a line.
 DIRT = [
-    "\x00", "\x1b[31m", "\x07", "\x7f", "\t", "\x0b", "\x0c", "\r", "\x1c", "\x1d", "\x1e", "\x1f", "\x85",
-    "\u2028", "\u2029", "\u00a0", "\u3000", "\u200b", "\u200c", "\u200d", "\u200e", "\u202e", "\u2066",
-    "\ufeff", "\u00ad", "e\u0301", "\ufffd",
+    "\x00",
+    "\x1b[31m",
+    "\x07",
+    "\x7f",
+    "\t",
+    "\x0b",
+    "\x0c",
+    "\r",
+    "\x1c",
+    "\x1d",
+    "\x1e",
+    "\x1f",
+    "\x85",
+    "\u2028",
+    "\u2029",
+    "\u00a0",
+    "\u3000",
+    "\u200b",
+    "\u200c",
+    "\u200d",
+    "\u200e",
+    "\u202e",
+    "\u2066",
+    "\ufeff",
+    "\u00ad",
+    "e\u0301",
+    "\ufffd",
 ]
 
 
@@ -274,7 +329,6 @@ def test_training_goes_on_when_the_mlflow_server_stops_mid_run(tmp_path, monkeyp
     """A real `mlflow server`, stopped right after the first validation: training finishes, the
     later metrics are kept in the offline file, the user is told once."""
     from mlflow import MlflowClient
-
 
     port = free_port()
     server = start_server(tmp_path, port)

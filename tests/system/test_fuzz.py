@@ -17,8 +17,9 @@ from __future__ import annotations
 import dataclasses
 import io
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import sentencepiece as spm
@@ -27,34 +28,82 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipeline import files, tokens
-from pipeline.model import checkpoint
-from pipeline.data import text
-from pipeline.stages import clean
 from pipeline.data import fetch
-from pipeline.stages import translate as translate_stage
-from pipeline.stages.bpe import train_bpe
+from pipeline.data.text import normalize
+from pipeline.data.vocab import Vocab
+from pipeline.decoding.translator import Translator
+from pipeline.model import checkpoint
 from pipeline.model.transformer import build_model
 from pipeline.params import BpeParams
-from pipeline.decoding.translator import Translator
-from pipeline.data.vocab import Vocab
+from pipeline.stages import clean
+from pipeline.stages import translate as translate_stage
+from pipeline.stages.bpe import train_bpe
 from tests.helpers import BASE, WORDS, train_spm
 
 NASTY = [
-    "\x00", "\x07", "\x1b", "\x7f", "\x9b",  # controls that are deleted
-    "\t", "\x0b", "\x0c", "\r", "\n", "\r\n",  # word and line breaks
-    "\x1c", "\x1d", "\x1e", "\x1f", "\x85", "\u2028", "\u2029",  # what str.splitlines() also splits on
-    "\u00a0", "\u2009", "\u3000",  # Unicode spaces
-    "\ufeff", "\u200b", "\u00ad", "\u2060",  # BOM, zero-width space, soft hyphen, word joiner
-    "\u200c", "\u200d",  # ZWNJ and ZWJ, which clean keeps
-    "\u200e", "\u200f", "\u202e", "\u2066", "\u2069",  # bidi marks, override and isolates
-    "\u0301", "\u0308", "\u0327", "e\u0301", "\u1100\u1161",  # combining marks, Hangul jamo
+    "\x00",
+    "\x07",
+    "\x1b",
+    "\x7f",
+    "\x9b",  # controls that are deleted
+    "\t",
+    "\x0b",
+    "\x0c",
+    "\r",
+    "\n",
+    "\r\n",  # word and line breaks
+    "\x1c",
+    "\x1d",
+    "\x1e",
+    "\x1f",
+    "\x85",
+    "\u2028",
+    "\u2029",  # what str.splitlines() also splits on
+    "\u00a0",
+    "\u2009",
+    "\u3000",  # Unicode spaces
+    "\ufeff",
+    "\u200b",
+    "\u00ad",
+    "\u2060",  # BOM, zero-width space, soft hyphen, word joiner
+    "\u200c",
+    "\u200d",  # ZWNJ and ZWJ, which clean keeps
+    "\u200e",
+    "\u200f",
+    "\u202e",
+    "\u2066",
+    "\u2069",  # bidi marks, override and isolates
+    "\u0301",
+    "\u0308",
+    "\u0327",
+    "e\u0301",
+    "\u1100\u1161",  # combining marks, Hangul jamo
     # Hebrew, Arabic, Persian (with ZWNJ), Devanagari, CJK, Hangul
-    "\u05e9\u05dc\u05d5\u05dd", "\u0645\u0631\u062d\u0628\u0627",
-    "\u0646\u0645\u06cc\u200c\u0634\u0648\u062f", "\u0928\u092e\u0938\u094d\u0924\u0947", "日本語", "한국어",
-    "\U0001f600", "\U0001f469\u200d\U0001f4bb", "\U0001f1e9\U0001f1ea", "\U0001f44d\U0001f3fd",  # emoji
-    "ﬁ", "①", "\u212b", "…", "ａ",  # compatibility characters
-    "\u2581", "<sep>", "<s>", "</s>", "<unk>", "<pad>", " ⁇ ",  # sentencepiece's own symbols
-    "\U0010ffff", "\ufffd", "\ue000",  # a noncharacter, the replacement character, private use
+    "\u05e9\u05dc\u05d5\u05dd",
+    "\u0645\u0631\u062d\u0628\u0627",
+    "\u0646\u0645\u06cc\u200c\u0634\u0648\u062f",
+    "\u0928\u092e\u0938\u094d\u0924\u0947",
+    "日本語",
+    "한국어",
+    "\U0001f600",
+    "\U0001f469\u200d\U0001f4bb",
+    "\U0001f1e9\U0001f1ea",
+    "\U0001f44d\U0001f3fd",  # emoji
+    "ﬁ",
+    "①",
+    "\u212b",
+    "…",
+    "ａ",  # compatibility characters
+    "\u2581",
+    "<sep>",
+    "<s>",
+    "</s>",
+    "<unk>",
+    "<pad>",
+    " ⁇ ",  # sentencepiece's own symbols
+    "\U0010ffff",
+    "\ufffd",
+    "\ue000",  # a noncharacter, the replacement character, private use
 ]
 CHARS = st.characters(exclude_categories=("Cs",))  # any code point but surrogates
 TEXT = st.lists(st.one_of(CHARS, st.sampled_from(NASTY), st.just(" ")), max_size=40).map("".join)
@@ -63,8 +112,13 @@ LINE_BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"  # every character str.
 CLEAN = dataclasses.replace(BASE.clean, max_words=6, max_ratio=3.0, dedupe=True)
 
 
-def run_cases(record_property: Callable[[str, Any], None], what: str, strategy: st.SearchStrategy,
-              check: Callable[[Any], None], max_examples: int) -> None:
+def run_cases(
+    record_property: Callable[[str, Any], None],
+    what: str,
+    strategy: st.SearchStrategy,
+    check: Callable[[Any], None],
+    max_examples: int,
+) -> None:
     """Run `check` on up to max_examples generated cases; record how many ran."""
     tried = 0
 
@@ -76,9 +130,13 @@ def run_cases(record_property: Callable[[str, Any], None], what: str, strategy: 
     # Hypothesis keys its example database by the function's name and source: give each its own.
     cases.__name__ = cases.__qualname__ = "fuzz_" + re.sub(r"\W+", "_", what)
     run = settings(
-        max_examples=max_examples, deadline=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                               HealthCheck.large_base_example],
+        max_examples=max_examples,
+        deadline=None,
+        suppress_health_check=[
+            HealthCheck.too_slow,
+            HealthCheck.data_too_large,
+            HealthCheck.large_base_example,
+        ],
     )(given(strategy)(cases))
     try:
         run()
@@ -95,18 +153,18 @@ def one_line(text: str) -> bool:
 
 def test_normalize_gives_one_clean_line_for_any_text(record_property) -> None:
     def check(text: str) -> None:
-        out = text.normalize(text)
+        out = normalize(text)
         assert one_line(out) and out.splitlines() in ([], [out])
         assert out == out.strip() and "  " not in out
-        assert text.normalize(out) == out
+        assert normalize(out) == out
 
-    run_cases(record_property, "text.normalize", TEXT, check, 500)
+    run_cases(record_property, "normalize", TEXT, check, 500)
 
 
 def test_clean_pairs_keeps_eval_lines_and_filters_train_in_step(record_property, tmp_path: Path) -> None:
     def check(pairs: list[tuple[str, str]]) -> None:
         src, tgt = [s for s, _ in pairs], [t for _, t in pairs]
-        normalized = [(text.normalize(s), text.normalize(t)) for s, t in pairs]
+        normalized = [(normalize(s), normalize(t)) for s, t in pairs]
 
         # val/test: one output line per input line, each a single line once written and read back
         out_src, out_tgt, stats = clean.clean_pairs(src, tgt, CLEAN, train=False)
@@ -153,8 +211,12 @@ def test_raw_lines_survive_download_decoding_and_the_line_files(record_property,
 def _clean_dir(root: Path) -> Path:
     """Training text in a few scripts, as clean writes it."""
     lines = [
-        "der hund läuft über die straße", "the dog runs over the street", "ein kind spielt im park",
-        "\u0645\u0631\u062d\u0628\u0627 \u0628\u0627\u0644\u0639\u0627\u0644\u0645", "日本語 の 文", "€ 5 , 10 %",
+        "der hund läuft über die straße",
+        "the dog runs over the street",
+        "ein kind spielt im park",
+        "\u0645\u0631\u062d\u0628\u0627 \u0628\u0627\u0644\u0639\u0627\u0644\u0645",
+        "日本語 の 文",
+        "€ 5 , 10 %",
     ] * 20
     clean_dir = root / "clean"
     clean_dir.mkdir(parents=True)
@@ -190,8 +252,8 @@ def identity_vocab(tmp_path_factory) -> Vocab:
 
 def restricted(text: str) -> str:
     """normalize(text), with U+2581 replaced by a space and "<sep>" broken up (see the tests below)."""
-    line = text.normalize(text).replace("\u2581", " ").replace("<sep>", "<sep >")
-    return text.normalize(line)
+    line = normalize(text).replace("\u2581", " ").replace("<sep>", "<sep >")
+    return normalize(line)
 
 
 def spm_view(vocab: Vocab, text: str) -> str:
@@ -239,8 +301,12 @@ def test_identity_normalization_round_trips_normalized_text_exactly(record_prope
 
 
 def test_pipeline_bpe_keeps_what_clean_keeps(pipeline_vocab) -> None:
-    lines = ["\u0646\u0645\u06cc\u200c\u0634\u0648\u062f", "ﬁ …", "ａｂｃ ①"]  # Persian with ZWNJ; NFC, not NFKC
-    assert [text.normalize(line) for line in lines] == lines
+    lines = [
+        "\u0646\u0645\u06cc\u200c\u0634\u0648\u062f",
+        "ﬁ …",
+        "ａｂｃ ①",
+    ]  # Persian with ZWNJ; NFC, not NFKC
+    assert [normalize(line) for line in lines] == lines
     assert [pipeline_vocab.decode_src(ids) for ids in pipeline_vocab.encode_src(lines)] == lines
 
 
@@ -258,8 +324,18 @@ def make_learned_model_dir(path: Path, arch: str) -> Path:
     path.mkdir(parents=True)
     size = train_spm(path / "spm.model")
     model_params = dataclasses.replace(
-        BASE.model, arch=arch, d_model=32, n_heads=4, d_ff=64, n_layers=1, dropout=0.0, attention_dropout=0.0,
-        activation_dropout=0.0, positions="learned", max_positions=24, tie_embeddings="none",
+        BASE.model,
+        arch=arch,
+        d_model=32,
+        n_heads=4,
+        d_ff=64,
+        n_layers=1,
+        dropout=0.0,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        positions="learned",
+        max_positions=24,
+        tie_embeddings="none",
     )
     decode_params = dataclasses.replace(
         BASE.decode, beam=2, n_best=1, batch_tokens=400, max_len_a=1.0, max_len_b=3
@@ -304,7 +380,7 @@ def test_translate_gives_one_line_per_line_for_any_input(record_property, transl
         out = translators[arch].translate(lines)
         assert len(out) == len(lines)
         assert all(one_line(o) for o in out)
-        assert all(o == "" for line, o in zip(lines, out) if not text.normalize(line))
+        assert all(o == "" for line, o in zip(lines, out) if not normalize(line))
 
     cases = st.tuples(st.sampled_from(sorted(translators)), lines_st)
     run_cases(record_property, "Translator.translate", cases, check, 150)

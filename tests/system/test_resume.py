@@ -21,16 +21,24 @@ import torch
 import yaml
 
 from pipeline.model import checkpoint
-from pipeline.training import trainer as train_stage
 from pipeline.stages.train import train
+from pipeline.training import trainer as train_stage
 from pipeline.training.trainer import Paths
-from tests.helpers import REPO
-from tests.helpers import make_corpus, read_tsv, tiny_raw
+from tests.helpers import REPO, make_corpus, read_tsv, tiny_raw
 
 pytestmark = pytest.mark.slow
 
-SETTINGS = dict(max_epochs=100, max_steps=30, validate_every=4, update_freq=2, keep_last=3, average_last=2,
-                val_bleu=True, early_stop_metric="loss", log_every=3)
+SETTINGS = dict(
+    max_epochs=100,
+    max_steps=30,
+    validate_every=4,
+    update_freq=2,
+    keep_last=3,
+    average_last=2,
+    val_bleu=True,
+    early_stop_metric="loss",
+    log_every=3,
+)
 
 
 class Interrupt(Exception):
@@ -92,8 +100,13 @@ def test_in_process_interruptions_change_nothing(precision, corpus, tmp_path, mo
         # update 7 of a session: between the checkpoints at steps 4 and 8
         (train_stage.Trainer, "train_step", lambda n, *a: n == 7),
         # after ckpt_16.pt (and best.pt) were written, before last.pt
-        (train_stage, "save_file", lambda n, path, *a: path.name == "last.pt" and "ckpt_16.pt" in
-         {p.name for p in path.parent.iterdir()}),
+        (
+            train_stage,
+            "save_file",
+            lambda n, path, *a: (
+                path.name == "last.pt" and "ckpt_16.pt" in {p.name for p in path.parent.iterdir()}
+            ),
+        ),
         # update 2 right after a resume, before any new checkpoint
         (train_stage.Trainer, "train_step", lambda n, *a: n == 2),
         # after training ended, while writing data/model
@@ -115,16 +128,33 @@ def test_in_process_interruptions_change_nothing(precision, corpus, tmp_path, mo
 
 
 def train_command(params_file: Path, paths: Paths) -> list[str]:
-    return [sys.executable, "-m", "pipeline", "train", "--params", str(params_file),
-            "--bin", str(paths.bin_dir), "--bpe", str(paths.bpe_dir), "--out", str(paths.out_dir),
-            "--checkpoints", str(paths.ckpt_dir), "--log", str(paths.log_dir), "--no-tracking"]
+    return [
+        sys.executable,
+        "-m",
+        "pipeline",
+        "train",
+        "--params",
+        str(params_file),
+        "--bin",
+        str(paths.bin_dir),
+        "--bpe",
+        str(paths.bpe_dir),
+        "--out",
+        str(paths.out_dir),
+        "--checkpoints",
+        str(paths.ckpt_dir),
+        "--log",
+        str(paths.log_dir),
+        "--no-tracking",
+    ]
 
 
 def kill_when(params_file: Path, paths: Paths, ready, log: Path, timeout: float = 120.0) -> None:
     """Start training, and SIGKILL it as soon as ready() holds (polled every few ms)."""
     with open(log, "w") as stderr:  # a file, not a pipe, that nobody must drain
-        proc = subprocess.Popen(train_command(params_file, paths), cwd=REPO, stdout=subprocess.DEVNULL,
-                                stderr=stderr)
+        proc = subprocess.Popen(
+            train_command(params_file, paths), cwd=REPO, stdout=subprocess.DEVNULL, stderr=stderr
+        )
     deadline = time.monotonic() + timeout
     try:
         while not ready():

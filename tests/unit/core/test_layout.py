@@ -73,8 +73,12 @@ def test_imports_flow_down_the_layers(name: str):
 def test_a_stage_imports_no_other_stage():
     for name in modules():
         if name.startswith(f"{ROOT}.stages.") and name != f"{ROOT}.stages.options":
-            others = {m for m in imports(name) if m.startswith(f"{ROOT}.stages.")} - {f"{ROOT}.stages.options"}
-            assert not others, f"{name} imports the stage(s) {sorted(others)}: move what they share down a layer"
+            others = {m for m in imports(name) if m.startswith(f"{ROOT}.stages.")} - {
+                f"{ROOT}.stages.options"
+            }
+            assert not others, (
+                f"{name} imports the stage(s) {sorted(others)}: move what they share down a layer"
+            )
 
 
 def test_no_import_cycles():
@@ -87,10 +91,10 @@ def test_no_import_cycles():
         state[node] = 1
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
-                cycle = path[path.index(nxt):] + [nxt] if nxt in path else [node, nxt]
+                cycle = [*path[path.index(nxt) :], nxt] if nxt in path else [node, nxt]
                 pytest.fail(f"import cycle: {' -> '.join(cycle)}")
             if nxt not in state:
-                visit(nxt, path + [nxt])
+                visit(nxt, [*path, nxt])
         state[node] = 2
 
     for name in graph:
@@ -101,9 +105,14 @@ def test_no_import_cycles():
 def test_download_help_imports_neither_torch_nor_matplotlib():
     result = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "pipeline", "download", "--help"],
-        cwd=REPO, capture_output=True, text=True, timeout=120,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 0, result.stderr[-2000:]
-    imported = {line.rsplit("|", 1)[-1].strip().split(".")[0] for line in result.stderr.splitlines() if "|" in line}
+    imported = {
+        line.rsplit("|", 1)[-1].strip().split(".")[0] for line in result.stderr.splitlines() if "|" in line
+    }
     assert "click" in imported  # the import log was read
     assert not imported & {"torch", "matplotlib"}, sorted(imported & {"torch", "matplotlib", "pandas"})

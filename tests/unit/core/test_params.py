@@ -81,10 +81,25 @@ def test_cli_refuses_bad_params_with_exit_2_and_no_traceback(tmp_path, raw):
     bad.write_text(yaml.safe_dump(raw))
     out = tmp_path / "clean"
     result = subprocess.run(
-        [sys.executable, "-m", "pipeline", "clean", "--params", str(bad), "--raw", str(tmp_path), "--out", str(out)],
-        capture_output=True, text=True, cwd=REPO,
+        [
+            sys.executable,
+            "-m",
+            "pipeline",
+            "clean",
+            "--params",
+            str(bad),
+            "--raw",
+            str(tmp_path),
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
     )
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
-    assert result.stderr.strip().splitlines() == ["Error: model.d_model: 250 is not divisible by model.n_heads=4"]
+    assert result.stderr.strip().splitlines() == [
+        "Error: model.d_model: 250 is not divisible by model.n_heads=4"
+    ]
     assert not out.exists()

@@ -48,7 +48,9 @@ def test_every_stage_depends_on_exactly_the_code_it_imports():
         needed = {p.relative_to(REPO).as_posix() for p in module_closure(_stage_module(stage["cmd"]))}
         listed = _expand([d for d in stage["deps"] if isinstance(d, str)])
         assert needed <= listed, f"dvc.yaml stage {name} lacks deps {sorted(needed - listed)}"
-        assert listed <= needed, f"dvc.yaml stage {name} lists code it does not run: {sorted(listed - needed)}"
+        assert listed <= needed, (
+            f"dvc.yaml stage {name} lists code it does not run: {sorted(listed - needed)}"
+        )
 
 
 def test_decode_and_report_do_not_run_the_ctranslate2_backend_and_training_not_the_report():

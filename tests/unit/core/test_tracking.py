@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("mlflow")
-from mlflow import MlflowClient  # noqa: E402
-from mlflow.exceptions import MlflowException  # noqa: E402
+from mlflow import MlflowClient
+from mlflow.exceptions import MlflowException
 
-from pipeline import tracking  # noqa: E402
-from pipeline.tracking import Tracker  # noqa: E402
-from tests.helpers import free_port, start_server, stop_server, wait_healthy  # noqa: E402
+from pipeline import tracking
+from pipeline.tracking import Tracker
+from tests.helpers import free_port, start_server, stop_server, wait_healthy
 
 PARAMS = {
     "data": {"corpus": "multi30k", "src_lang": "de", "tgt_lang": "en"},

@@ -11,10 +11,10 @@ import pytest
 import sentencepiece as spm
 
 from pipeline import tokens
-from pipeline.stages.bpe import train_bpe
+from pipeline.data.vocab import Vocab
 from pipeline.errors import UserError
 from pipeline.params import BpeParams
-from pipeline.data.vocab import Vocab
+from pipeline.stages.bpe import train_bpe
 
 WORDS = "der die das hund katze läuft über straße the dog cat runs over street".split()
 

@@ -13,17 +13,17 @@ from click.testing import CliRunner
 
 pytest.importorskip("ctranslate2")
 
+from pipeline.data.batching import collate_src
+from pipeline.decoding import ct2
+from pipeline.decoding import translator as tr
+from pipeline.decoding.search import BANNED, Hypothesis, length_penalty, translate_ids
+from pipeline.errors import UserError
 from pipeline.model import checkpoint
-from pipeline.decoding import ct2  # noqa: E402
+from pipeline.model.transformer import Seq2SeqBase, build_model
 from pipeline.stages import export_ct2
-from pipeline.decoding import translator as tr  # noqa: E402
 from pipeline.stages import translate as translate_stage
-from pipeline.data.batching import collate_src  # noqa: E402
-from pipeline.errors import UserError  # noqa: E402
-from pipeline.model.transformer import Seq2SeqBase, build_model  # noqa: E402
-from pipeline.decoding.search import BANNED, Hypothesis, length_penalty, translate_ids  # noqa: E402
-from pipeline.tokens import BOS, EOS, N_SPECIAL  # noqa: E402
-from tests.helpers import BASE, train_spm  # noqa: E402
+from pipeline.tokens import BOS, EOS, N_SPECIAL
+from tests.helpers import BASE, train_spm
 
 # (norm, positions, tie_embeddings, activation, seed): every mapping the export makes, each
 # with a seed whose outputs vary between inputs and mostly end before the length limit.
@@ -37,8 +37,14 @@ MAX_LEN_A, MAX_LEN_B = 1.0, 3
 
 
 def make_model_dir(
-    path: Path, norm: str = "pre", positions: str = "sinusoidal", tie: str = "none", activation: str = "relu",
-    *, arch: str = "encoder_decoder", seed: int = 0,
+    path: Path,
+    norm: str = "pre",
+    positions: str = "sinusoidal",
+    tie: str = "none",
+    activation: str = "relu",
+    *,
+    arch: str = "encoder_decoder",
+    seed: int = 0,
 ) -> tuple[Path, Seq2SeqBase]:
     """A model directory with random weights, whose output layer acts like a trained one's:
 
@@ -49,9 +55,21 @@ def make_model_dir(
     path.mkdir(parents=True)
     vocab = train_spm(path / "spm.model")
     model_params = dataclasses.replace(
-        BASE.model, arch=arch, norm=norm, positions=positions, tie_embeddings=tie, activation=activation,
-        d_model=32, n_heads=4, d_ff=64, n_layers=2, dropout=0.0, attention_dropout=0.0,
-        activation_dropout=0.0, max_positions=64, output_bias=True,
+        BASE.model,
+        arch=arch,
+        norm=norm,
+        positions=positions,
+        tie_embeddings=tie,
+        activation=activation,
+        d_model=32,
+        n_heads=4,
+        d_ff=64,
+        n_layers=2,
+        dropout=0.0,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        max_positions=64,
+        output_bias=True,
     )
     decode_params = dataclasses.replace(
         BASE.decode, beam=4, batch_tokens=400, max_len_a=MAX_LEN_A, max_len_b=MAX_LEN_B
@@ -76,17 +94,24 @@ def torch_decode(
     model: Seq2SeqBase, seqs: list[list[int]], beam: int, n_best: int = 1
 ) -> list[list[Hypothesis]]:
     return translate_ids(
-        model, seqs, beam=beam, length_penalty=1.0, max_len_a=MAX_LEN_A, max_len_b=MAX_LEN_B,
-        batch_tokens=2000, device="cpu", n_best=n_best,
+        model,
+        seqs,
+        beam=beam,
+        length_penalty=1.0,
+        max_len_a=MAX_LEN_A,
+        max_len_b=MAX_LEN_B,
+        batch_tokens=2000,
+        device="cpu",
+        n_best=n_best,
     )
 
 
 def teacher_forced_score(model: Seq2SeqBase, src: list[int], out: list[int], alpha: float = 1.0) -> float:
     """log p(out + EOS | src) / GNMT penalty, by one full forward pass."""
     with torch.no_grad():
-        logits = model(collate_src([src]), torch.tensor([[BOS] + out]))  # (1, T, V)
+        logits = model(collate_src([src]), torch.tensor([[BOS, *out]]))  # (1, T, V)
     lprobs = F.log_softmax(logits.float(), dim=-1)[0]
-    total = float(lprobs.gather(1, torch.tensor([out + [EOS]]).T).sum())
+    total = float(lprobs.gather(1, torch.tensor([[*out, EOS]]).T).sum())
     return total / length_penalty(len(out) + 1, alpha)
 
 
@@ -161,8 +186,9 @@ def test_native_search_greedy_equals_the_torch_decoder_and_reports_ct2_scores(co
             assert len(h.tokens) <= int(MAX_LEN_A * len(src) + MAX_LEN_B)
             if len(h.tokens) < int(MAX_LEN_A * len(src) + MAX_LEN_B):  # ended in EOS, scored with it
                 raw = teacher_forced_score(model, src, h.tokens, alpha=0.0)
-                assert h.score == pytest.approx(raw / (len(h.tokens) + 1) ** native.settings.length_penalty,
-                                                abs=2e-3)
+                assert h.score == pytest.approx(
+                    raw / (len(h.tokens) + 1) ** native.settings.length_penalty, abs=2e-3
+                )
 
 
 def test_translate_keeps_blank_lines_and_order(converted) -> None:

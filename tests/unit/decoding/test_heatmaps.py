@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from pipeline.decoding import heatmaps
-from pipeline.errors import UserError
 from pipeline.decoding.translator import Translator
+from pipeline.errors import UserError
 from tests.helpers import make_model_dir
 
 SENTENCES = ["ein hund läuft über die straße", "die katze"]

@@ -14,7 +14,6 @@ import torch.nn.functional as F
 
 from pipeline import params as P
 from pipeline.data.batching import collate_src
-from pipeline.model.transformer import Seq2SeqBase, build_model
 from pipeline.decoding.search import (
     BANNED,
     Hypothesis,
@@ -26,6 +25,7 @@ from pipeline.decoding.search import (
     top_candidates,
     translate_ids,
 )
+from pipeline.model.transformer import Seq2SeqBase, build_model
 from pipeline.tokens import BOS, EOS, N_SPECIAL
 from tests.helpers import REPO
 
@@ -41,13 +41,27 @@ CONFIGS = [
 
 
 def tiny_model(
-    arch: str = "encoder_decoder", norm: str = "pre", positions: str = "learned",
-    vocab: int = 20, seed: int = 0, max_positions: int = 64,
+    arch: str = "encoder_decoder",
+    norm: str = "pre",
+    positions: str = "learned",
+    vocab: int = 20,
+    seed: int = 0,
+    max_positions: int = 64,
 ) -> Seq2SeqBase:
     """A small random model; untied output embeddings keep its outputs varied (tied ones echo the input)."""
     cfg = dataclasses.replace(
-        BASE.model, arch=arch, norm=norm, positions=positions, d_model=32, n_heads=4, d_ff=64, n_layers=2,
-        dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, max_positions=max_positions,
+        BASE.model,
+        arch=arch,
+        norm=norm,
+        positions=positions,
+        d_model=32,
+        n_heads=4,
+        d_ff=64,
+        n_layers=2,
+        dropout=0.0,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        max_positions=max_positions,
         tie_embeddings="none",
     )
     torch.manual_seed(seed)
@@ -66,8 +80,8 @@ def decode(model: Seq2SeqBase, seqs: list[list[int]], **kw) -> list[list[Hypothe
 
 def teacher_forced_log_probs(model: Seq2SeqBase, seq: list[int], outs: list[list[int]]) -> list[float]:
     """Sum of log p(out + EOS | seq) for each of `outs` (all one length), by one uncached forward pass."""
-    tgt_in = torch.tensor([[BOS] + out for out in outs])  # (N, T)
-    tgt_out = torch.tensor([out + [EOS] for out in outs])  # (N, T)
+    tgt_in = torch.tensor([[BOS, *out] for out in outs])  # (N, T)
+    tgt_out = torch.tensor([[*out, EOS] for out in outs])  # (N, T)
     with torch.no_grad():
         logits = model(collate_src([seq] * len(outs)), tgt_in)  # (N, T, V)
     lprobs = F.log_softmax(logits.float(), dim=-1).gather(2, tgt_out[:, :, None])  # (N, T, 1)
@@ -80,7 +94,7 @@ def reference_greedy(model: Seq2SeqBase, seq: list[int], max_len: int, alpha: fl
     total = 0.0
     with torch.no_grad():
         for step in range(max_len + 1):
-            logits = model(collate_src([seq]), torch.tensor([[BOS] + out]))[0, -1]
+            logits = model(collate_src([seq]), torch.tensor([[BOS, *out]]))[0, -1]
             lprobs = F.log_softmax(logits.float(), dim=-1)
             lprobs[list(BANNED)] = float("-inf")
             token = EOS if step == max_len else int(lprobs.argmax())
@@ -175,7 +189,7 @@ def test_a_sentence_does_not_depend_on_its_batch_companions(arch: str) -> None:
     model = tiny_model(arch)
     target = [6, 9, 12, 7]
     companions = random_seqs(5, 20, seed=8, longest=16)  # longer ones pad the target
-    with_others = decode(model, companions[:2] + [target] + companions[2:], n_best=4)[2]
+    with_others = decode(model, [*companions[:2], target, *companions[2:]], n_best=4)[2]
     alone = decode(model, [target], n_best=4)[0]
     assert [h.tokens for h in with_others] == [h.tokens for h in alone]
     assert_scores_close([with_others], [alone])
@@ -337,7 +351,7 @@ def test_workers_decode_under_the_callers_autocast() -> None:
 
 def test_given_batches_must_cover_every_input_once() -> None:
     model = tiny_model("encoder_decoder")
-    seqs = random_seqs(3, 20, seed=2) + [[]]
+    seqs = [*random_seqs(3, 20, seed=2), []]
     for wrong in ([[0, 1]], [[0, 1], [1, 2]], [[0, 1, 2, 3]]):
         with pytest.raises(ValueError, match="every non-empty input exactly once"):
             decode(model, seqs, batches=wrong)
@@ -359,6 +373,7 @@ def test_recording_attention_keeps_one_worker(monkeypatch) -> None:
     model = tiny_model("encoder_decoder")
     threads = []
     start = model.start
+
     def recording_thread(*args, **kwargs):
         threads.append(threading.get_ident())
         return start(*args, **kwargs)

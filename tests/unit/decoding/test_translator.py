@@ -10,11 +10,10 @@ import pytest
 from click.testing import CliRunner
 
 from pipeline.decoding import translator as tr
-from pipeline.stages import translate as translate_stage
-from pipeline.errors import UserError
 from pipeline.decoding.translator import Translator
+from pipeline.errors import UserError
+from pipeline.stages import translate as translate_stage
 from tests.helpers import make_model_dir
-
 
 
 @pytest.fixture(scope="module")
@@ -125,7 +124,9 @@ def test_decoder_only_model_translates_through_the_command(tmp_path: Path) -> No
 def test_interactive_mode_prompts_and_answers_each_line(translator: Translator, capsys) -> None:
     out = io.BytesIO()
     render = translate_stage.renderer(translator, n_best=1, beam=None, batch_tokens=None)
-    invalid = translate_stage.translate_stream(render, io.BytesIO(b"ein hund\n\xffkind\n"), out, interactive=True)
+    invalid = translate_stage.translate_stream(
+        render, io.BytesIO(b"ein hund\n\xffkind\n"), out, interactive=True
+    )
     assert invalid == 1
     assert out.getvalue().decode("utf-8").split("\n")[:-1] == translator.translate(["ein hund", "\ufffdkind"])
     assert capsys.readouterr().err.count("> ") == 3  # one prompt per line, and one answered by EOF
@@ -143,8 +144,16 @@ def test_min_len_fixes_the_output_length_for_benchmarks(translator: Translator) 
     ids = translator.vocab.encode_src(["ein hund", "die katze springt über die straße"])
     for beam in (1, 3):
         hyps = translate_ids(
-            translator.model, ids, beam=beam, length_penalty=1.0, max_len_a=0.0, max_len_b=7,
-            batch_tokens=1000, device="cpu", min_len=7, n_best=beam,
+            translator.model,
+            ids,
+            beam=beam,
+            length_penalty=1.0,
+            max_len_a=0.0,
+            max_len_b=7,
+            batch_tokens=1000,
+            device="cpu",
+            min_len=7,
+            n_best=beam,
         )
         assert all(len(h.tokens) == 7 and 3 not in h.tokens for hs in hyps for h in hs)
 
@@ -160,10 +169,10 @@ def test_workers_reach_the_search_and_change_no_output(model_dir: Path, monkeypa
     monkeypatch.setitem(tr.translate_ids.__globals__, "search_batches", recording)
     lines = "ein hund\nder mann läuft über die straße\n\ndie katze\neine frau springt\n".encode()
     args = ["--model", str(model_dir), "--device", "cpu", "--batch-tokens", "40"]  # a batch a sentence or two
-    one, three = run(args + ["--workers", "1"], lines), run(args + ["--workers", "3"], lines)
+    one, three = run([*args, "--workers", "1"], lines), run([*args, "--workers", "3"], lines)
     assert one.exit_code == three.exit_code == 0, one.output + three.output
     assert [w for w, _ in searches] == [1, 3] and all(n > 1 for _, n in searches)
     assert one.stdout == three.stdout and one.stdout.count("\n") == 5
-    refused = run(args + ["--workers", "2", "--backend", "ctranslate2"], lines)
+    refused = run([*args, "--workers", "2", "--backend", "ctranslate2"], lines)
     assert refused.exit_code == 1 and "Traceback" not in refused.output
     assert "--workers applies to the torch backend" in refused.output and "drop --workers" in refused.output

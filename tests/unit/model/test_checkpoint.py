@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from pipeline import params
-from pipeline.model import checkpoint
 from pipeline.errors import UserError
+from pipeline.model import checkpoint
 from pipeline.model.transformer import build_model
 from tests.helpers import REPO
 

@@ -118,16 +118,22 @@ def test_inference_packs_a_parameter_once_per_version_and_matches_the_unpacked_p
     torch.testing.assert_close(flipped, F.linear(x, -w, b))
 
 
-@pytest.mark.parametrize("value, onednn, warns", [("mkl", False, False), ("oneDNN", True, False),
-                                                  ("mk1", True, True)])
+@pytest.mark.parametrize(
+    "value, onednn, warns", [("mkl", False, False), ("oneDNN", True, False), ("mk1", True, True)]
+)
 def test_the_environment_switch_warns_about_a_value_it_does_not_know(monkeypatch, value, onednn, warns):
     monkeypatch.setenv("PIPELINE_CPU_GEMM", value)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         assert L._chosen_in_environment() is onednn
     assert [str(w.message) for w in caught] == (
-        ["PIPELINE_CPU_GEMM='mk1' is neither of onednn, mkl; using onednn "
-         "(set PIPELINE_CPU_GEMM=mkl for torch's default)"] if warns else [])
+        [
+            "PIPELINE_CPU_GEMM='mk1' is neither of onednn, mkl; using onednn "
+            "(set PIPELINE_CPU_GEMM=mkl for torch's default)"
+        ]
+        if warns
+        else []
+    )
 
 
 def test_use_onednn_switches_the_route_and_returns_the_setting_before():

@@ -32,8 +32,13 @@ def _case(seed: int, bias: bool = False):
 
 def _reference(hidden, weight, bias, target, smoothing):
     logits = F.linear(hidden, weight, bias)  # (B, T, V)
-    return F.cross_entropy(logits.flatten(0, 1).float(), target.flatten(), ignore_index=PAD,
-                           reduction="sum", label_smoothing=smoothing)
+    return F.cross_entropy(
+        logits.flatten(0, 1).float(),
+        target.flatten(),
+        ignore_index=PAD,
+        reduction="sum",
+        label_smoothing=smoothing,
+    )
 
 
 def _value_and_grads(fn, hidden, weight, bias, target, smoothing):
@@ -47,7 +52,7 @@ def _value_and_grads(fn, hidden, weight, bias, target, smoothing):
 @pytest.mark.parametrize("chunk_rows", [1, 5, 1024])
 def test_fused_loss_and_gradients_equal_cross_entropy_on_logits(smoothing, bias, chunk_rows):
     case = _case(0, bias)
-    fused = lambda *a: projected_loss(*a, chunk_rows=chunk_rows)  # noqa: E731
+    fused = lambda *a: projected_loss(*a, chunk_rows=chunk_rows)
     value, grads = _value_and_grads(fused, *case, smoothing)
     ref_value, ref_grads = _value_and_grads(_reference, *case, smoothing)
     assert value.dtype == torch.float32
@@ -99,21 +104,34 @@ def test_smoothing_mixes_in_the_uniform_distribution():
     nll = -lprobs.gather(1, target[keep][:, None]).sum()
     uniform = -lprobs.mean(-1).sum()
     eps = 0.2
-    torch.testing.assert_close(projected_loss(hidden, weight, None, target, eps), (1 - eps) * nll + eps * uniform)
+    torch.testing.assert_close(
+        projected_loss(hidden, weight, None, target, eps), (1 - eps) * nll + eps * uniform
+    )
 
 
 @pytest.mark.parametrize("arch", ["encoder_decoder", "decoder_only"])
 def test_model_forward_with_target_is_the_loss_of_its_logits(params, arch):
     import dataclasses
 
-    cfg = dataclasses.replace(params.model, arch=arch, d_model=32, n_heads=2, d_ff=64, n_layers=2,
-                              encoder_layers=None, decoder_layers=None, dropout=0.0, attention_dropout=0.0)
+    cfg = dataclasses.replace(
+        params.model,
+        arch=arch,
+        d_model=32,
+        n_heads=2,
+        d_ff=64,
+        n_layers=2,
+        encoder_layers=None,
+        decoder_layers=None,
+        dropout=0.0,
+        attention_dropout=0.0,
+    )
     torch.manual_seed(0)
     model = build_model(cfg, 40, 40).eval()
     src = torch.randint(5, 40, (3, 6))
     tgt = torch.randint(5, 40, (3, 5))
     tgt[1, 3:] = PAD
     src[2, 4:] = PAD
-    ref = F.cross_entropy(model(src, tgt).flatten(0, 1), tgt.flatten(), ignore_index=PAD, reduction="sum",
-                          label_smoothing=0.1)
+    ref = F.cross_entropy(
+        model(src, tgt).flatten(0, 1), tgt.flatten(), ignore_index=PAD, reduction="sum", label_smoothing=0.1
+    )
     torch.testing.assert_close(model(src, tgt, tgt, 0.1), ref, rtol=1e-5, atol=1e-4)

@@ -18,7 +18,13 @@ from torch import nn
 from pipeline import params
 from pipeline.model import checkpoint
 from pipeline.model.attention import MultiHeadAttention
-from pipeline.model.transformer import DecoderOnly, SinusoidalPositions, Transformer, build_model, count_parameters
+from pipeline.model.transformer import (
+    DecoderOnly,
+    SinusoidalPositions,
+    Transformer,
+    build_model,
+    count_parameters,
+)
 from pipeline.params import ModelParams
 from pipeline.tokens import BOS, EOS, N_SPECIAL, PAD, SEP
 from tests.helpers import REPO

@@ -7,12 +7,12 @@ import pytest
 from pipeline.errors import UserError
 from pipeline.reporting import metrics
 
+
 def test_sentence_chrf_per_line() -> None:
     values = metrics.sentence_chrf(["the cat sat", "xyz"], ["the cat sat", "the cat sat"])
     assert values[0] == 100.0 and values[1] < 10.0
     with pytest.raises(UserError):
         metrics.sentence_chrf(["a"], ["a", "b"])
-
 
 
 def test_bleu_by_length_buckets_lines_by_source_words() -> None:

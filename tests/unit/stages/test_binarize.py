@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from pipeline.stages import binarize as binarize_stage
 from pipeline import tokens
-from pipeline.stages.bpe import train_bpe
 from pipeline.data.batching import TokenArray
+from pipeline.data.vocab import Vocab
 from pipeline.errors import UserError
 from pipeline.params import BpeParams
-from pipeline.data.vocab import Vocab
+from pipeline.stages import binarize as binarize_stage
+from pipeline.stages.bpe import train_bpe
 
 SPLITS, SIDES = ("train", "val", "test"), ("src", "tgt")
 DE = "der die das ein hund katze mann läuft springt über straße weiß".split()

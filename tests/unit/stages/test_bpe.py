@@ -11,10 +11,10 @@ import sentencepiece as spm
 import yaml
 from click.testing import CliRunner
 
-from pipeline.stages import bpe as bpe_stage
 from pipeline import tokens
 from pipeline.errors import UserError
 from pipeline.params import BpeParams
+from pipeline.stages import bpe as bpe_stage
 from tests.helpers import REPO
 
 MULTI30K = REPO.parent / "shared/corpora/raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw"
@@ -63,10 +63,17 @@ def test_command_trains_joint_model_with_exact_special_ids(tmp_path: Path) -> No
     sp = processor(tmp_path / "bpe/spm.model")
     assert sp.get_piece_size() == 100
     assert [sp.id_to_piece(i) for i in range(tokens.N_SPECIAL)] == [
-        tokens.PAD_PIECE, tokens.UNK_PIECE, tokens.BOS_PIECE, tokens.EOS_PIECE, tokens.SEP_PIECE
+        tokens.PAD_PIECE,
+        tokens.UNK_PIECE,
+        tokens.BOS_PIECE,
+        tokens.EOS_PIECE,
+        tokens.SEP_PIECE,
     ]
     assert (sp.pad_id(), sp.unk_id(), sp.bos_id(), sp.eos_id()) == (
-        tokens.PAD, tokens.UNK, tokens.BOS, tokens.EOS
+        tokens.PAD,
+        tokens.UNK,
+        tokens.BOS,
+        tokens.EOS,
     )
     assert tokens.SEP not in sp.encode("hund <sep> dog")  # a control symbol: never matched in text
     vocab_rows = (tmp_path / "bpe/spm.vocab").read_text(encoding="utf-8").splitlines()

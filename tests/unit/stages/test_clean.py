@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 from pipeline import files, params
 from pipeline.data import text
-from pipeline.stages import clean
 from pipeline.errors import UserError
+from pipeline.stages import clean
 from tests.helpers import REPO
 
 BASE = params.load(REPO / "params.yaml")

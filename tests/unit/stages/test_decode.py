@@ -8,11 +8,10 @@ from pathlib import Path
 import yaml
 from click.testing import CliRunner
 
-from pipeline.stages import decode as decode_stage
 from pipeline import params as P
 from pipeline.decoding.translator import Translator
+from pipeline.stages import decode as decode_stage
 from tests.helpers import REPO, make_model_dir
-
 
 VAL = ["ein hund läuft", "", "die katze springt über die straße", "   ", "der mann"]
 TEST = ["das kind", "eine frau läuft über die straße", ""]
@@ -30,8 +29,16 @@ def setup(tmp_path: Path, **decode: object) -> list[str]:
     for split, lines in (("val", VAL), ("test", TEST)):
         (clean / f"{split}.src").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     return [
-        "--params", str(tmp_path / "params.yaml"), "--model", str(tmp_path / "model"),
-        "--clean", str(clean), "--out", str(tmp_path / "decode"), "--device", "cpu",
+        "--params",
+        str(tmp_path / "params.yaml"),
+        "--model",
+        str(tmp_path / "model"),
+        "--clean",
+        str(clean),
+        "--out",
+        str(tmp_path / "decode"),
+        "--device",
+        "cpu",
     ]
 
 

@@ -16,10 +16,10 @@ from click.testing import CliRunner
 
 from pipeline import files, params
 from pipeline.data import corpora, fetch
-from pipeline.stages import download
 from pipeline.errors import UserError
-from tests.helpers import DATA, REPO
 from pipeline.params import Bitext, DataParams, SideFiles
+from pipeline.stages import download
+from tests.helpers import DATA, REPO
 
 BASE = params.load(REPO / "params.yaml")
 NONE = SideFiles(None, None, None, None)
@@ -209,7 +209,12 @@ def test_multi30k_from_a_fake_mirror(tmp_path, monkeypatch):
     assert files.read_lines(tmp_path / "raw" / "train.src")[-1] == "train de 5"
     assert files.read_lines(tmp_path / "raw" / "test.tgt") == [f"test_2016_flickr en {i}" for i in (0, 1)]
     assert {k: v["lines"] for k, v in manifest["files"].items()} == {
-        "train.src": 6, "train.tgt": 6, "val.src": 3, "val.tgt": 3, "test.src": 2, "test.tgt": 2,
+        "train.src": 6,
+        "train.tgt": 6,
+        "val.src": 3,
+        "val.tgt": 3,
+        "test.src": 2,
+        "test.tgt": 2,
     }
     assert all(r["via"] == "mirror" and r["verified"] == "pinned" for r in manifest["files"].values())
     assert manifest["files"]["val.tgt"]["source"] == f"{M30K}val.en.gz"
@@ -460,8 +465,14 @@ def test_real_multi30k_from_the_mirror(tmp_path, monkeypatch, mirror):
     monkeypatch.setenv("CORPUS_MIRROR", str(mirror))
     manifest = download.download(dataclasses.replace(BASE.data, corpus="multi30k"), tmp_path / "raw")
     counts = {name: len(files.read_lines(tmp_path / "raw" / name)) for name in manifest["files"]}
-    assert counts == {"train.src": 29000, "train.tgt": 29000, "val.src": 1014, "val.tgt": 1014,
-                      "test.src": 1000, "test.tgt": 1000}
+    assert counts == {
+        "train.src": 29000,
+        "train.tgt": 29000,
+        "val.src": 1014,
+        "val.tgt": 1014,
+        "test.src": 1000,
+        "test.tgt": 1000,
+    }
     assert all(r["verified"] == "pinned" and r["via"] == "mirror" for r in manifest["files"].values())
     assert files.read_lines(tmp_path / "raw" / "train.tgt")[0].startswith("Two young, White males")
 

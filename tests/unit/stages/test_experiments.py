@@ -10,17 +10,18 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any
 
 import pandas as pd
 import pytest
 import yaml
 from click.testing import CliRunner
 
+from pipeline import tracking
 from pipeline.reporting import runs
 from pipeline.stages import experiments as experiments_stage
-from pipeline import tracking
 from pipeline.tracking import Tracker
 from tests.helpers import REPO
 
@@ -29,12 +30,36 @@ COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
 # A small sweep: (DVC experiment, params changed, final metrics or None for a run that failed).
 SWEEP = [
-    ("exp-two", {"model": {"n_layers": 2}},
-     {"test_bleu": 30.55, "test_chrf": 52.5, "test_ter": 58.0, "dev_bleu": 29.5, "dev_chrf": 51.0, "dev_ter": 59.0,
-      "n_params": 2_012_345, "train_seconds": 3723.4, "tokens_per_s": 15000.0}),
-    ("exp-four", {"model": {"n_layers": 4, "dropout": 0.3}},
-     {"test_bleu": 35.25, "test_chrf": 57.0, "test_ter": 52.5, "dev_bleu": 34.0, "dev_chrf": 56.0, "dev_ter": 53.0,
-      "n_params": 4_012_345, "train_seconds": 7446.8, "tokens_per_s": 9000.0}),
+    (
+        "exp-two",
+        {"model": {"n_layers": 2}},
+        {
+            "test_bleu": 30.55,
+            "test_chrf": 52.5,
+            "test_ter": 58.0,
+            "dev_bleu": 29.5,
+            "dev_chrf": 51.0,
+            "dev_ter": 59.0,
+            "n_params": 2_012_345,
+            "train_seconds": 3723.4,
+            "tokens_per_s": 15000.0,
+        },
+    ),
+    (
+        "exp-four",
+        {"model": {"n_layers": 4, "dropout": 0.3}},
+        {
+            "test_bleu": 35.25,
+            "test_chrf": 57.0,
+            "test_ter": 52.5,
+            "dev_bleu": 34.0,
+            "dev_chrf": 56.0,
+            "dev_ter": 53.0,
+            "n_params": 4_012_345,
+            "train_seconds": 7446.8,
+            "tokens_per_s": 9000.0,
+        },
+    ),
     ("exp-six", {"model": {"n_layers": 6}}, None),
 ]
 
@@ -46,7 +71,7 @@ def sweep_params(change: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return params
 
 
-def log_run(name: str, change: dict, final: Optional[dict], experiment: str = "nmt") -> str:
+def log_run(name: str, change: dict, final: dict | None, experiment: str = "nmt") -> str:
     """One training run as train.py and score.py log it: curves by step, then totals and scores."""
     os.environ["DVC_EXP_NAME"] = name
     run = Tracker.start(sweep_params(change), experiment, f"de-en encoder_decoder {name}")
@@ -153,8 +178,15 @@ def test_table_reads_while_a_sweep_run_writes(store: dict) -> None:
 
 
 def test_param_text_matches_between_mlflow_strings_and_dvc_values() -> None:
-    for mlflow_value, dvc_value in [("None", None), ("True", True), ("0.001", 0.001), ("[0.9, 0.98]", [0.9, 0.98]),
-                                    ("1e-08", 1.0e-8), ("relu", "relu"), ("3", 3)]:
+    for mlflow_value, dvc_value in [
+        ("None", None),
+        ("True", True),
+        ("0.001", 0.001),
+        ("[0.9, 0.98]", [0.9, 0.98]),
+        ("1e-08", 1.0e-8),
+        ("relu", "relu"),
+        ("3", 3),
+    ]:
         assert runs.param_text(mlflow_value) == runs.param_text(dvc_value)
     assert runs.param_text(None) == "null" and runs.param_text(False) == "false"
 
@@ -198,8 +230,14 @@ json.dump({"n_params": 1000 * layers, "train_seconds": 60.0 * layers, "tokens_pe
 
 
 def dvc(args: list[str], cwd: Path) -> str:
-    env = {**os.environ, "DVC_NO_ANALYTICS": "1", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
-           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    env = {
+        **os.environ,
+        "DVC_NO_ANALYTICS": "1",
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
     done = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, f"{args}: {done.stdout[-2000:]} {done.stderr[-2000:]}"
@@ -210,13 +248,21 @@ def dvc(args: list[str], cwd: Path) -> str:
 def dvc_repo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list]:
     """A real git + DVC repo with a stand-in score stage, two experiments and one queued; and its exp show."""
     root = tmp_path_factory.mktemp("dvcrepo")
-    params = {"model": {"n_layers": 3, "d_model": 256, "encoder_layers": None},
-              "train": {"lr": 0.001, "betas": [0.9, 0.98], "val_bleu": True}}
+    params = {
+        "model": {"n_layers": 3, "d_model": 256, "encoder_layers": None},
+        "train": {"lr": 0.001, "betas": [0.9, 0.98], "val_bleu": True},
+    }
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     (root / "score.py").write_text(SCORE_STAGE)
-    stage = {"cmd": f"{sys.executable} score.py", "deps": ["score.py"], "params": ["model", "train"],
-             "metrics": [{"reports/metrics.json": {"cache": False}},
-                         {"reports/train/summary.json": {"cache": False}}]}
+    stage = {
+        "cmd": f"{sys.executable} score.py",
+        "deps": ["score.py"],
+        "params": ["model", "train"],
+        "metrics": [
+            {"reports/metrics.json": {"cache": False}},
+            {"reports/train/summary.json": {"cache": False}},
+        ],
+    }
     (root / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"score": stage}}, sort_keys=False))
     dvc(["git", "init", "-q", "-b", "main"], root)
     dvc(["dvc", "init", "-q"], root)
@@ -257,11 +303,15 @@ def test_dvc_table_shows_differing_params_best_first(dvc_repo: tuple[Path, list]
     assert list(frame["test_bleu"])[:4] == [37.0, 28.5, 28.5, 28.0]
 
 
-def test_cli_dvc_source_prints_and_writes_csv(dvc_repo: tuple[Path, list], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cli_dvc_source_prints_and_writes_csv(
+    dvc_repo: tuple[Path, list], monkeypatch: pytest.MonkeyPatch
+) -> None:
     root, _ = dvc_repo
     monkeypatch.chdir(root)
     monkeypatch.setenv("DVC_NO_ANALYTICS", "1")
-    result = CliRunner().invoke(experiments_stage.command, ["--source", "dvc", "--out", str(root / "exps.csv")])
+    result = CliRunner().invoke(
+        experiments_stage.command, ["--source", "dvc", "--out", str(root / "exps.csv")]
+    )
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert lines[0].startswith("| # | run | commit | status | model.n_layers | train.lr | test BLEU |")
@@ -270,10 +320,14 @@ def test_cli_dvc_source_prints_and_writes_csv(dvc_repo: tuple[Path, list], monke
     assert set(csv["run"]) == {"workspace", "main", "six", "slow", "queued"}
 
 
-def test_cli_mlflow_source_writes_markdown(store: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cli_mlflow_source_writes_markdown(
+    store: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("MLFLOW_TRACKING_URI", store["uri"])
     out = tmp_path / "reports" / "experiments.md"
-    result = CliRunner().invoke(experiments_stage.command, ["--params", str(REPO / "params.yaml"), "--out", str(out)])
+    result = CliRunner().invoke(
+        experiments_stage.command, ["--params", str(REPO / "params.yaml"), "--out", str(out)]
+    )
     assert result.exit_code == 0, result.output
     text = out.read_text()
     assert text.startswith("# Experiments\n")

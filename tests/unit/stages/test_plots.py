@@ -36,8 +36,14 @@ def write_logs(root: Path, steps: list[list], valid: list[list]) -> None:
 
 
 def run(args: list[str], cwd: Path) -> str:
-    env = {**os.environ, "DVC_NO_ANALYTICS": "1", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
-           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    env = {
+        **os.environ,
+        "DVC_NO_ANALYTICS": "1",
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
     done = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, f"{args} failed: {done.stdout[-2000:]} {done.stderr[-2000:]}"
     return done.stdout

@@ -9,10 +9,10 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from pipeline.reporting import runs, tables
 from pipeline import files, tracking
-from pipeline.stages import report
 from pipeline import params as P
+from pipeline.reporting import runs, tables
+from pipeline.stages import report
 from tests.helpers import REPO, make_model_dir
 
 PARAMS_FILE = REPO / "params.yaml"
@@ -24,28 +24,55 @@ TEST_LINES = [
     ("eine frau liest ein buch .", "a woman reads a book .", "completely unrelated words here"),
     ("hallo da", "hi there", "zzz"),
     ("ok", "ok", "ok"),
-    ("kinder schwimmen im blauen pool .", "children are swimming in a blue pool .",
-     "children are swimming in a blue pool ."),
-    ("eine katze schläft am fenster .", "a cat sleeps on the warm window sill .",
-     "a cat sleeps on the warm window sill ."),
+    (
+        "kinder schwimmen im blauen pool .",
+        "children are swimming in a blue pool .",
+        "children are swimming in a blue pool .",
+    ),
+    (
+        "eine katze schläft am fenster .",
+        "a cat sleeps on the warm window sill .",
+        "a cat sleeps on the warm window sill .",
+    ),
     ("der alte mann verkauft obst .", "the old man sells fruit at the market .", "qqq rrr sss"),
     ("ein junge kickt einen ball .", "a boy kicks a red ball across the field .", "a boy kicks a ball ."),
     ("leute gehen eine straße entlang .", "people walk along a busy city street .", "xx yy"),
 ]
 METRICS = {
-    "val": {"bleu": 33.33, "chrf": 55.5, "ter": 50.0, "n_lines": 10,
-            "signature": {"bleu": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0",
-                          "chrf": "nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:2.6.0",
-                          "ter": "nrefs:1|case:lc|tok:tercom|norm:no|punct:yes|asian:no|version:2.6.0"}},
-    "test": {"bleu": 37.12, "chrf": 60.27, "ter": 45.0, "n_lines": 10,
-             "signature": {"bleu": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0",
-                           "chrf": "nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:2.6.0",
-                           "ter": "nrefs:1|case:lc|tok:tercom|norm:no|punct:yes|asian:no|version:2.6.0"}},
+    "val": {
+        "bleu": 33.33,
+        "chrf": 55.5,
+        "ter": 50.0,
+        "n_lines": 10,
+        "signature": {
+            "bleu": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0",
+            "chrf": "nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:2.6.0",
+            "ter": "nrefs:1|case:lc|tok:tercom|norm:no|punct:yes|asian:no|version:2.6.0",
+        },
+    },
+    "test": {
+        "bleu": 37.12,
+        "chrf": 60.27,
+        "ter": 45.0,
+        "n_lines": 10,
+        "signature": {
+            "bleu": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0",
+            "chrf": "nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:2.6.0",
+            "ter": "nrefs:1|case:lc|tok:tercom|norm:no|punct:yes|asian:no|version:2.6.0",
+        },
+    },
 }
 SUMMARY = {
-    "n_params": 9_912_832, "train_seconds": 3723.4, "tokens_per_s": 15234.7, "best_step": 1800,
-    "best_val_bleu": 34.56, "device": "cuda (NVIDIA H200)", "precision": "bf16",
-    "stopped": "early stopping: no val BLEU gain in 5 validations", "steps": 2400, "epochs": 12.0,
+    "n_params": 9_912_832,
+    "train_seconds": 3723.4,
+    "tokens_per_s": 15234.7,
+    "best_step": 1800,
+    "best_val_bleu": 34.56,
+    "device": "cuda (NVIDIA H200)",
+    "precision": "bf16",
+    "stopped": "early stopping: no val BLEU gain in 5 validations",
+    "steps": 2400,
+    "epochs": 12.0,
 }
 CLEAN_STATS = {
     "train": {"pairs_in": 29000, "pairs_out": 28765, "dropped_long": 200, "dropped_ratio": 35},
@@ -59,31 +86,52 @@ def write_inputs(root: Path, with_valid: bool = True) -> dict[str, Path]:
     files.write_lines(raw / "test.src", [s for s, _, _ in TEST_LINES])
     files.write_lines(raw / "test.tgt", [r for _, r, _ in TEST_LINES])
     files.write_lines(decode / "test.hyp", [h for _, _, h in TEST_LINES])
-    steps = pd.DataFrame({
-        "step": range(50, 2450, 50),
-        "epoch": [s / 200 for s in range(50, 2450, 50)],
-        "loss": [8.0 * 0.97 ** i + 2.0 for i in range(48)],
-        "lr": [min((i + 1) / 20, (20 / (i + 1)) ** 0.5) * 1e-3 for i in range(48)],
-        "tokens_per_s": [15000.0] * 48,
-    })
+    steps = pd.DataFrame(
+        {
+            "step": range(50, 2450, 50),
+            "epoch": [s / 200 for s in range(50, 2450, 50)],
+            "loss": [8.0 * 0.97**i + 2.0 for i in range(48)],
+            "lr": [min((i + 1) / 20, (20 / (i + 1)) ** 0.5) * 1e-3 for i in range(48)],
+            "tokens_per_s": [15000.0] * 48,
+        }
+    )
     train_log.mkdir(parents=True)
     steps.to_csv(train_log / "steps.tsv", sep="\t", index=False)
     if with_valid:
-        valid = pd.DataFrame({"step": [600, 1200, 1800, 2400], "epoch": [3.0, 6.0, 9.0, 12.0],
-                              "val_loss": [4.1, 3.2, 2.9, 2.95], "val_bleu": [12.0, 28.5, 34.56, 34.1]})
+        valid = pd.DataFrame(
+            {
+                "step": [600, 1200, 1800, 2400],
+                "epoch": [3.0, 6.0, 9.0, 12.0],
+                "val_loss": [4.1, 3.2, 2.9, 2.95],
+                "val_bleu": [12.0, 28.5, 34.56, 34.1],
+            }
+        )
         valid.to_csv(train_log / "valid.tsv", sep="\t", index=False)
     files.write_json(train_log / "summary.json", SUMMARY)
     files.write_json(root / "reports/metrics.json", METRICS)
     files.write_json(root / "data/clean/stats.json", CLEAN_STATS)
-    return {"raw": raw, "decode": decode, "train_log": train_log, "metrics": root / "reports/metrics.json",
-            "clean_stats": root / "data/clean/stats.json", "out": root / "reports/report.md",
-            "figures": root / "reports/figures"}
+    return {
+        "raw": raw,
+        "decode": decode,
+        "train_log": train_log,
+        "metrics": root / "reports/metrics.json",
+        "clean_stats": root / "data/clean/stats.json",
+        "out": root / "reports/report.md",
+        "figures": root / "reports/figures",
+    }
 
 
 def build(paths: dict[str, Path], model_dir: Path | None = None) -> str:
     return report.build_report(
-        P.load(PARAMS_FILE), paths["metrics"], paths["train_log"], paths["clean_stats"], paths["raw"],
-        paths["decode"], paths["out"], paths["figures"], model_dir,
+        P.load(PARAMS_FILE),
+        paths["metrics"],
+        paths["train_log"],
+        paths["clean_stats"],
+        paths["raw"],
+        paths["decode"],
+        paths["out"],
+        paths["figures"],
+        model_dir,
     )
 
 
@@ -96,7 +144,7 @@ def png_size(path: Path) -> tuple[int, int]:
 
 def section(text: str, heading: str) -> str:
     """The Markdown under `heading` up to the next heading of any level."""
-    rest = text[text.index(heading) + len(heading):]
+    rest = text[text.index(heading) + len(heading) :]
     end = rest.find("\n#")
     return rest if end < 0 else rest[:end]
 
@@ -260,10 +308,26 @@ def test_cli_logs_report_to_the_mlflow_run(tmp_path: Path, monkeypatch: pytest.M
     with Tracker.start({"data": {"corpus": "multi30k"}}, "report-test", "train") as run:
         run.save_run_file(tmp_path / "data/model/mlflow_run.json")
     paths = write_inputs(tmp_path)
-    args = ["--params", str(PARAMS_FILE), "--metrics", str(paths["metrics"]),
-            "--train-log", str(paths["train_log"]), "--clean-stats", str(paths["clean_stats"]),
-            "--raw", str(paths["raw"]), "--decode", str(paths["decode"]), "--out", str(paths["out"]),
-            "--figures", str(paths["figures"]), "--model", str(tmp_path / "data/model")]
+    args = [
+        "--params",
+        str(PARAMS_FILE),
+        "--metrics",
+        str(paths["metrics"]),
+        "--train-log",
+        str(paths["train_log"]),
+        "--clean-stats",
+        str(paths["clean_stats"]),
+        "--raw",
+        str(paths["raw"]),
+        "--decode",
+        str(paths["decode"]),
+        "--out",
+        str(paths["out"]),
+        "--figures",
+        str(paths["figures"]),
+        "--model",
+        str(tmp_path / "data/model"),
+    ]
     result = CliRunner().invoke(report.command, args)
     assert result.exit_code == 0, result.output
     assert f"MLflow run: `{run.run_id}`" in paths["out"].read_text()
@@ -277,10 +341,24 @@ def test_cli_logs_report_to_the_mlflow_run(tmp_path: Path, monkeypatch: pytest.M
 def test_cli_missing_metrics_is_a_user_error(tmp_path: Path) -> None:
     paths = write_inputs(tmp_path)
     paths["metrics"].unlink()
-    args = ["--params", str(PARAMS_FILE), "--metrics", str(paths["metrics"]),
-            "--train-log", str(paths["train_log"]), "--clean-stats", str(paths["clean_stats"]),
-            "--raw", str(paths["raw"]), "--decode", str(paths["decode"]), "--out", str(paths["out"]),
-            "--figures", str(paths["figures"])]
+    args = [
+        "--params",
+        str(PARAMS_FILE),
+        "--metrics",
+        str(paths["metrics"]),
+        "--train-log",
+        str(paths["train_log"]),
+        "--clean-stats",
+        str(paths["clean_stats"]),
+        "--raw",
+        str(paths["raw"]),
+        "--decode",
+        str(paths["decode"]),
+        "--out",
+        str(paths["out"]),
+        "--figures",
+        str(paths["figures"]),
+    ]
     result = CliRunner().invoke(report.command, args)
     assert result.exit_code == 1 and "metrics.json: no such file" in result.output
     assert not paths["out"].exists()
@@ -292,9 +370,16 @@ def test_cli_missing_metrics_is_a_user_error(tmp_path: Path) -> None:
 def test_section_order_scores_first(built: tuple[str, dict]) -> None:
     text, _ = built
     headings = [line for line in text.splitlines() if line.startswith("## ")]
-    assert headings == ["## Scores", "## Experiments", "## Training", "## BLEU by source length (test)",
-                        "## Sample translations (test)", "## Cross-attention (test)", "## Data cleaning",
-                        "## Params"]
+    assert headings == [
+        "## Scores",
+        "## Experiments",
+        "## Training",
+        "## BLEU by source length (test)",
+        "## Sample translations (test)",
+        "## Cross-attention (test)",
+        "## Data cleaning",
+        "## Params",
+    ]
 
 
 def test_without_mlflow_runs_the_experiments_section_says_why(built: tuple[str, dict]) -> None:
@@ -316,18 +401,40 @@ def test_experiments_table_ranks_runs_and_marks_this_one(
         with Tracker.start(params, "nmt", f"de-en encoder_decoder {name}") as run:
             for step in (100, 200, 300):
                 run.log_metrics({"val_bleu": bleu * step / 300}, step=step)
-            run.log_metrics({"n_params": 1e6 * layers + 0.0, "train_seconds": 3600.0 * layers + 61,
-                             "tokens_per_s": 15000.0 / layers}, step=300)
-            run.log_metrics({"test_bleu": bleu, "test_chrf": 55.0, "test_ter": 50.0, "dev_bleu": bleu - 1}, step=0)
+            run.log_metrics(
+                {
+                    "n_params": 1e6 * layers + 0.0,
+                    "train_seconds": 3600.0 * layers + 61,
+                    "tokens_per_s": 15000.0 / layers,
+                },
+                step=300,
+            )
+            run.log_metrics(
+                {"test_bleu": bleu, "test_chrf": 55.0, "test_ter": 50.0, "dev_bleu": bleu - 1}, step=0
+            )
         ids[name] = run.run_id
     paths = write_inputs(tmp_path)
-    files.write_json(tmp_path / "data/model" / tracking.RUN_FILE, {"run_id": ids["exp-c"], "tracking_uri": own_mlflow_store})
+    files.write_json(
+        tmp_path / "data/model" / tracking.RUN_FILE,
+        {"run_id": ids["exp-c"], "tracking_uri": own_mlflow_store},
+    )
 
     text = build(paths, tmp_path / "data/model")
     part = section(text, "## Experiments")
     rows = table_rows(part)
-    assert rows[0] == ["#", "run", "commit", "model.n_layers", "test BLEU", "chrF", "TER", "dev BLEU",
-                       "parameters", "train time", "tokens/s"]
+    assert rows[0] == [
+        "#",
+        "run",
+        "commit",
+        "model.n_layers",
+        "test BLEU",
+        "chrF",
+        "TER",
+        "dev BLEU",
+        "parameters",
+        "train time",
+        "tokens/s",
+    ]
     assert rows[1:] == [
         ["1", "exp-b", "c0ffee0", "4", "36.0", "55.0", "50.0", "35.0", "4,000,000", "4:01:01", "3,750"],
         ["→ 2", "exp-c", "c0ffee0", "6", "33.0", "55.0", "50.0", "32.0", "6,000,000", "6:01:01", "2,500"],
@@ -340,7 +447,9 @@ def test_experiments_table_ranks_runs_and_marks_this_one(
 
 
 def test_experiments_markdown_keeps_this_run_beyond_the_limit() -> None:
-    frame = runs.table(runs.RunRecord(f"run {i}", id=f"id{i}", metrics={"test_bleu": 40.0 - i}) for i in range(20))
+    frame = runs.table(
+        runs.RunRecord(f"run {i}", id=f"id{i}", metrics={"test_bleu": 40.0 - i}) for i in range(20)
+    )
     text = tables.experiments_markdown(frame, current="id17", limit=5)
     assert [r[0] for r in table_rows(text)[1:]] == ["1", "2", "3", "4", "5", "→ 18"]
     assert "14 more runs not shown" in text and "18 of 20 by test BLEU" in text
@@ -351,7 +460,9 @@ def test_experiments_markdown_keeps_this_run_beyond_the_limit() -> None:
 def test_experiments_markdown_shows_status_only_when_a_run_did_not_finish() -> None:
     finished = runs.table([runs.RunRecord("a", metrics={"test_bleu": 30.0}), runs.RunRecord("b")])
     assert table_rows(tables.experiments_markdown(finished))[0][:3] == ["#", "run", "commit"]
-    failed = runs.table([runs.RunRecord("a", metrics={"test_bleu": 30.0}), runs.RunRecord("b", status="failed")])
+    failed = runs.table(
+        [runs.RunRecord("a", metrics={"test_bleu": 30.0}), runs.RunRecord("b", status="failed")]
+    )
     rows = table_rows(tables.experiments_markdown(failed))
     assert rows[0][:4] == ["#", "run", "commit", "status"] and rows[2][:4] == ["2", "b", "–", "failed"]
 
@@ -366,7 +477,9 @@ def test_heatmaps_of_two_fixed_test_sentences(tmp_path: Path) -> None:
     links = [line for line in part.splitlines() if line.startswith("![")]
     # Lines 1 and 2 are the first sources of 5 to 15 words.
     assert [line.split("](")[0] for line in links] == [
-        "![Cross-attention of test line 1, heads averaged", "![Cross-attention of test line 2, heads averaged"]
+        "![Cross-attention of test line 1, heads averaged",
+        "![Cross-attention of test line 2, heads averaged",
+    ]
     for line in links:
         width, height = png_size(paths["out"].parent / line.split("](")[1].rstrip(")"))
         assert width > 200 and height > 100

@@ -10,8 +10,8 @@ from click.testing import CliRunner
 from sacrebleu.metrics import BLEU, CHRF, TER
 
 from pipeline import files
-from pipeline.stages import score
 from pipeline.errors import UserError
+from pipeline.stages import score
 
 REFS = [
     "a man in an orange hat starring at something .",

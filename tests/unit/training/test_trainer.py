@@ -15,26 +15,32 @@ import pytest
 import torch
 import yaml
 
-from pipeline.model import checkpoint
-from pipeline.model import transformer as model_module
 from pipeline import params as P
-from pipeline.training import trainer as train_stage
 from pipeline.data.batching import ParallelData, collate
 from pipeline.errors import UserError
-from pipeline.tracking import Tracker
+from pipeline.model import checkpoint
+from pipeline.model import transformer as model_module
 from pipeline.stages.train import train
+from pipeline.tracking import Tracker
+from pipeline.training import trainer as train_stage
 from pipeline.training.trainer import Paths, Trainer
 from tests.helpers import make_corpus, model_weights, read_tsv, tiny_params
-
-
-
 
 # --- learning, and what a run writes --------------------------------------------------------
 
 
 COPY_MODEL = dict(d_model=64, n_heads=4, d_ff=128, n_layers=1, dropout=0.0)
-COPY_TRAIN = dict(lr=5e-3, warmup_steps=30, max_tokens=128, max_epochs=12, validate_every=0, log_every=9,
-                  label_smoothing=0.0, early_stop_metric="bleu", keep_last=3)
+COPY_TRAIN = dict(
+    lr=5e-3,
+    warmup_steps=30,
+    max_tokens=128,
+    max_epochs=12,
+    validate_every=0,
+    log_every=9,
+    label_smoothing=0.0,
+    early_stop_metric="bleu",
+    keep_last=3,
+)
 
 
 @pytest.fixture(scope="module")
@@ -71,8 +77,20 @@ def test_summary_describes_the_run(copy_run):
     paths, params, summary = copy_run
     on_disk = json.loads((paths.log_dir / "summary.json").read_text())
     assert on_disk == summary
-    for key in ("n_params", "train_seconds", "tokens_per_s", "best_step", "best_val_bleu", "best_val_loss",
-                "device", "precision", "stopped", "steps", "epochs", "averaged"):
+    for key in (
+        "n_params",
+        "train_seconds",
+        "tokens_per_s",
+        "best_step",
+        "best_val_bleu",
+        "best_val_loss",
+        "device",
+        "precision",
+        "stopped",
+        "steps",
+        "epochs",
+        "averaged",
+    ):
         assert key in summary
     assert summary["stopped"] == "max_epochs" and summary["epochs"] == 12
     assert summary["device"] == "cpu" and summary["precision"] == "fp32" and summary["averaged"] == 0
@@ -131,8 +149,9 @@ def test_end_to_end_average_and_summary(tmp_path):
 
 def test_decoder_only_with_learned_positions_drops_too_long_sentences(tmp_path, capsys):
     paths = make_corpus(tmp_path, n_train=80, lengths=(2, 12))
-    params = tiny_params(dict(arch="decoder_only", positions="learned", max_positions=20), max_steps=6,
-                         val_bleu=False)
+    params = tiny_params(
+        dict(arch="decoder_only", positions="learned", max_positions=20), max_steps=6, val_bleu=False
+    )
     src = ParallelData.load(paths.bin_dir, "train")
     too_long = int(np.sum(src.src.lengths + src.tgt.lengths + 2 > 20))
     assert too_long > 0
