@@ -12,13 +12,14 @@ import dataclasses
 import math
 import types
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 
-from pipeline.errors import ParamsError
+from pipeline.errors import ParamsError, UserError
 from pipeline.tokens import N_SPECIAL
 
 
@@ -166,9 +167,9 @@ def load(path: str | Path = "params.yaml") -> Params:
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise ParamsError(f"{path}: no such file; run from the repository root or pass --params")
+        raise ParamsError(f"{path}: no such file; run from the repository root or pass --params") from None
     except yaml.YAMLError as e:
-        raise ParamsError(f"{path}: not valid YAML ({str(e).splitlines()[0]})")
+        raise ParamsError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from e
     return from_dict(raw)
 
 
@@ -319,13 +320,34 @@ def validate(p: Params) -> None:
         "'bleu' needs train.val_bleu: true; use 'loss'",
     )
 
-    _check(dec.beam >= 1, "decode.beam", "must be at least 1 (1 is greedy)")
-    _check(1 <= dec.n_best <= dec.beam, "decode.n_best", f"must be within [1, decode.beam={dec.beam}]")
-    _check(dec.length_penalty >= 0, "decode.length_penalty", "must be non-negative")
+    check_decode(dec)
+
+
+DECODE_KEYS = {f.name: f"decode.{f.name}" for f in dataclasses.fields(DecodeParams)}
+
+
+def check_decode(
+    dec: DecodeParams, names: Mapping[str, str] | None = None, error: type[UserError] = ParamsError
+) -> None:
+    """Refuse decode settings that are invalid or inconsistent, wherever they came from.
+
+    Each message names the setting as the user gave it: its params key (DECODE_KEYS), or what
+    `names` maps the field to (a command-line option, a keyword argument). A command passes
+    error=UserError: exit 2 is for params.yaml.
+    """
+    key = {**DECODE_KEYS, **(names or {})}
+
+    def check(ok: bool, field: str, message: str) -> None:
+        if not ok:
+            raise error(f"{key[field]}: {message}")
+
+    check(dec.beam >= 1, "beam", "must be at least 1 (1 is greedy)")
+    check(1 <= dec.n_best <= dec.beam, "n_best", f"must be within [1, {key['beam']}={dec.beam}]")
+    check(dec.length_penalty >= 0, "length_penalty", "must be non-negative")
     limits = "max_len_a and max_len_b"
-    _check(dec.max_len_a >= 0 and dec.max_len_b >= 0, "decode.max_len_a", f"{limits} must be non-negative")
-    _check(dec.max_len_a > 0 or dec.max_len_b > 0, "decode.max_len_b", f"{limits} cannot both be 0")
-    _check(dec.batch_tokens >= 1, "decode.batch_tokens", "must be at least 1")
+    check(dec.max_len_a >= 0 and dec.max_len_b >= 0, "max_len_a", f"{limits} must be non-negative")
+    check(dec.max_len_a > 0 or dec.max_len_b > 0, "max_len_b", f"{limits} cannot both be 0")
+    check(dec.batch_tokens >= 1, "batch_tokens", "must be at least 1")
 
 
 # --- helpers -------------------------------------------------------------------

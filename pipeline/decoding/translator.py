@@ -44,7 +44,7 @@ from pipeline.devices import torch_device
 from pipeline.errors import UserError
 from pipeline.model import checkpoint
 from pipeline.model.transformer import Seq2SeqBase
-from pipeline.params import DecodeParams, Params
+from pipeline.params import DecodeParams, Params, check_decode
 
 CHUNK_LINES = 5000  # lines searched together: enough to sort into full batches, bounded memory
 
@@ -55,18 +55,6 @@ class Translation:
 
     text: str
     score: float
-
-
-def check_settings(s: DecodeParams) -> None:
-    """Refuse settings a caller can get wrong (params.yaml's are validated when loaded)."""
-    if s.beam < 1 or s.batch_tokens < 1:
-        raise UserError(f"beam ({s.beam}) and batch tokens ({s.batch_tokens}) must be at least 1")
-    if not 1 <= s.n_best <= s.beam:
-        raise UserError(
-            f"n-best {s.n_best} must be within [1, beam={s.beam}]; raise the beam or lower n-best"
-        )
-    if s.length_penalty < 0:
-        raise UserError(f"length penalty {s.length_penalty} must be non-negative")
 
 
 class TextTranslator:
@@ -114,24 +102,20 @@ class TextTranslator:
     ) -> list[list[Translation]]:
         """Up to n_best (default: settings.n_best) translations per line, best first, with the
         scores the backend ranked them by."""
-        settings = self._settings(beam, length_penalty, batch_tokens, n_best=n_best or self.settings.n_best)
+        settings = self._settings(beam, length_penalty, batch_tokens, n_best=n_best or None)
         return [
             [Translation(self.vocab.decode_tgt(h.tokens), h.score) for h in hyps]
             for hyps in self.search(lines, settings, stats)
         ]
 
     def _settings(
-        self, beam: int | None, length_penalty: float | None, batch_tokens: int | None, n_best: int
+        self, beam: int | None, length_penalty: float | None, batch_tokens: int | None, n_best: int | None
     ) -> DecodeParams:
-        s = self.settings
-        settings = dataclasses.replace(
-            s,
-            beam=s.beam if beam is None else beam,
-            length_penalty=s.length_penalty if length_penalty is None else length_penalty,
-            batch_tokens=s.batch_tokens if batch_tokens is None else batch_tokens,
-            n_best=n_best,
-        )
-        check_settings(settings)
+        """self.settings with the arguments given (not None), checked; a message names the argument."""
+        given = dict(beam=beam, length_penalty=length_penalty, batch_tokens=batch_tokens, n_best=n_best)
+        given = {name: value for name, value in given.items() if value is not None}
+        settings = dataclasses.replace(self.settings, **given)
+        check_decode(settings, names={name: name for name in given}, error=UserError)
         return settings
 
 

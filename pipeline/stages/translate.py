@@ -31,13 +31,13 @@ from pipeline.decoding.translator import (
     QUANTIZATIONS,
     TextTranslator,
     Translator,
-    check_settings,
     nbest_row,
     one_line,
 )
 from pipeline.devices import DEVICES
 from pipeline.errors import UserError
 from pipeline.files import atomic_path
+from pipeline.params import check_decode
 
 
 def load_torch(model_dir: Path, device: str, quantization: str | None, exact: bool = True) -> TextTranslator:
@@ -222,8 +222,11 @@ def command(
     translator = BACKENDS[backend](model_dir, device, quantization, exact_search)
     if workers is not None:
         translator.workers = workers
-    s = translator.settings
-    check_settings(dataclasses.replace(s, beam=beam or s.beam, n_best=n_best))  # before reading any input
+    # Before reading any input; a message names the option, or the model's decode key it defaults to.
+    given = {"beam": beam, "batch_tokens": batch_tokens, "n_best": n_best}
+    options = {name: "--" + name.replace("_", "-") for name, value in given.items() if value is not None}
+    settings = dataclasses.replace(translator.settings, **{name: given[name] for name in options})
+    check_decode(settings, names=options, error=UserError)
     render = renderer(translator, n_best, beam, batch_tokens)
     stdin = sys.stdin.buffer  # bytes: the UTF-8 policy is ours, not the locale's
     interactive = input_file is None and stdin.isatty()

@@ -46,7 +46,7 @@ def test_input_is_normalized_as_the_training_text_was(translator: Translator) ->
 def test_overrides_reach_the_search(translator: Translator) -> None:
     greedy = translator.translate(["der mann"], beam=1)
     assert greedy == translator.translate(["der mann"], beam=1, batch_tokens=1)
-    with pytest.raises(UserError, match="n-best 4 must be within"):
+    with pytest.raises(UserError, match=r"n_best: must be within \[1, beam=3\]"):
         translator.translate_nbest(["der mann"], 4, beam=3)
 
 
@@ -99,7 +99,7 @@ def test_command_n_best_format(model_dir: Path) -> None:
 def test_command_refuses_n_best_above_beam(model_dir: Path) -> None:
     result = run(["--model", str(model_dir), "--beam", "2", "--n-best", "3"], b"ein hund\n")
     assert result.exit_code == 1
-    assert "n-best 3 must be within [1, beam=2]" in result.output
+    assert "--n-best: must be within [1, --beam=2]" in result.output
 
 
 def test_command_on_a_missing_model_says_how_to_fix_it(tmp_path: Path) -> None:
