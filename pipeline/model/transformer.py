@@ -143,7 +143,7 @@ class EncoderLayer(nn.Module):
 
     def forward(self, x: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
         """x (B, S, D), src_mask (B, 1, 1, S) -> (B, S, D)."""
-        x = self.sub[0](x, lambda y: self.self_attn(y, src_mask))
+        x = self.sub[0](x, lambda y: self.self_attn(y, mask=src_mask))
         return self.sub[1](x, self.ffn)
 
 
@@ -188,10 +188,12 @@ class DecoderLayer(nn.Module):
         """
         causal = self_mask is None and cache is None
         self_cache = cache.self_attn if cache else None
-        x = self.sub[0](x, lambda y: self.self_attn(y, self_mask, causal=causal, cache=self_cache))
+        x = self.sub[0](x, lambda y: self.self_attn(y, mask=self_mask, causal=causal, cache=self_cache))
         if self.cross_attn is not None:
             cross_cache = cache.cross_attn if cache else None
-            x = self.sub[1](x, lambda y: self.cross_attn(y, memory_mask, memory=memory, cache=cross_cache))
+            x = self.sub[1](
+                x, lambda y: self.cross_attn(y, mask=memory_mask, memory=memory, cache=cross_cache)
+            )
         return self.sub[-1](x, self.ffn)
 
 
@@ -339,7 +341,7 @@ class Transformer(Seq2SeqBase):
         src_mask = padding_mask(src)
         x = self.src_embed(src, torch.arange(src.size(1), device=src.device))
         for layer in self.encoder:
-            x = layer(x, src_mask)
+            x = layer(x, src_mask=src_mask)
         return self.encoder_norm(x), src_mask
 
     def features(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
@@ -347,7 +349,7 @@ class Transformer(Seq2SeqBase):
         memory, src_mask = self.encode(src)
         x = self.tgt_embed(tgt_in, torch.arange(tgt_in.size(1), device=tgt_in.device))
         for layer in self.decoder:
-            x = layer(x, None, memory, src_mask)
+            x = layer(x, self_mask=None, memory=memory, memory_mask=src_mask)
         return self.decoder_norm(x)
 
     def start(self, src: torch.Tensor, steps: int = 0) -> DecoderState:
@@ -364,7 +366,7 @@ class Transformer(Seq2SeqBase):
         """tokens (B, 1) -> logits (B, V) for the next position; extends the caches."""
         x = self.tgt_embed(tokens, state.positions[:, None])  # (B, 1, D)
         for layer, cache in zip(self.decoder, state.caches):
-            x = layer(x, None, None, state.memory_mask, cache)
+            x = layer(x, self_mask=None, memory_mask=state.memory_mask, cache=cache)
         state.positions = state.positions + 1
         return self.project(self.decoder_norm(x))[:, -1]
 
@@ -396,7 +398,7 @@ class DecoderOnly(Seq2SeqBase):
         x = self.embed(ids, positions)
         mask = causal_padding_mask(keep)
         for i, block in enumerate(self.blocks):
-            x = block(x, mask, cache=caches[i] if caches else None)
+            x = block(x, self_mask=mask, cache=caches[i] if caches else None)
         return self.norm(x)
 
     def features(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
@@ -418,7 +420,7 @@ class DecoderOnly(Seq2SeqBase):
         x = self.embed(tokens, state.positions[:, None])  # (B, 1, D)
         mask = state.keep[:, None, None, :]  # (B, 1, 1, L+1)
         for block, cache in zip(self.blocks, state.caches):
-            x = block(x, mask, cache=cache)
+            x = block(x, self_mask=mask, cache=cache)
         state.positions = state.positions + 1
         return self.project(self.norm(x))[:, -1]
 
