@@ -21,7 +21,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import click
 import matplotlib
@@ -70,6 +70,14 @@ class Sample:
     src: str
     ref: str
     hyp: str
+
+
+class SplitLines(NamedTuple):
+    """The test split's sources, references and hypotheses, line-aligned."""
+
+    srcs: list[str]
+    refs: list[str]
+    hyps: list[str]
 
 
 @dataclass(frozen=True)
@@ -427,7 +435,7 @@ def read_tsv(path: Path) -> pd.DataFrame | None:
     except pd.errors.EmptyDataError:
         return None
     except (pd.errors.ParserError, UnicodeDecodeError) as e:
-        raise UserError(f"{path}: not a tab-separated table ({e}); rerun the train stage")
+        raise UserError(f"{path}: not a tab-separated table ({e}); rerun the train stage") from e
 
 
 def read_json(path: Path, required: bool = False) -> dict[str, Any] | None:
@@ -438,11 +446,11 @@ def read_json(path: Path, required: bool = False) -> dict[str, Any] | None:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except ValueError as e:
-        raise UserError(f"{path}: not valid JSON ({e}); rerun the stage that makes it")
+        raise UserError(f"{path}: not valid JSON ({e}); rerun the stage that makes it") from e
 
 
-def load_test_split(raw_dir: Path, decode_dir: Path) -> tuple[list[str], list[str], list[str]] | None:
-    """Test sources, references and hypotheses, line-aligned; None without test.hyp."""
+def load_test_split(raw_dir: Path, decode_dir: Path) -> SplitLines | None:
+    """The test split, line-aligned; None without test.hyp."""
     hyp_path = decode_dir / "test.hyp"
     if not hyp_path.is_file():
         return None
@@ -456,7 +464,7 @@ def load_test_split(raw_dir: Path, decode_dir: Path) -> tuple[list[str], list[st
             f"{src_path}, {ref_path} and {hyp_path} have {len(srcs)}, {len(refs)} and {len(hyps)} lines; "
             "they must be line-aligned: rerun decode (dvc repro decode)"
         )
-    return srcs, refs, hyps
+    return SplitLines(srcs, refs, hyps)
 
 
 def build_report(
@@ -473,8 +481,8 @@ def build_report(
     """Read the stage outputs, draw the figures, write the page; returns its Markdown."""
     steps, valid = read_tsv(train_log / "steps.tsv"), read_tsv(train_log / "valid.tsv")
     test = load_test_split(raw_dir, decode_dir)
-    length_rows = bleu_by_length(test[0], test[2], test[1], LENGTH_BUCKETS) if test else []
-    samples = select_samples(*test) if test else {}
+    length_rows = bleu_by_length(test.srcs, test.hyps, test.refs, LENGTH_BUCKETS) if test else []
+    samples = select_samples(test.srcs, test.refs, test.hyps) if test else {}
 
     run_file = model_dir / RUN_FILE if model_dir is not None else None
     run_id = _run_id(run_file)
@@ -494,7 +502,7 @@ def build_report(
         if len(compared) > 1:
             plot_experiment_curves(compared, _label(runs, run_id), tmp / COMPARE_PNG)
             figures["compare"] = link(COMPARE_PNG)
-        heatmaps, heatmaps_note = draw_heatmaps(model_dir, test[0] if test else [], tmp, params.decode)
+        heatmaps, heatmaps_note = draw_heatmaps(model_dir, test.srcs if test else [], tmp, params.decode)
         heatmaps = [(caption, link(name)) for caption, name in heatmaps]
 
     inputs = ReportInputs(
