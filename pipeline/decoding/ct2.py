@@ -3,58 +3,12 @@
     python -m pipeline export-ct2 --model data/model --out data/ct2 [--quantization int8]
     python -m pipeline translate --backend ctranslate2 --model data/model [--quantization int8]
 
-The export writes CTranslate2's TransformerSpec layer by layer (as its own
-fairseq and OpenNMT-py converters do): our fused self-attention QKV (3D, D)
-and cross-attention Q (D, D) + fused KV (2D, D) are already CT2's layout;
-each Residual's LayerNorm is the norm of the sublayer it wraps, pre-LN or
-post-LN (CT2's `pre_norm`), and a pre-LN stack's final LayerNorm is the
-spec's `layer_norm`; LayerNorm epsilon 1e-5 (torch's, CT2's default is 1e-6).
-Position encodings are always passed as a table: CT2's built-in sinusoid is
-[sin | cos] over positions counted from 1 with a depth/2 - 1 denominator,
-ours interleaves sin and cos from position 0 (pipeline/model.py), so CT2
-gets our table, SINUSOID_ROWS rows long, which then bounds the input and
-output lengths as a learned table does. The vocabulary is the sentencepiece
-pieces in id order, so CT2's token ids are ours. The decoder-only
-architecture is refused (CT2 would need a Generator and our padding-aware
-positions; the torch backend serves it).
-
-The exported directory holds model.bin, config.json, the vocabularies, our
-sentencepiece model(s) and pipeline.json (the params, the quantization, the
-position rows and the model.pt digest), so it translates on its own.
-
-Search. By default CTranslate2 runs its own beam search (`exact=False`): one
-call over all the sentences, its length normalization (sum / len^alpha) and
-early exit, the maximum length of the batch's longest source (each output is
-then cut to its own maximum length), and the scores it reports. That is
-CTranslate2's speed; on test_2016_flickr its BLEU is within 0.2 of the PyTorch
-decoder's (the README gives both). `exact=True` (`translate --exact-search`)
-reproduces pipeline/search.py instead, at some cost in speed, as follows:
-- Beam search: CT2's beam search, like ours, takes the 2K best extensions,
-  finishes the EOS ones among the top K and keeps K live beams, and stops a
-  sentence once K hypotheses are finished (`patience` 1). Its length
-  normalization is sum / len^alpha, applied only to the finished list; ours
-  is GNMT's sum / ((5 + len) / 6)^alpha. So CT2 is run with a length penalty
-  of 1e-9 (a zero one would switch on its early exit, which stops at the
-  first finished top beam; 1e-9 changes no float32 score), returns its K
-  finished hypotheses with their raw log-prob sums, and they are re-ranked
-  here with GNMT's penalty. When more than K finish (several at the last
-  step), CT2 keeps the K of highest raw sum; GNMT's best is always among
-  them (a dropped one of the last step's length is beaten by a kept one of
-  that length at a higher sum; a dropped shorter one, by the same kept one:
-  lower sum and smaller penalty), so the 1-best is ours, and only the lower
-  ranks of an n-best list can differ.
-- Length: our output is at most max_len tokens, then EOS, whose log-prob is
-  scored. CT2 has one max_decoding_length per call, so each call holds
-  sentences of one max_len, with max_decoding_length = max_len + 1 (room for
-  the EOS). A hypothesis that reaches that bound without EOS is cut to max_len
-  tokens and rescored with the EOS (CT2's score_batch): exactly our greedy
-  output; in a beam, the hypotheses CT2 keeps at that last step can differ
-  from ours (it may extend one beam twice). Only sentences whose search runs
-  to the length limit are affected.
-- PAD, BOS and SEP are suppressed (`suppress_sequences`). CT2 masks them
-  before its softmax, so its log-probs are renormalized over the allowed
-  tokens, where ours are not: a difference of log(1 - mass on those tokens)
-  per step, nil for a trained model (they never occur as targets).
+The export writes CTranslate2's TransformerSpec layer by layer, positions as
+our own table and the vocabulary in our id order; the decoder-only model is
+refused. By default CTranslate2 runs its own search (its speed, its scores);
+`exact=True` (`translate --exact-search`) reproduces pipeline/decoding/search.py.
+How each part maps, and where the two searches can still differ:
+docs/ctranslate2.md.
 """
 
 from __future__ import annotations
@@ -99,7 +53,9 @@ def _ctranslate2() -> types.ModuleType:
     try:
         import ctranslate2
     except ImportError:
-        raise UserError("ctranslate2 is not installed; install it with `pip install 'nmt-pipeline[ct2]'`")
+        raise UserError(
+            "ctranslate2 is not installed; install it with `pip install 'nmt-pipeline[ct2]'`"
+        ) from None
     return ctranslate2
 
 

@@ -1,41 +1,16 @@
 """Batched beam search (greedy is beam 1) over the models' decoding interface.
 
 The search uses only `model.start`, `model.step`, `state.reorder` and
-`model.start_token` (see pipeline/model.py), so it serves both architectures.
-With the KV cache, self-attention keys and values grow by one position a
-step and the encoder's cross-attention keys and values are computed once per
-sentence (`model.start`) and shared by its beams (pipeline/attention.py). The
-first step runs one row per sentence, the start token, and expands it into
-the K beams. `use_cache=False` re-runs
-the model over the whole prefix every step instead: slow, but an independent
-check that the cache changes nothing.
+`model.start_token` (see Seq2SeqBase in pipeline/model/transformer.py), so it
+serves both architectures. Its steps, as fairseq's: `step_log_probs`,
+`top_candidates` (the 2K best extensions), `finish` (EOS ones in the top K,
+ranked by GNMT's length penalty), `survivors` (the K best others), `advance`.
+Scores are exact teacher-forced log-probabilities (banned tokens -inf, no
+renormalization). The KV cache, greedy's ties, batches and the decoding
+workers: docs/beam-search.md.
 
-The search, as fairseq's: every step each sentence's K live beams propose
-their K x V one-token extensions, scored by the sum of log-probs (log_softmax
-in float32). Of the 2K best, those ending in EOS that rank among the top K
-are finished, and the K best that do not end in EOS live on, so a sentence
-always has K live beams. A finished hypothesis is ranked by its sum divided
-by GNMT's length penalty ((5 + len) / 6) ** alpha (Wu et al. 2016, eq. 14),
-len counting the EOS. A sentence is done when K hypotheses have finished
-(the standard rule; it does not check whether a live beam could still beat
-them under the length penalty) or when it reaches its maximum length.
-Greedy is this search with K = 1, where the 2K candidates shrink to the best
-one: its EOS finishes the sentence, anything else is its survivor, which is
-what the two candidates would have decided. Only exact ties can part them:
-greedy takes the lowest token id, where top-k's pick among equals is
-unspecified. bf16 logits tie often (val under bf16 autocast: 105 of 1,014
-greedy outputs differ between the two rules), float32 ones rarely.
-
-The output space: up to max_len tokens, then EOS. max_len = int(max_len_a *
-src_len + max_len_b), src_len the source's subword count (without the EOS
-the model input appends); at max_len the model's log-prob of EOS is scored
-and every other token refused. PAD, BOS and SEP are never generated; UNK may
-be, so a hypothesis shows that the model did not know a word. Banned tokens
-are set to -inf after the log_softmax (no renormalization), so a
-hypothesis's score is exactly its teacher-forced log-probability.
-
-Symbols: B sentences in a batch, K beam, R = B x K rows, S source length,
-V vocabulary.
+Shapes (docs/shapes.md): B sentences, K beam, R = B x K rows, S source length,
+V vocabulary; n sentences still searching, k beams each so far (1, then K).
 """
 
 from __future__ import annotations
@@ -170,11 +145,11 @@ def step_log_probs(logits: torch.Tensor, force_eos: torch.Tensor, ban_eos: bool 
     """logits (R, V) -> log-probs (R, V) float32, banned tokens -inf, rows `force_eos` (R,) EOS only.
 
     ban_eos refuses EOS in the other rows (before a minimum length). Forced rows are
-    written by index, and only when there are any: a boolean-mask write touched all of
-    R x V every step (about 5% of a beam-5 step at V = 8000, bench/decode_speed.py).
-    The log_softmax is written over `logits` (the caller's fresh step output, or its
-    float32 copy): a new R x V buffer a step cost more than the log_softmax itself
-    (freshly mapped pages), and the kernel reads each row whole before writing it.
+    written by index, and only when there are any: a boolean-mask write touches all of
+    R x V every step (docs/cpu-speed.md). The log_softmax is written over `logits` (the
+    caller's fresh step output, or its float32 copy): a new R x V buffer a step cost more
+    than the log_softmax itself (freshly mapped pages), and the kernel reads each row
+    whole before writing it.
     """
     logits = logits.float()
     lprobs = torch.log_softmax(logits, dim=-1, out=logits)
@@ -392,13 +367,12 @@ def search_batches(
     On CPU, `workers` > 1 decodes that many batches at once, each in a thread with
     torch's threads shared out among them (at least one each). torch ops release
     the GIL, so one batch's matrix products run while another's search steps in
-    Python, and small ops stop waiting on a second thread: on 2 cores, two
-    workers of one thread decode 1.2-1.6x the sentences/s of one worker of two,
-    greedy gaining more than beam 5 (bench/decode_speed.py). Each batch's search
-    is the same either way; its products may round differently on fewer threads.
-    torch's thread count is the process's: while workers run it is their share,
-    and concurrent multi-worker searches take turns. Recording attention weights
-    (Seq2SeqBase.recording_attention) keeps to one worker, in order.
+    Python, and small ops stop waiting on a second thread (bench/decode_speed.py
+    measures the gain). Each batch's search is the same either way; its products
+    may round differently on fewer threads. torch's thread count is the process's:
+    while workers run it is their share, and concurrent multi-worker searches take
+    turns. Recording attention weights (Seq2SeqBase.recording_attention) keeps to
+    one worker, in order. See docs/beam-search.md.
     """
     recording = any(getattr(m, "record", None) is not None for m in model.modules())
     if torch.device(device).type != "cpu" or recording:

@@ -1,31 +1,11 @@
-"""Translate raw text with a model directory: the Translator, and the `translate` command.
+"""Translate raw text with a model directory: the backends behind the `translate` command.
 
-    python -m pipeline translate --model data/model < input.de > output.en
-
-Input is raw text, one sentence a line; it is normalized as the training text
-was (pipeline.data.text.normalize), encoded, searched (pipeline/search.py) and
-detokenized. Every input line gives exactly one output line (with --n-best K,
-up to K lines, see below); a blank or whitespace-only line gives an empty
-one without running the model. When stdin is a terminal (and no --input is
-given), it prompts on stderr and answers each line as it is entered.
-
-Input bytes are read as binary and decoded line by line as UTF-8; bytes that
-are not UTF-8 become U+FFFD, and the number of lines that had any is reported
-once on stderr at the end. Output is always UTF-8, whatever the locale.
-
-With --n-best K the output is in the Moses/fairseq n-best format,
-`i ||| hypothesis ||| score`, i the 0-based input line, score what the
-search ranked by (the GNMT-normalized log-probability; CTranslate2's own
-search reports its sum / length^alpha); up to K lines per
-input, best first (a blank line, or a search space smaller than K, gives
-fewer, but always at least one).
-
-Backends: --backend names how the model runs. "torch" is the Translator
-here; "ctranslate2" (pipeline/ct2.py, the optional `ct2` extra) runs a
-CTranslate2 conversion of the same model, made on first use beside the model
-directory (or an export-ct2 directory given as --model), with weights in
---quantization (float32 by default; int8 is faster on CPU). A backend is a
-loader in BACKENDS returning a TextTranslator.
+Raw lines are normalized as the training text was (pipeline.data.text.normalize),
+encoded, searched and detokenized; a blank line gives an empty output without
+running the model. `TextTranslator` is that for any backend; `Translator` is the
+torch one, and pipeline/decoding/ct2.py the CTranslate2 one. Decode settings
+are checked by pipeline.params.check_decode. The command, its n-best format and
+the backends: docs/translate.md.
 """
 
 from __future__ import annotations
@@ -124,8 +104,7 @@ class Translator(TextTranslator):
 
     `workers`: batches decoded at once on CPU (search.search_batches); by default
     search.default_workers. Each uses a share of torch's threads, and a batch's
-    products may round differently on fewer threads (the test set's outputs were
-    identical with 1 and 2 workers).
+    products may round differently on fewer threads (docs/beam-search.md).
     """
 
     def __init__(

@@ -1,46 +1,14 @@
-"""Linear layers whose float32 CPU matmuls run on oneDNN rather than MKL, where that is faster.
+"""Linear layers whose large float32 CPU products run on oneDNN rather than MKL.
 
-torch computes a float32 `F.linear` on CPU with MKL's sgemm. On the AMD EPYC
-(Zen 4, AVX-512) this project is developed on, oneDNN's sgemm, which ships in
-the same torch build, is faster at the default model's large products and
-slower at small ones, because of its higher cost per call. MKL time / oneDNN
-time, x (M, K) times weight (N, K), 2 threads, MKL 2024.2, oneDNN 3.12:
+oneDNN is the faster at the default model's large products on the CPU this
+project is developed on, MKL at small ones (a lower cost per call): `linear`
+takes oneDNN from MIN_MACS multiply-adds, MKL below. Same float32 arithmetic,
+another summation order. Under inference mode a weight is packed once into
+oneDNN's layout and reused, bit for bit the same products.
+PIPELINE_CPU_GEMM=mkl (or `use_onednn(False)`) puts everything on MKL.
 
-    N x K        M=8    M=64   M=320  M=2048
-    256 x 256    0.56   0.86   1.02   1.08
-    768 x 256    1.00   1.05   1.05   1.00
-    1024 x 256   0.99   1.14   1.06   1.02
-    256 x 1024   1.50   1.18   1.10   1.12
-    8000 x 256   1.62   1.31   1.13   1.11
-    128 x 128    0.34   0.60   0.91   1.14
-    64 x 32      0.26   0.36   0.54   0.90
-
-So `linear` takes oneDNN for products of at least MIN_MACS = 2**23
-multiply-adds (M x N x K), and MKL below. The arithmetic is the same IEEE
-float32 (no TF32 or bf16 inside): results equal MKL's within float32 rounding
-of a different summation order. CTranslate2 makes a similar choice (MKL on
-Intel CPUs only).
-
-The route applies to float32 CPU tensors outside autocast and outside
-torch.compile (bf16 autocast already runs on oneDNN; compiled graphs choose
-their own kernels); `F.linear` everywhere else. With gradients, the input's
-gradient (g @ W, the same size of product) runs on oneDNN too; the weight's
-(g^T @ x) stays on MKL, the faster of the two for that transposed product.
-`relu=True` applies the ReLU inside the matmul's epilogue (one pass over the
-output less).
-
-Inference (decoding under torch.inference_mode) multiplies by the same
-weights at every step, so a Parameter's weight is reordered into oneDNN's
-blocked layout once per version of its values and reused: oneDNN otherwise
-reorders it inside every call. At 64 rows, 2 threads, that takes the
-8000 x 256 output projection from 1.7 to 1.3 ms, and the 1024 x 256 and
-768 x 256 products 10-25% lower. The packed products equal the unpacked ones
-bit for bit; the packed copies (one model's worth of weights) live as long as
-their weights.
-
-PIPELINE_CPU_GEMM=mkl in the environment turns the route off (torch's default,
-MKL, everywhere): for a CPU where MKL is the faster. `use_onednn(False)` does
-the same from code (bench/gemm_choice.py measures the difference).
+Why, the measurements and how to redo them: docs/cpu-gemm.md;
+bench/gemm_choice.py measures what the choice buys end to end.
 """
 
 from __future__ import annotations
@@ -55,7 +23,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 
 GEMM_LIBRARIES = ("onednn", "mkl")
 AVAILABLE = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
-MIN_MACS = 2**23  # multiply-adds of one product from which oneDNN is the faster (table above)
+MIN_MACS = 2**23  # multiply-adds of one product from which oneDNN is the faster (docs/cpu-gemm.md)
 
 
 def _chosen_in_environment() -> bool:
