@@ -3,7 +3,7 @@
 Each sentence is translated with the torch backend (the model's decode
 settings, or the beam given), then its output is teacher-forced through the
 model inside `model.recording_attention()`, which records every attention
-call's weights (B, H, T, K). The decoder's cross-attention weights of layer
+call's weights (B, H, Lq, Lk). The decoder's cross-attention weights of layer
 l, heads averaged or one head, are a (T, S) matrix whose rows sum to 1: row
 t is the query that predicted target piece t (the last row predicts EOS),
 column s is source piece s (the last column is the source EOS).
@@ -11,9 +11,8 @@ column s is source piece s (the last column is the source EOS).
     paths = plot_cross_attention("data/model", ["Ein Hund läuft."], "reports/figures")
 
 draws one PNG per sentence, one panel per layer, with matplotlib's Agg
-canvas (no pyplot, so no global state and no figure left open).
-
-Symbols: T target pieces + EOS, S source pieces + EOS, H heads.
+canvas (no pyplot, so no global state and no figure left open). Shapes:
+docs/shapes.md; here T counts the target pieces and EOS, S the source's.
 """
 
 from __future__ import annotations

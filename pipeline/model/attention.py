@@ -2,18 +2,17 @@
 
 On GPU, attention runs in `F.scaled_dot_product_attention` (flash and
 memory-efficient kernels). On CPU it is computed explicitly: torch's CPU
-flash kernel was slower for this project's shapes (a decoding step's single
-query: 2-4x; bf16 training: 3x), and with dropout it falls back to the same
-math anyway, with a costlier mask than pipeline/dropout.py's. When a caller
-asks for the weights (`record` set, see `Transformer.recording_attention`)
-they come from the explicit computation on any device.
+flash kernel was slower at this project's shapes (docs/cpu-speed.md), and with
+dropout it falls back to the same math anyway, with a costlier mask than
+pipeline/model/dropout.py's. Weights asked for (`record` set, see
+`Seq2SeqBase.recording_attention`) come from the explicit computation.
 
 During beam search the beams of a sentence share its cross-attention keys and
 values: the cache holds one row per sentence and the queries of its beams are
 attended together (`group` below), never copying the encoder's keys per beam.
 
-Shapes: B batch, T query length, K key length, D d_model, H heads, Dh = D / H.
-Masks follow pipeline/masks.py: boolean, True = may attend.
+Shapes (docs/shapes.md): B rows, Lq query and Lk key length, D, H, Dh = D / H.
+Masks follow pipeline/model/masks.py: boolean, True = may attend.
 """
 
 from __future__ import annotations
@@ -38,18 +37,17 @@ class KVCache:
     room for at least `capacity` positions (twice what is needed when they
     fill up), and `k`, `v` are views of their filled part. torch.cat of the
     whole cache every step copied it into a new tensor, a cost that grew with
-    every step: 0.9 ms of a 7.8 ms greedy step of 64 sentences (the default
-    model, 20 steps, profiled). The in-place writes make the cache for
+    every step (docs/cpu-speed.md). The in-place writes make the cache for
     inference only: autograd refuses a backward pass through several steps.
     """
 
-    k: torch.Tensor | None = None  # (B, H, K, Dh)
-    v: torch.Tensor | None = None  # (B, H, K, Dh)
+    k: torch.Tensor | None = None  # (B, H, Lk, Dh)
+    v: torch.Tensor | None = None  # (B, H, Lk, Dh)
     capacity: int = 0  # positions the self-attention buffers are first sized for (at least)
     buffers: tuple[torch.Tensor, torch.Tensor] | None = None  # (B, H, room, Dh) each
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> None:
-        """Self-attention: add T new positions (B, H, T, Dh) after those cached."""
+        """Self-attention: add Lq new positions (B, H, Lq, Dh) after those cached."""
         n = 0 if self.k is None else self.k.size(2)
         end = n + k.size(2)
         if self.buffers is None or end > self.buffers[0].size(2):
@@ -109,7 +107,7 @@ class MultiHeadAttention(nn.Module):
             q, k, v = map(self._split, self.qkv(x).chunk(3, dim=-1))
             if cache is not None:
                 cache.append(k, v)
-                k, v = cache.k, cache.v  # (B, H, K+T, Dh)
+                k, v = cache.k, cache.v  # (B, H, Lk, Dh): those cached, then the Lq new
             return q, k, v
         q = self._split(self.q(x))
         if cache is not None and cache.k is not None:
@@ -137,17 +135,17 @@ class MultiHeadAttention(nn.Module):
         causal: bool = False,
         cache: KVCache | None = None,
     ) -> torch.Tensor:
-        """x (B, T, D), memory (B', S, D) for cross-attention, mask (B|B'|1, 1, T|1, K) -> (B, T, D).
+        """x (B, Lq, D), memory (B', S, D) for cross-attention, mask (B|B'|1, 1, Lq|1, Lk) -> (B, Lq, D).
 
         `causal` asks for a lower-triangular mask over a fresh (uncached) sequence;
         it is not combined with `mask`. Cached cross-attention keys of B' = B / g
         sentences serve g consecutive query rows each (a sentence's beams).
         """
         q, k, v = self._project(x, memory, cache)
-        B, H, T, Dh = q.shape
+        B, H, Lq, Dh = q.shape
         group = B // k.size(0)
-        if group > 1:  # (B, H, T, Dh) -> (B', H, g*T, Dh): a sentence's beams as one query block
-            q = q.view(-1, group, H, T, Dh).transpose(1, 2).reshape(-1, H, group * T, Dh)
+        if group > 1:  # (B, H, Lq, Dh) -> (B', H, g*Lq, Dh): a sentence's beams as one query block
+            q = q.view(-1, group, H, Lq, Dh).transpose(1, 2).reshape(-1, H, group * Lq, Dh)
         p = self.dropout if self.training else 0.0
         if self.record is not None or q.device.type == "cpu":
             if causal:
@@ -157,24 +155,24 @@ class MultiHeadAttention(nn.Module):
                 self.record.append(_ungroup(weights.detach(), group, B))
         else:
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=causal)
-        y = _ungroup(y, group, B)  # (B, H, T, Dh)
-        return self.out(y.transpose(1, 2).reshape(B, T, H * Dh))  # (B, T, D)
+        y = _ungroup(y, group, B)  # (B, H, Lq, Dh)
+        return self.out(y.transpose(1, 2).reshape(B, Lq, H * Dh))  # (B, Lq, D)
 
 
 def _ungroup(x: torch.Tensor, group: int, rows: int) -> torch.Tensor:
-    """(B', H, g*T, E) -> (B, H, T, E), B = rows = B' * g: undo the query grouping above."""
+    """(B', H, g*Lq, E) -> (B, H, Lq, E), B = rows = B' * g: undo the query grouping above."""
     if group == 1:
         return x
-    _, H, gT, E = x.shape
-    return x.view(-1, H, group, gT // group, E).transpose(1, 2).reshape(rows, H, gT // group, E)
+    _, H, gLq, E = x.shape
+    return x.view(-1, H, group, gLq // group, E).transpose(1, 2).reshape(rows, H, gLq // group, E)
 
 
 def attention_with_weights(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, dropout_p: float = 0.0
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """dropout(softmax(q k^T / sqrt(Dh))) v, explicitly: -> (B, H, T, Dh) and the weights (B, H, T, K)
-    before dropout."""
-    scores = q @ k.transpose(-2, -1) * (1.0 / math.sqrt(q.size(-1)))  # (B, H, T, K)
+    """dropout(softmax(q k^T / sqrt(Dh))) v, explicitly: -> (B, H, Lq, Dh) and the weights
+    (B, H, Lq, Lk) before dropout."""
+    scores = q @ k.transpose(-2, -1) * (1.0 / math.sqrt(q.size(-1)))  # (B, H, Lq, Lk)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     weights = scores.softmax(dim=-1)

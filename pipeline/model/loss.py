@@ -8,15 +8,11 @@ torch's `label_smoothing` (fairseq spreads eps over the V - 1 other tokens
 instead: a difference of eps / V on the reference). Its gradient with
 respect to x is softmax(x) - (1 - eps) * onehot(t) - eps / V.
 
-`projected_loss` takes the decoder's hidden states and the output projection,
-not logits, and never holds the (tokens x V) logits: it projects a chunk of
-rows at a time and, since the loss is the end of the graph, computes that
-chunk's gradient right away while its logits are in cache. The backward pass
-only scales the stored gradients. On a 2-core CPU this removes most of the
-loss's cost (about a fifth of an update of the default model in bf16;
-bench/train_speed.py measures it).
-
-Symbols: N target tokens, D d_model, V vocabulary.
+`projected_loss` never holds the (N, V) logits: it projects a chunk of rows at
+a time and, the loss being the end of the graph, computes that chunk's gradient
+while its logits are in cache; the backward pass only scales the stored
+gradients (why: docs/cpu-speed.md). Shapes (docs/shapes.md): N target tokens,
+D, V; n a chunk's rows.
 """
 
 from __future__ import annotations
@@ -26,7 +22,7 @@ import torch
 from pipeline.model.linear import linear
 from pipeline.tokens import PAD
 
-# Rows projected at once: 1024 x 8k float32 logits = 32 MB, about L3 (measured best of 256-2048).
+# Rows projected at once: 1024 x 8k float32 logits = 32 MB, about L3 (fastest measured: docs/cpu-speed.md)
 CHUNK_ROWS = 1024
 
 

@@ -2,9 +2,7 @@
 
 Every mask is boolean and True means "may attend" (the query may look at that
 key), which is what torch's scaled_dot_product_attention takes as attn_mask.
-Masks broadcast to (B, H, T_q, T_k).
-
-Symbols: B batch, S source length, T target length, L a whole sequence.
+Masks broadcast to (B, H, Lq, Lk). Shapes: docs/shapes.md (L a whole sequence).
 """
 
 import torch

@@ -4,8 +4,8 @@ Read bottom-up: embeddings and positions, the residual sublayer (pre- or
 post-LN), the feed-forward block, the layers, then the two models and
 `build_model`, the one place a model is assembled from params.
 
-Symbols: B batch, S source length, T target length, L whole sequence,
-D d_model, V vocabulary. Masks follow pipeline/masks.py (True = may attend).
+Shapes: docs/shapes.md (B, S, T, L, D, V; R decoding rows). Masks follow
+pipeline/model/masks.py (True = may attend).
 
 Initialization, as fairseq and the tensor2tensor reference do it: every
 projection xavier-uniform (each of the fused Q, K, V blocks on its own) with
@@ -204,7 +204,7 @@ class DecoderLayer(nn.Module):
 class DecoderState:
     """What a model carries from one decoding step to the next.
 
-    Rows are sentences x beams (R = B x beams, a sentence's beams adjacent). What
+    Rows are sentences x beams (R = B x K, a sentence's beams adjacent). What
     depends on the sentence alone, the cross-attention keys and values and the
     source mask, is kept once per sentence and shared by its beams.
     """
@@ -249,7 +249,7 @@ class Seq2SeqBase(nn.Module):
     forward(src, tgt_in, target (B, T), smoothing) -> loss   summed over non-PAD targets, fused
     start(src (B, S), steps) -> DecoderState                 before the first step (steps: how many
                                                              are expected, to size the cache; more fit)
-    step(tokens (B, 1), state) -> logits (B, V)               one position, cached
+    step(tokens (R, 1), state) -> logits (R, V)               one position, cached
     start_token: the id fed at the first step
     """
 
@@ -268,7 +268,7 @@ class Seq2SeqBase(nn.Module):
         smoothing: float = 0.0,
     ) -> torch.Tensor:
         """Logits (B, T, V); or, given `target` (B, T), the label-smoothed loss summed over its
-        non-PAD tokens, computed by pipeline.loss.projected_loss without holding the logits."""
+        non-PAD tokens, computed by pipeline.model.loss.projected_loss without holding the logits."""
         h = self.features(src, tgt_in)  # (B, T, D)
         if target is None:
             return self.project(h)
@@ -280,7 +280,7 @@ class Seq2SeqBase(nn.Module):
 
     @contextlib.contextmanager
     def recording_attention(self) -> Iterator[dict[str, list[torch.Tensor]]]:
-        """Collect attention weights (B, H, T, K), per module name and call, while inside."""
+        """Collect attention weights (B, H, Lq, Lk), per module name and call, while inside."""
         records: dict[str, list[torch.Tensor]] = {}
         modules = [(n, m) for n, m in self.named_modules() if isinstance(m, MultiHeadAttention)]
         for name, module in modules:
@@ -363,8 +363,8 @@ class Transformer(Seq2SeqBase):
         return DecoderState(caches, positions, memory_mask=src_mask)
 
     def step(self, tokens: torch.Tensor, state: DecoderState) -> torch.Tensor:
-        """tokens (B, 1) -> logits (B, V) for the next position; extends the caches."""
-        x = self.tgt_embed(tokens, state.positions[:, None])  # (B, 1, D)
+        """tokens (R, 1) -> logits (R, V) for the next position; extends the caches."""
+        x = self.tgt_embed(tokens, state.positions[:, None])  # (R, 1, D)
         for layer, cache in zip(self.decoder, state.caches):
             x = layer(x, self_mask=None, memory_mask=state.memory_mask, cache=cache)
         state.positions = state.positions + 1
@@ -415,10 +415,10 @@ class DecoderOnly(Seq2SeqBase):
         return DecoderState(caches, keep.long().sum(1), keep=keep)
 
     def step(self, tokens: torch.Tensor, state: DecoderState) -> torch.Tensor:
-        """tokens (B, 1) -> logits (B, V) for the next position; extends the caches."""
-        state.keep = torch.cat([state.keep, torch.ones_like(tokens, dtype=torch.bool)], dim=1)  # (B, L+1)
-        x = self.embed(tokens, state.positions[:, None])  # (B, 1, D)
-        mask = state.keep[:, None, None, :]  # (B, 1, 1, L+1)
+        """tokens (R, 1) -> logits (R, V) for the next position; extends the caches."""
+        state.keep = torch.cat([state.keep, torch.ones_like(tokens, dtype=torch.bool)], dim=1)  # (R, L+1)
+        x = self.embed(tokens, state.positions[:, None])  # (R, 1, D)
+        mask = state.keep[:, None, None, :]  # (R, 1, 1, L+1)
         for block, cache in zip(self.blocks, state.caches):
             x = block(x, self_mask=mask, cache=cache)
         state.positions = state.positions + 1
