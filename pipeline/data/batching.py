@@ -107,10 +107,10 @@ def token_batches(
     epoch unused).
     """
     assert len(src_lens) == len(tgt_lens), "src_lens and tgt_lens must have one entry per sentence"
-    # One int64 key sorts by source, then target length (each + its EOS / BOS); its
-    # stable argsort took 0.08 s per million sentences, against 0.27 s for np.lexsort
-    # with a random tie-break key. This runs every epoch and its temporaries are the
-    # data path's peak, so each goes as soon as it is used (about 40 bytes a sentence).
+    # One int64 key sorts by source, then target length (each + its EOS / BOS): its
+    # stable argsort is faster than np.lexsort with a random tie-break key
+    # (docs/cpu-speed.md). This runs every epoch and its temporaries are the data path's
+    # peak, so each goes as soon as it is used (bench/train_speed.py measures the peak).
     key = (np.asarray(src_lens, dtype=np.int64) + 1) << 32
     key |= np.asarray(tgt_lens, dtype=np.int64) + 1
     if shuffle:
@@ -133,7 +133,7 @@ def _greedy_cuts(src_lens: np.ndarray, tgt_lens: np.ndarray, order: np.ndarray, 
     A sentence's width is max(S, T) with the EOS / BOS.
     """
     # A plain loop: the running maximum depends on where the last cut fell, which
-    # numpy cannot express; it takes ~0.07 s per million sentences. Widths are
+    # numpy cannot express (docs/cpu-speed.md has its time). Widths are
     # made a block at a time, so no O(sentences) list or array is built for it.
     src_lens, tgt_lens = np.asarray(src_lens), np.asarray(tgt_lens)
     cuts: list[int] = []

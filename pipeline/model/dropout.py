@@ -2,7 +2,7 @@
 
 torch's CPU dropout draws one Bernoulli sample per element through
 `bernoulli_`, which on a small CPU costs more than the layer's matmuls in bf16
-(about 12% of an update of the default model). This draws 16 random bits per
+(docs/cpu-speed.md). This draws 16 random bits per
 element, four elements from each 64-bit word of torch's own generator, and
 keeps an element when its bits clear a threshold: the drop probability is p
 rounded to a multiple of 2^-16 (0.1 becomes 0.1000061), and kept elements
