@@ -1,5 +1,5 @@
 """What the float32 GEMM library buys: this project's fp32 training update and decoding with its
-linear layers on oneDNN (pipeline/linear.py, the default) and on MKL (torch's default, what
+linear layers on oneDNN (pipeline/model/linear.py, the default) and on MKL (torch's default, what
 PIPELINE_CPU_GEMM=mkl selects), side by side in one run.
 
     python -m bench.gemm_choice --model data/model --split-file data/clean/test.src
@@ -12,7 +12,7 @@ only in the route pipeline.model.linear takes, switched around each call:
 - decoding: bench/decode_speed.py's greedy and beam-5 passes of the trained
   model (or random weights without --model), batches of 64, exactly 20 steps,
   interleaved rounds, median; one batch at a time on all threads (one
-  worker), the setting pipeline/linear.py's size threshold was measured at.
+  worker), the setting pipeline/model/linear.py's size threshold was measured at (docs/cpu-gemm.md).
 The peers of those benchmarks (HF Marian, torch.nn.Transformer, HF generate)
 run on torch's default, MKL: this shows how much of ours' lead over them is
 the GEMM library and how much the rest of the implementation.
@@ -49,7 +49,7 @@ ONEDNN, MKL = "ours-onednn", "ours-mkl"
 
 @contextlib.contextmanager
 def mkl_gemms() -> Iterator[None]:
-    """pipeline.model.linear's oneDNN route off while inside: what PIPELINE_CPU_GEMM=mkl does for a process."""
+    """pipeline.model.linear's oneDNN route off while inside (PIPELINE_CPU_GEMM=mkl for a process)."""
     saved = linear.use_onednn(False)
     try:
         yield

@@ -154,7 +154,7 @@ def build_spec(model: Transformer, src_pieces: Sequence[str], tgt_pieces: Sequen
     spec.register_source_vocabulary(list(src_pieces))
     spec.register_target_vocabulary(list(tgt_pieces))
     spec.config.layer_norm_epsilon = LN_EPS
-    spec.config.add_source_eos = True  # our source is its pieces, then EOS (data.collate_src)
+    spec.config.add_source_eos = True  # our source is its pieces, then EOS (batching.collate_src)
     spec.config.decoder_start_token = tgt_pieces[model.start_token]
     return spec
 

@@ -563,7 +563,7 @@ def draw_heatmaps(
 ) -> tuple[list[tuple[str, str]], str | None]:
     """Cross-attention PNGs of fixed test sentences into `figures_dir`: ([(caption, file name)], why none)."""
     if importlib.util.find_spec("pipeline.decoding.heatmaps") is None:
-        return [], "No attention heatmaps: this version has no pipeline/heatmaps.py."
+        return [], "No attention heatmaps: this version has no pipeline/decoding/heatmaps.py."
     if model_dir is None or not (model_dir / MODEL_FILE).is_file():
         return [], "No attention heatmaps: no trained model was given (--model)."
     lines = heatmap_lines(sources)
