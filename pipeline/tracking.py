@@ -301,13 +301,13 @@ class Tracker:
                 try:
                     self._apply(record)
                     return
-                except Exception as e:
+                except Exception as e:  # noqa: BLE001 - any failure of the store: refused record or offline
                     if self._refused(record, e):
                         return
                     self._go_offline(e)
             self._buffer(record)
             self._try_reconnect()
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - tracking must never stop training: disable it instead
             self._state = "disabled"
             _warn(f"MLflow tracking disabled after an unexpected error: {_short(e)}")
 
@@ -405,7 +405,7 @@ class Tracker:
                         return
                 self._pending.pop(0)
                 synced += 1
-        except Exception:
+        except Exception:  # noqa: BLE001 - still unreachable, whatever the error: back off and retry later
             self._pause_s = min(self._pause_s * 2, RETRY_SECONDS[1])
             self._next_try = time.monotonic() + self._pause_s
             return
@@ -528,7 +528,7 @@ def _reason(error: Exception) -> str:
 def _safe(make: Any, default: Any) -> Any:
     try:
         return make()
-    except Exception:
+    except Exception:  # noqa: BLE001 - best-effort system info: any failure gives the default
         return default
 
 

@@ -93,11 +93,11 @@ def _fetch_url(url: str, scratch: Path, mirror: Path | None) -> Fetched:
         path = download_url(url, scratch)
     except FetchError as e:
         if mirror is None:
-            raise UserError(f"cannot fetch {url}: {e}; {_MIRROR_HELP}")
+            raise UserError(f"cannot fetch {url}: {e}; {_MIRROR_HELP}") from e
         raise UserError(
             f"{url} is not in the mirror (looked for {mirror_path(mirror, url).absolute()}) "
             f"and cannot be fetched: {e}"
-        )
+        ) from e
     return Fetched(path, "network", sha256_file(path))
 
 
@@ -202,7 +202,7 @@ def decode_lines(data: bytes, name: str) -> list[str]:
         try:
             data = gzip.decompress(data)
         except (OSError, EOFError, zlib.error) as e:
-            raise UserError(f"{name}: a corrupt or truncated gzip file ({e}); fetch it again")
+            raise UserError(f"{name}: a corrupt or truncated gzip file ({e}); fetch it again") from e
     if data.startswith(b"\xef\xbb\xbf"):
         data = data[3:]
     # Done on bytes, which is safe: 0x0D and 0x0A never occur inside a UTF-8 multi-byte character.
@@ -213,7 +213,9 @@ def decode_lines(data: bytes, name: str) -> list[str]:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
-        raise UserError(f"{name}: invalid UTF-8 at line {line} ({e.reason}); re-encode the file as UTF-8")
+        raise UserError(
+            f"{name}: invalid UTF-8 at line {line} ({e.reason}); re-encode the file as UTF-8"
+        ) from e
     if not text:
         raise UserError(f"{name}: the file is empty (no lines); check the source")
     lines = text.split("\n")

@@ -109,7 +109,9 @@ def _load_checked(path: Path) -> spm.SentencePieceProcessor:
     try:
         sp = spm.SentencePieceProcessor(model_file=str(path))
     except (RuntimeError, OSError) as e:
-        raise UserError(f"{path}: not a readable sentencepiece model ({e}); rerun `python -m pipeline bpe`")
+        raise UserError(
+            f"{path}: not a readable sentencepiece model ({e}); rerun `python -m pipeline bpe`"
+        ) from e
     for piece, want in _SPECIALS.items():
         got = sp.piece_to_id(piece)
         # piece_to_id maps an absent piece to unk_id, so check the reverse too.

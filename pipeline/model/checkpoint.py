@@ -51,11 +51,11 @@ def load(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str
         raise UserError(
             f"{path}: refused, it holds more than tensors and plain values ({_refusal_reason(e)}); "
             "only load checkpoints you trust, and re-save them as plain state dicts"
-        )
+        ) from e
     except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as e:
         raise UserError(
             f"{path}: truncated or corrupt checkpoint ({type(e).__name__}); retrain or restore it"
-        )
+        ) from e
     if not isinstance(obj, dict):
         raise UserError(f"{path}: not a checkpoint of this pipeline (a {type(obj).__name__}, not a dict)")
     return obj

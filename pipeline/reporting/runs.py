@@ -150,7 +150,7 @@ def _search_all(experiment: str, uri: str) -> Iterator[Any]:
     token = None
     while True:
         page = tracking._with_lock_retries(
-            lambda: client.search_runs([found.experiment_id], max_results=1000, page_token=token)
+            lambda token=token: client.search_runs([found.experiment_id], max_results=1000, page_token=token)
         )
         yield from page
         token = page.token
@@ -254,7 +254,7 @@ def dvc_exp_show(repo: Path, all_commits: bool = False) -> list[dict[str, Any]]:
     except subprocess.TimeoutExpired:
         raise UserError(
             f"`dvc exp show` took over {DVC_TIMEOUT_S} s; wait for the DVC command holding the lock to end"
-        )
+        ) from None
     if done.returncode != 0:
         detail = " ".join(done.stderr.split())[-500:] or f"exit status {done.returncode}"
         raise UserError(
@@ -264,7 +264,7 @@ def dvc_exp_show(repo: Path, all_commits: bool = False) -> list[dict[str, Any]]:
     try:
         return json.loads(done.stdout or "[]")
     except ValueError as e:
-        raise UserError(f"`dvc exp show --json` printed something that is not JSON ({e})")
+        raise UserError(f"`dvc exp show --json` printed something that is not JSON ({e})") from e
 
 
 def _dvc_binary() -> str:

@@ -112,9 +112,9 @@ def _read(path: Path) -> list[str]:
     try:
         return files.read_lines(path)
     except FileNotFoundError:
-        raise UserError(f"{path}: no such file; run the download stage first")
+        raise UserError(f"{path}: no such file; run the download stage first") from None
     except UnicodeDecodeError as e:
-        raise UserError(f"{path}: not UTF-8 ({e.reason}); run the download stage again")
+        raise UserError(f"{path}: not UTF-8 ({e.reason}); run the download stage again") from e
 
 
 @click.command("clean")

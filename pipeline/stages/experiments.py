@@ -78,7 +78,7 @@ def command(params_file: Path, source: str, out: Path | None, all_commits: bool)
         try:
             frame = mlflow_table(experiment)
         except ExperimentsUnavailable as e:
-            raise UserError(f"{e}; set MLFLOW_TRACKING_URI or run this from the project root")
+            raise UserError(f"{e}; set MLFLOW_TRACKING_URI or run this from the project root") from e
         if frame.empty:
             uri = tracking.tracking_uri()
             raise UserError(
