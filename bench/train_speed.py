@@ -9,14 +9,14 @@ Not a test: it measures, in one run,
    step; label-smoothed CE 0.1, gradients clipped at 1.0, the inverse-sqrt
    schedule) on one synthetic batch of 128 sentences x 16 tokens (no padding;
    the masks are built and applied all the same), identical tensors for
-   - ours: pipeline.train.Trainer.train_step itself, on build_model(params.yaml's model),
+   - ours: pipeline.training.step.UpdateStep.update itself, on build_model(params.yaml's model),
    - hf-marian: transformers' MarianMTModel from a MarianConfig of the same dimensions,
      random weights, embeddings shared and tied,
    - torch-nn-transformer: torch.nn.Transformer (pre-LN, batch-first) with a tied
      embedding, sinusoidal positions, causal + key-padding masks;
    in fp32 and bf16 autocast. The peers do the same math (loss, AdamW
    settings and decay groups, clipping, schedule) in stock torch code, so a
-   faster implementation in pipeline.training.optim or train_step counts for ours.
+   faster implementation in pipeline.training.optim or .step counts for ours.
    Each system warms up; then, per precision, --repeats rounds in which the
    systems take turns one update at a time (shuffled every turn) until each
    has run --seconds / --repeats; the median round is reported, and the
@@ -76,8 +76,9 @@ from pipeline.data.batching import Batch, ParallelData, collate, epoch_batches, 
 from pipeline.files import write_json
 from pipeline.model.transformer import build_model
 from pipeline.tokens import BOS, EOS, N_SPECIAL, PAD
-from pipeline.training.optim import build_optimizer, build_scheduler, inverse_sqrt, parameter_groups
-from pipeline.training.trainer import Dist, Paths, Progress, Trainer
+from pipeline.training.distributed import Dist
+from pipeline.training.optim import inverse_sqrt, parameter_groups
+from pipeline.training.step import UpdateStep
 
 REPO = Path(__file__).resolve().parents[1]
 TRAIN_START, TRAIN_END = "<!-- train:start -->", "<!-- train:end -->"
@@ -145,7 +146,7 @@ def with_precision(params: P.Params, model: P.ModelParams, precision: str) -> P.
 
 
 def autocast(precision: str) -> contextlib.AbstractContextManager:
-    """What the Trainer does on CPU: bf16 autocast, or nothing for fp32."""
+    """What the update step does on CPU: bf16 autocast, or nothing for fp32."""
     if precision == "fp32":
         return contextlib.nullcontext()
     return torch.autocast("cpu", dtype=torch.bfloat16)
@@ -190,29 +191,11 @@ def write_corpus(bin_dir: Path, pairs: int, vocab: int, seed: int, scale: int = 
 # --- the systems: each builder -> a step function doing one whole update -------------
 
 
-def bare_trainer(params: P.Params, model: nn.Module) -> Trainer:
-    """A Trainer holding `model` and no data: exactly the attributes train_step and optimizer_step read.
-
-    Trainer.__init__ needs a binarized corpus and sentencepiece models; the
-    update itself needs none, so it is timed on the real Trainer methods
-    without them.
-    """
-    trainer = Trainer.__new__(Trainer)
-    trainer.params, trainer.dist, trainer.device = params, Dist(), torch.device("cpu")
-    trainer.paths = Paths(*[Path(tempfile.gettempdir()) / "bench-train-speed-no-files"] * 5)
-    trainer.model, trainer.ddp = model.train(), None
-    trainer.net = trainer._wrap(model)
-    trainer.optimizer = build_optimizer(model, params.train)
-    trainer.scheduler = build_scheduler(trainer.optimizer, params.train.warmup_steps)
-    trainer.scaler = torch.amp.GradScaler("cpu", enabled=False)
-    trainer.progress, trainer.last_lr = Progress(), params.train.lr
-    return trainer
-
-
 def ours(params: P.Params, vocab: int, seed: int) -> StepFn:
+    """pipeline.training.step.UpdateStep itself: the update training runs, built with no files."""
     torch.manual_seed(seed)
-    trainer = bare_trainer(params, build_model(params.model, vocab, vocab))
-    return lambda batch: trainer.train_step([batch])
+    step = UpdateStep(params, build_model(params.model, vocab, vocab).train(), torch.device("cpu"), Dist())
+    return lambda batch: step.update([batch])
 
 
 def peer_step(model: nn.Module, forward: Callable, params: P.Params) -> StepFn:
@@ -356,7 +339,7 @@ BUILDERS: dict[str, Callable[[P.Params, int, int], StepFn]] = {
 def available_systems() -> list[str]:
     """Every system whose library is installed (transformers is not a dependency of the pipeline)."""
     try:
-        import transformers
+        import transformers  # noqa: F401  (importing it is the check: a broken install counts as none)
     except ImportError:
         return [s for s in SYSTEMS if s != "hf-marian"]
     return list(SYSTEMS)
@@ -722,10 +705,10 @@ def train_section(rows: list[dict], setup: Setup, info: dict[str, str], command:
     out += [
         "Notes on equal work: the peers do our update's math in stock torch code (F.cross_entropy "
         "with label smoothing in fp32, torch.optim.AdamW with torch's default implementation, the same "
-        "decay groups and schedule, clip_grad_norm_); ours is Trainer.train_step itself on a Trainer "
-        "without data (bench.train_speed.bare_trainer). MarianMTModel is post-LN (its only layout) and "
-        "adds a final logits bias; nn.Transformer applies its dropout inside the FFN as well "
-        "(ours: activation_dropout 0.0).",
+        "decay groups and schedule, clip_grad_norm_); ours is the update training runs, "
+        "pipeline.training.step.UpdateStep, built with no data (bench.train_speed.ours). MarianMTModel "
+        "is post-LN (its only layout) and adds a final logits bias; nn.Transformer applies its dropout "
+        "inside the FFN as well (ours: activation_dropout 0.0).",
         "",
         "Run with:",
         "",

@@ -26,7 +26,7 @@ from pipeline.model.transformer import build_model
 from pipeline.params import BpeParams
 from pipeline.stages.bpe import train_bpe
 from pipeline.tokens import N_SPECIAL
-from pipeline.training.trainer import Paths
+from pipeline.training.state import Paths
 
 REPO = Path(__file__).resolve().parents[1]
 MIRROR = REPO.parent / "shared" / "corpora"

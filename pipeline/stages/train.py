@@ -16,12 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import click
-import torch.distributed as torch_dist
 
 from pipeline import params as P
 from pipeline.model.transformer import count_parameters
 from pipeline.stages.options import load_params, params_option
-from pipeline.training.trainer import Paths, Trainer, close_distributed, init_distributed, remove_stale_temps
+from pipeline.training.distributed import close_distributed, init_distributed
+from pipeline.training.loop import Trainer
+from pipeline.training.state import Paths, remove_stale_temps
 
 
 def train(
@@ -33,7 +34,7 @@ def train(
         if dist.main:
             remove_stale_temps(paths)
         trainer = Trainer(params, paths, dist)
-        trainer.resume(on_change)
+        trainer.state.resume(on_change, trainer.say)
         if dist.main:
             trainer.say(
                 f"train: {count_parameters(trainer.model):,} parameters, {trainer.n_batches} batches per "
@@ -42,8 +43,7 @@ def train(
         with trainer.open_tracker(tracking):
             trainer.run()
             summary = trainer.finish() if dist.main else None
-        if dist.enabled:
-            torch_dist.barrier()
+        dist.barrier()
         return summary
     finally:
         close_distributed(dist)

@@ -1,1 +1,1 @@
-"""Training: the update step, the run state and checkpoints, the loop, optimizer and schedule."""
+"""Training: data parallel processes, the update step, the run state and checkpoints, the loop."""

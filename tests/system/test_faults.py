@@ -32,8 +32,8 @@ from pipeline.errors import UserError
 from pipeline.model import checkpoint
 from pipeline.stages import binarize, bpe, clean, download
 from pipeline.stages.train import train
-from pipeline.training import trainer as train_stage
-from pipeline.training.trainer import fitting_sentences
+from pipeline.training.loop import Trainer, fitting_sentences
+from pipeline.training.state import LAST
 from tests.helpers import (
     REPO,
     free_port,
@@ -337,7 +337,7 @@ def test_training_goes_on_when_the_mlflow_server_stops_mid_run(tmp_path, monkeyp
             pytest.skip("mlflow server did not answer /health within 60 s")
         monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{port}")
         monkeypatch.delenv("DVC_EXP_NAME", raising=False)
-        real_validate = train_stage.Trainer.validate
+        real_validate = Trainer.validate
 
         def validate_then_stop_the_server(self, epoch):
             improved = real_validate(self, epoch)  # logs val_loss to the server first
@@ -346,7 +346,7 @@ def test_training_goes_on_when_the_mlflow_server_stops_mid_run(tmp_path, monkeyp
                 stop_server(server)
             return improved
 
-        monkeypatch.setattr(train_stage.Trainer, "validate", validate_then_stop_the_server)
+        monkeypatch.setattr(Trainer, "validate", validate_then_stop_the_server)
         paths = make_corpus(tmp_path / "run", n_train=60)
         summary = train(tiny_params(max_steps=12, validate_every=4), paths)
 
@@ -423,8 +423,8 @@ def test_translate_refuses_spm_models_of_another_run(model_dir, tmp_path):
 def test_a_corrupt_training_state_is_a_user_error_naming_it(tmp_path):
     paths = make_corpus(tmp_path, n_train=40)
     paths.ckpt_dir.mkdir()
-    (paths.ckpt_dir / train_stage.LAST).write_bytes(b"PK\x03\x04 not really a zip")
+    (paths.ckpt_dir / LAST).write_bytes(b"PK\x03\x04 not really a zip")
     with pytest.raises(UserError, match="truncated or corrupt checkpoint") as e:
         train(tiny_params(max_steps=2), paths, tracking=False)
-    assert str(paths.ckpt_dir / train_stage.LAST) in e.value.message and "\n" not in e.value.message
+    assert str(paths.ckpt_dir / LAST) in e.value.message and "\n" not in e.value.message
     assert not paths.out_dir.exists()

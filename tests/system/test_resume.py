@@ -20,10 +20,12 @@ import pytest
 import torch
 import yaml
 
+from pipeline import params as P
 from pipeline.model import checkpoint
 from pipeline.stages.train import train
-from pipeline.training import trainer as train_stage
-from pipeline.training.trainer import Paths
+from pipeline.training import state as run_state
+from pipeline.training.state import Paths
+from pipeline.training.step import UpdateStep
 from tests.helpers import REPO, make_corpus, read_tsv, tiny_raw
 
 pytestmark = pytest.mark.slow
@@ -91,26 +93,26 @@ def interrupt_at(monkeypatch, target: object, name: str, when) -> None:
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_in_process_interruptions_change_nothing(precision, corpus, tmp_path, monkeypatch):
-    params = train_stage.P.from_dict(tiny_raw(precision=precision, **SETTINGS))
+    params = P.from_dict(tiny_raw(precision=precision, **SETTINGS))
     uninterrupted = run_paths(tmp_path / "a", corpus)
     train(params, uninterrupted, tracking=False)
 
     b = run_paths(tmp_path / "b", corpus)
     crashes = [
         # update 7 of a session: between the checkpoints at steps 4 and 8
-        (train_stage.Trainer, "train_step", lambda n, *a: n == 7),
+        (UpdateStep, "update", lambda n, *a: n == 7),
         # after ckpt_16.pt (and best.pt) were written, before last.pt
         (
-            train_stage,
+            run_state,
             "save_file",
             lambda n, path, *a: (
                 path.name == "last.pt" and "ckpt_16.pt" in {p.name for p in path.parent.iterdir()}
             ),
         ),
         # update 2 right after a resume, before any new checkpoint
-        (train_stage.Trainer, "train_step", lambda n, *a: n == 2),
+        (UpdateStep, "update", lambda n, *a: n == 2),
         # after training ended, while writing data/model
-        (train_stage, "average", lambda n, *a: True),
+        (run_state, "average", lambda n, *a: True),
     ]
     for target, name, when in crashes:
         with monkeypatch.context() as patch:
@@ -172,7 +174,7 @@ def test_sigkilled_run_resumes_to_bitwise_the_same_weights(corpus, tmp_path):
     params_file = tmp_path / "params.yaml"
     params_file.write_text(yaml.safe_dump(raw), encoding="utf-8")
     uninterrupted = run_paths(tmp_path / "a", corpus)
-    train(train_stage.P.from_dict(raw), uninterrupted, tracking=False)
+    train(P.from_dict(raw), uninterrupted, tracking=False)
 
     b = run_paths(tmp_path / "b", corpus)
     # Kill 1: as soon as the first training state exists.

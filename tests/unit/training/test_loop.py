@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import json
+from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -16,14 +17,14 @@ import torch
 import yaml
 
 from pipeline import params as P
-from pipeline.data.batching import ParallelData, collate
+from pipeline.data.batching import ParallelData
 from pipeline.errors import UserError
 from pipeline.model import checkpoint
 from pipeline.model import transformer as model_module
 from pipeline.stages.train import train
 from pipeline.tracking import Tracker
-from pipeline.training import trainer as train_stage
-from pipeline.training.trainer import Paths, Trainer
+from pipeline.training import loop, state
+from pipeline.training.state import Paths
 from tests.helpers import make_corpus, model_weights, read_tsv, tiny_params
 
 # --- learning, and what a run writes --------------------------------------------------------
@@ -61,7 +62,7 @@ def test_a_tiny_model_learns_to_copy(copy_run):
 
 
 def test_logs_have_the_right_columns_and_rows(copy_run):
-    paths, params, summary = copy_run
+    paths, _, summary = copy_run
     steps = read_tsv(paths.log_dir / "steps.tsv")
     assert steps[0] == ["step", "epoch", "loss", "lr", "tokens_per_s"]
     assert [int(r[0]) for r in steps[1:]] == list(range(9, summary["steps"] + 1, 9))
@@ -74,7 +75,7 @@ def test_logs_have_the_right_columns_and_rows(copy_run):
 
 
 def test_summary_describes_the_run(copy_run):
-    paths, params, summary = copy_run
+    paths, _, summary = copy_run
     on_disk = json.loads((paths.log_dir / "summary.json").read_text())
     assert on_disk == summary
     for key in (
@@ -109,7 +110,7 @@ def test_model_dir_holds_the_best_checkpoint_params_and_vocab(copy_run):
     assert payload["step"] == summary["best_step"]
     for name, tensor in model_weights(paths.ckpt_dir / "best.pt").items():
         assert torch.equal(payload["model"][name], tensor)
-    model, loaded = checkpoint.restore_model(payload, out / "model.pt")
+    _, loaded = checkpoint.restore_model(payload, out / "model.pt")
     assert loaded == params
     assert P.from_dict(yaml.safe_load((out / "params.yaml").read_text())) == params
     assert (out / "spm.model").read_bytes() == (paths.bpe_dir / "spm.model").read_bytes()
@@ -117,7 +118,7 @@ def test_model_dir_holds_the_best_checkpoint_params_and_vocab(copy_run):
 
 
 def test_checkpoints_keep_the_last_validations_and_the_best(copy_run):
-    paths, _, summary = copy_run
+    paths, _, _ = copy_run
     names = sorted(p.name for p in paths.ckpt_dir.iterdir())
     valid_steps = [int(r[0]) for r in read_tsv(paths.log_dir / "valid.tsv")[1:]]
     assert names == sorted(["best.pt", "last.pt"] + [f"ckpt_{s}.pt" for s in valid_steps[-3:]])
@@ -129,7 +130,7 @@ def test_checkpoints_keep_the_last_validations_and_the_best(copy_run):
 def test_average_is_the_element_wise_mean(copy_run):
     paths, _, summary = copy_run
     steps = [int(r[0]) for r in read_tsv(paths.log_dir / "valid.tsv")[-2:]]
-    averaged = train_stage.average([checkpoint.load(paths.ckpt_dir / f"ckpt_{s}.pt") for s in steps])
+    averaged = state.average([checkpoint.load(paths.ckpt_dir / f"ckpt_{s}.pt") for s in steps])
     a, b = (model_weights(paths.ckpt_dir / f"ckpt_{s}.pt") for s in steps)
     for name in a:
         assert torch.allclose(averaged["model"][name], (a[name] + b[name]) / 2)
@@ -227,7 +228,7 @@ def test_disk_full_while_saving_leaves_the_previous_checkpoint_whole(tmp_path, m
         return real_save(obj, f, *args, **kwargs)
 
     monkeypatch.setattr(torch, "save", save)
-    with pytest.raises(UserError, match="No space left on device.*free disk space.*resumes from"):
+    with pytest.raises(UserError, match=r"No space left on device.*free disk space.*resumes from"):
         train(params, paths, tracking=False)
     assert (paths.ckpt_dir / "last.pt").read_bytes() == seen["before"]
     assert checkpoint.load(paths.ckpt_dir / "last.pt")["progress"]["step"] == 3
@@ -236,7 +237,7 @@ def test_disk_full_while_saving_leaves_the_previous_checkpoint_whole(tmp_path, m
 
 def test_fp16_on_cpu_is_refused(tmp_path):
     paths = make_corpus(tmp_path, n_train=20)
-    with pytest.raises(UserError, match="fp16 needs a GPU.*bf16"):
+    with pytest.raises(UserError, match=r"fp16 needs a GPU.*bf16"):
         train(tiny_params(precision="fp16"), paths, tracking=False)
 
 
@@ -259,15 +260,15 @@ def test_resume_with_changed_params_is_refused_or_restarted(tmp_path, capsys):
 def test_resume_under_changed_code_is_refused_or_restarted(tmp_path, capsys, monkeypatch):
     paths = make_corpus(tmp_path, n_train=60)
     train(tiny_params(max_steps=4), paths, tracking=False)
-    real = train_stage.code_fingerprint()
+    real = state.code_fingerprint()
     edited = dict(real, **{"model.py": "0" * 64})
-    monkeypatch.setattr(train_stage, "code_fingerprint", lambda: edited)
+    monkeypatch.setattr(state, "code_fingerprint", lambda: edited)
     with pytest.raises(UserError, match=r"the training code changed \(pipeline/model.py\)"):
         train(tiny_params(max_steps=4), paths, tracking=False)
     summary = train(tiny_params(max_steps=4), paths, on_change="restart", tracking=False)
     assert "starting afresh" in capsys.readouterr().err and summary["steps"] == 4
     assert checkpoint.load(paths.ckpt_dir / "last.pt")["code"] == edited
-    monkeypatch.setattr(train_stage, "code_fingerprint", lambda: edited)  # the same code again: resumes
+    monkeypatch.setattr(state, "code_fingerprint", lambda: edited)  # the same code again: resumes
     train(tiny_params(max_steps=4), paths, tracking=False)
     assert "resuming from step 4" in capsys.readouterr().err
 
@@ -296,7 +297,7 @@ def test_a_finished_run_only_rebuilds_its_outputs(tmp_path, capsys):
 
 
 class RecordingTracker(Tracker):
-    records: list[tuple[str, dict]] = []
+    records: ClassVar[list[tuple[str, dict]]] = []
 
     def _submit(self, record: dict) -> None:
         if self._state == "disabled":
@@ -307,7 +308,7 @@ class RecordingTracker(Tracker):
 
 
 def test_mlflow_run_is_started_logged_to_and_reused(tmp_path, monkeypatch):
-    monkeypatch.setattr(train_stage, "Tracker", RecordingTracker)
+    monkeypatch.setattr(loop, "Tracker", RecordingTracker)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:////nowhere/mlflow.db")
     monkeypatch.setenv("DVC_EXP_NAME", "tiny-exp")
     RecordingTracker.records = []
@@ -334,27 +335,3 @@ def test_mlflow_run_is_started_logged_to_and_reused(tmp_path, monkeypatch):
     train(tiny_params(max_steps=4), paths)
     assert "start" not in [op for op, _ in RecordingTracker.records]
     assert all(r["run_id"] == "run-1" for _, r in RecordingTracker.records)
-
-
-# --- one update -----------------------------------------------------------------------------
-
-
-def test_gradient_accumulation_equals_one_big_batch(tmp_path):
-    paths = make_corpus(tmp_path, n_train=40)
-    # Attention's key biases have a true gradient of 0 (softmax ignores a shift shared by all
-    # keys), so their float noise differs between the two ways of summing; Adam with eps 1e-8
-    # divides that noise by its own size and moves them by +-lr. A larger eps keeps Adam's
-    # update proportional to the gradient there, and the comparison meaningful.
-    params = tiny_params(dict(dropout=0.0), label_smoothing=0.1, eps=1e-4)
-    data = ParallelData.load(paths.bin_dir, "train")
-    split, whole = Trainer(params, paths), Trainer(params, paths)
-    for a, b in zip(split.model.parameters(), whole.model.parameters()):
-        assert torch.equal(a, b)
-    parts = [[0, 1, 2], [3, 4, 5, 6, 7]]  # update_freq 2: two micro-batches of different sizes
-    for _ in range(3):
-        loss_a, tokens_a = split.train_step([collate(data, ids) for ids in parts])
-        loss_b, tokens_b = whole.train_step([collate(data, sum(parts, []))])
-        assert tokens_a == tokens_b and loss_a == pytest.approx(loss_b, rel=1e-5)
-    for (name, a), b in zip(split.model.named_parameters(), whole.model.parameters()):
-        assert torch.allclose(a, b, atol=1e-6), name
-    assert not torch.equal(split.model.out_weight, Trainer(params, paths).model.out_weight)  # it did train

@@ -1,0 +1,149 @@
+"""The update step, built directly on a tiny model and hand-made batches (no files): its arithmetic
+equals a hand-written AdamW step, accumulation equals one big batch, a non-finite loss changes nothing."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from pipeline.data.batching import Batch
+from pipeline.errors import UserError
+from pipeline.model.transformer import build_model
+from pipeline.tokens import BOS, EOS, N_SPECIAL, PAD
+from pipeline.training.step import UpdateStep
+from tests.helpers import VOCAB, tiny_params
+
+CPU = torch.device("cpu")
+
+
+def make_batch(rows: list[list[int]]) -> Batch:
+    """Rows of ids as the collate function pads them: src ids+EOS, tgt BOS+ids / ids+EOS, PAD after."""
+    width = max(map(len, rows)) + 1
+
+    def pad(seqs: list[list[int]]) -> torch.Tensor:
+        return torch.tensor([s + [PAD] * (width - len(s)) for s in seqs])  # (B, width)
+
+    n_tokens = sum(len(r) + 1 for r in rows)
+    return Batch(
+        src=pad([[*r, EOS] for r in rows]),
+        tgt_in=pad([[BOS, *r] for r in rows]),
+        tgt_out=pad([[*r, EOS] for r in rows]),
+        n_src_tokens=n_tokens,
+        n_tgt_tokens=n_tokens,
+        indices=np.arange(len(rows)),
+    )
+
+
+def random_rows(n: int, seed: int) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(2, 9, (n,), generator=g).tolist()
+    return [torch.randint(N_SPECIAL, VOCAB, (k,), generator=g).tolist() for k in lengths]
+
+
+def make_step(seed: int = 0, model: dict | None = None, **train) -> UpdateStep:
+    params = tiny_params(dict(dropout=0.0) | (model or {}), **train)
+    torch.manual_seed(seed)
+    return UpdateStep(params, build_model(params.model, VOCAB, VOCAB), CPU)
+
+
+def weights(step: UpdateStep) -> dict[str, torch.Tensor]:
+    return {k: v.clone() for k, v in step.model.state_dict().items()}
+
+
+def test_an_update_is_a_hand_written_adamw_step():
+    lr, warmup, wd, clip = 5e-3, 10, 0.01, 0.5
+    step = make_step(optimizer="adamw", lr=lr, warmup_steps=warmup, weight_decay=wd, clip_norm=clip)
+    reference = copy.deepcopy(step.model)
+    decay_ids = {id(p) for p in step.optimizer.param_groups[0]["params"]}  # AdamW's decayed group
+    decayed = {name for name, p in step.model.named_parameters() if id(p) in decay_ids}
+    batch = make_batch(random_rows(6, seed=1))
+
+    loss_sum, n_tokens = step.update([batch])
+
+    assert n_tokens == batch.n_tgt_tokens
+    loss = reference(batch.src, batch.tgt_in, batch.tgt_out, step.cfg.label_smoothing)
+    assert loss_sum == pytest.approx(float(loss.detach()), rel=1e-6)
+    (loss / n_tokens).backward()
+    params = list(reference.named_parameters())
+    norm = math.sqrt(sum(float(p.grad.double().pow(2).sum()) for _, p in params))
+    coef = min(clip / (norm + 1e-6), 1.0)
+    assert coef < 1.0  # the clip acted, so it is checked too
+    first_lr = lr * 1 / warmup  # warmup: update 1 of 10 gets a tenth of the peak
+    (b1, b2), eps = step.cfg.betas, step.cfg.eps
+    with torch.no_grad():
+        for name, p in params:
+            g = p.grad * coef
+            m, v = (1 - b1) * g, (1 - b2) * g * g  # first moments, from zero
+            m_hat, v_hat = m / (1 - b1), v / (1 - b2)
+            expected = p * (1 - first_lr * wd) if name in decayed else p
+            expected = expected - first_lr * m_hat / (v_hat.sqrt() + eps)
+            assert torch.allclose(step.model.get_parameter(name), expected, atol=1e-6), name
+    assert step.last_lr == pytest.approx(first_lr)
+    assert step.optimizer.param_groups[0]["lr"] == pytest.approx(lr * 2 / warmup)  # set for update 2
+    assert all(p.grad is None for p in step.model.parameters())
+
+
+def test_gradient_accumulation_equals_one_big_batch():
+    # Attention's key biases have a true gradient of 0 (softmax ignores a shift shared by all
+    # keys), so their float noise differs between the two ways of summing; Adam with eps 1e-8
+    # divides that noise by its own size and moves them by +-lr. A larger eps keeps Adam's
+    # update proportional to the gradient there, and the comparison meaningful.
+    split, whole = make_step(eps=1e-4), make_step(eps=1e-4)
+    before = weights(split)
+    for round_ in range(3):
+        rows = random_rows(8, seed=round_)
+        # update_freq 2: two micro-batches of different sizes and widths
+        loss_a, tokens_a = split.update([make_batch(rows[:3]), make_batch(rows[3:])])
+        loss_b, tokens_b = whole.update([make_batch(rows)])
+        assert tokens_a == tokens_b and loss_a == pytest.approx(loss_b, rel=1e-5)
+    for (name, a), b in zip(split.model.named_parameters(), whole.model.parameters()):
+        assert torch.allclose(a, b, atol=1e-6), name
+    assert not torch.equal(split.model.out_weight, before["out_weight"])  # it did train
+
+
+def test_a_non_finite_loss_is_reported_and_changes_nothing():
+    step, twin = make_step(), make_step()
+    good = [make_batch(random_rows(5, seed=s)) for s in range(2)]
+    step.update([good[0]])
+    twin.update([good[0]])
+    before, optimizer = weights(step), copy.deepcopy(step.optimizer.state_dict())
+    scheduler, lr = step.scheduler.state_dict(), step.last_lr
+
+    real_net = step.net
+    step.net = lambda *args: real_net(*args) * float("nan")
+    assert step.update([good[1]]) is None
+    step.net = real_net
+
+    for name, tensor in weights(step).items():
+        assert torch.equal(tensor, before[name]), name
+    after = step.optimizer.state_dict()
+    for key, state in optimizer["state"].items():
+        assert all(torch.equal(state[k], after["state"][key][k]) for k in state)
+    assert step.scheduler.state_dict() == scheduler and step.last_lr == lr
+    assert all(p.grad is None for p in step.model.parameters())  # no NaN gradient left to accumulate
+    # ... so the next update is the one a run that never met the bad batch makes.
+    step.update([good[1]])
+    twin.update([good[1]])
+    for name, tensor in weights(step).items():
+        assert torch.equal(tensor, weights(twin)[name]), name
+
+
+def test_a_step_made_the_same_way_updates_bitwise_the_same():
+    a, b = make_step(seed=3, model=dict(dropout=0.1)), make_step(seed=3, model=dict(dropout=0.1))
+    batch = make_batch(random_rows(6, seed=4))
+    torch.manual_seed(7)
+    result_a = a.update([batch])
+    torch.manual_seed(7)  # the dropout stream
+    result_b = b.update([batch])
+    assert result_a == result_b
+    for name, tensor in weights(a).items():
+        assert torch.equal(tensor, weights(b)[name]), name
+
+
+def test_fp16_on_cpu_is_refused():
+    with pytest.raises(UserError, match="fp16 needs a GPU"):
+        make_step(precision="fp16")
