@@ -1,4 +1,5 @@
-"""Stage train: a tiny model learns to copy; logs, outputs, failures, resume refusals, accumulation.
+"""The training loop, through the train stage: a tiny model learns to copy; logs, outputs, failures,
+resume refusals, MLflow; epoch batches and validation on a Trainer.
 
 The corpus is synthetic: random subword ids of a tiny sentencepiece model,
 written straight in binarize's on-disk format (helpers shared with
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import json
+import random
 from typing import ClassVar
 
 import numpy as np
@@ -17,13 +19,15 @@ import torch
 import yaml
 
 from pipeline import params as P
-from pipeline.data.batching import ParallelData
+from pipeline.data import batching
+from pipeline.data.batching import ParallelData, token_batches
 from pipeline.errors import UserError
 from pipeline.model import checkpoint
 from pipeline.model import transformer as model_module
 from pipeline.stages.train import train
 from pipeline.tracking import Tracker
 from pipeline.training import loop, state
+from pipeline.training.loop import Trainer, lengths_view
 from pipeline.training.state import Paths
 from tests.helpers import make_corpus, model_weights, read_tsv, tiny_params
 
@@ -335,3 +339,48 @@ def test_mlflow_run_is_started_logged_to_and_reused(tmp_path, monkeypatch):
     train(tiny_params(max_steps=4), paths)
     assert "start" not in [op for op, _ in RecordingTracker.records]
     assert all(r["run_id"] == "run-1" for _, r in RecordingTracker.records)
+
+
+# --- batches and validation ------------------------------------------------------------------
+
+
+def test_epoch_batches_are_token_batches_of_the_fitting_sentences(tmp_path):
+    paths = make_corpus(tmp_path, n_train=80, lengths=(2, 12))
+    params = tiny_params(dict(arch="decoder_only", positions="learned", max_positions=20))
+    trainer = Trainer(params, paths)
+    ids, data, t = trainer.train_ids, trainer.train_data, params.train
+    assert 0 < len(ids) < len(data)  # some sentences are too long
+    for epoch in (1, 2):
+        expected = token_batches(
+            data.src.lengths[ids], data.tgt.lengths[ids], t.max_tokens, shuffle=True, seed=t.seed, epoch=epoch
+        )
+        expected = [ids[b].tolist() for b in expected]
+        assert [b.tolist() for b in trainer.epoch_batches(epoch)] == expected
+        usable = len(expected) - len(expected) % 2
+        for rank in (0, 1):  # rank r of two: every other batch of the same list, from r
+            shard = batching.epoch_batches(
+                lengths_view(data, ids),
+                t.max_tokens,
+                shuffle=True,
+                seed=t.seed,
+                epoch=epoch,
+                rank=rank,
+                world_size=2,
+            )
+            assert [ids[b].tolist() for b in shard] == expected[rank:usable:2]
+    first, second = trainer.epoch_batches(1), trainer.epoch_batches(2)
+    assert [b.tolist() for b in first] != [b.tolist() for b in second]  # reshuffled every epoch
+    for batches in (first, second):  # every fitting sentence once, no other
+        assert np.sort(np.concatenate(batches)).tolist() == ids.tolist()
+
+
+def test_validation_leaves_every_rng_as_it_found_it(tmp_path, monkeypatch):
+    trainer = Trainer(tiny_params(val_bleu=True), make_corpus(tmp_path, n_train=20))
+    real_val_loss = trainer.val_loss
+    # as if validating drew random numbers (dropout left on, sampling)
+    monkeypatch.setattr(trainer, "val_loss", lambda: (torch.rand(3), random.random(), real_val_loss())[-1])
+    state = torch.get_rng_state(), random.getstate()
+    val_loss, val_bleu = trainer.evaluate()
+    assert val_loss > 0 and 0 <= val_bleu <= 100
+    assert torch.equal(torch.get_rng_state(), state[0]) and random.getstate() == state[1]
+    assert trainer.model.training
