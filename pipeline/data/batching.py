@@ -174,11 +174,18 @@ def epoch_batches(
     epoch: int,
     rank: int = 0,
     world_size: int = 1,
+    ids: np.ndarray | None = None,
 ) -> list[np.ndarray]:
-    """This rank's batches of sentence indices for one epoch; a list, so resuming can skip k."""
-    batches = token_batches(
-        data.src.lengths, data.tgt.lengths, max_tokens, shuffle=shuffle, seed=seed, epoch=epoch
-    )
+    """This rank's batches of sentence indices for one epoch, of the sentences `ids` (default: all).
+
+    A list, so that resuming can skip the first k.
+    """
+    src, tgt = data.src.lengths, data.tgt.lengths
+    if ids is not None:
+        src, tgt = src[ids], tgt[ids]
+    batches = token_batches(src, tgt, max_tokens, shuffle=shuffle, seed=seed, epoch=epoch)
+    if ids is not None:
+        batches = [ids[b] for b in batches]  # positions in ids -> sentence indices
     return shard(batches, rank, world_size)
 
 

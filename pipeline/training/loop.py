@@ -14,8 +14,7 @@ import os
 import shutil
 import sys
 import time
-from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import sacrebleu
@@ -25,7 +24,7 @@ from tqdm import tqdm
 
 from pipeline import params as P
 from pipeline.data import batching
-from pipeline.data.batching import ParallelData, TokenArray, collate, token_batches
+from pipeline.data.batching import ParallelData, collate, token_batches
 from pipeline.data.vocab import Vocab
 from pipeline.decoding.search import translate_ids
 from pipeline.devices import torch_device
@@ -66,20 +65,6 @@ def fitting_sentences(data: ParallelData, cfg: P.ModelParams) -> np.ndarray:
     return np.flatnonzero(ok)
 
 
-@dataclass(frozen=True)
-class _Lengths:
-    lengths: np.ndarray
-
-
-def lengths_view(data: ParallelData, ids: np.ndarray) -> ParallelData:
-    """The sentences `ids` of `data` as batching.epoch_batches reads them: their lengths, nothing else.
-
-    Its batches hold positions in `ids`; ids[batch] are the sentence indices.
-    """
-    src, tgt = _Lengths(data.src.lengths[ids]), _Lengths(data.tgt.lengths[ids])
-    return ParallelData(cast(TokenArray, src), cast(TokenArray, tgt))
-
-
 class Trainer:
     """Data, model and run state of one run; `run()` trains, `finish()` writes the outputs."""
 
@@ -96,7 +81,6 @@ class Trainer:
         self.val_data = ParallelData.load(paths.bin_dir, "val")
         self.train_ids = self._fitting(self.train_data, "train")
         self.val_ids = self._fitting(self.val_data, "val")
-        self._train_lengths = lengths_view(self.train_data, self.train_ids)
         model = build_model(params.model, self.vocab.src_size, self.vocab.tgt_size).to(self.device)
         self.update = UpdateStep(params, model, self.device, dist)
         torch.manual_seed(t.seed + dist.rank)  # the dropout stream: one per rank, after a shared init
@@ -140,16 +124,16 @@ class Trainer:
     def epoch_batches(self, epoch: int) -> list[np.ndarray]:
         """This rank's batches of sentence indices for `epoch`: a pure function of (seed, epoch)."""
         t, d = self.params.train, self.dist
-        batches = batching.epoch_batches(
-            self._train_lengths,
+        return batching.epoch_batches(
+            self.train_data,
             t.max_tokens,
             shuffle=True,
             seed=t.seed,
             epoch=epoch,
             rank=d.rank,
             world_size=d.world_size,
+            ids=self.train_ids,
         )
-        return [self.train_ids[b] for b in batches]
 
     # --- the loop ---
 

@@ -23,6 +23,7 @@ from pipeline.data.batching import (
 )
 from pipeline.errors import UserError
 from pipeline.tokens import BOS, EOS, PAD
+import itertools
 
 
 def write_array(prefix: Path, sentences: list[list[int]], dtype: str = "<u2") -> None:
@@ -119,7 +120,7 @@ def test_unshuffled_batches_are_sorted_and_greedily_full() -> None:
     keys = list(zip(src[order].tolist(), tgt[order].tolist()))
     assert keys == sorted(keys)
     assert order.tolist() == sorted(range(2000), key=lambda i: (src[i], tgt[i]))  # ties by index
-    for batch, following in zip(batches, batches[1:]):  # greedy: the next sentence did not fit
+    for batch, following in itertools.pairwise(batches):  # greedy: the next sentence did not fit
         assert cost(np.append(batch, following[0]), src, tgt) > 400
     assert same(token_batches(src, tgt, 400, shuffle=False, seed=5, epoch=9), batches)  # seed unused
 

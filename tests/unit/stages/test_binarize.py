@@ -18,6 +18,7 @@ from pipeline.errors import UserError
 from pipeline.params import BpeParams
 from pipeline.stages import binarize as binarize_stage
 from pipeline.stages.bpe import train_bpe
+import itertools
 
 SPLITS, SIDES = ("train", "val", "test"), ("src", "tgt")
 DE = "der die das ein hund katze mann läuft springt über straße weiß".split()
@@ -70,7 +71,7 @@ def test_ids_on_disk_equal_the_encoders_output(corpus: Path) -> None:
             flat = np.fromfile(out / f"{split}.{side}.bin", dtype="<u2")
             assert len(offsets) == len(expected) + 1 and offsets[0] == 0
             assert np.all(np.diff(offsets) >= 0) and offsets[-1] == len(flat)
-            assert [flat[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:])] == expected
+            assert [flat[a:b].tolist() for a, b in itertools.pairwise(offsets)] == expected
             array = TokenArray(out / f"{split}.{side}")
             assert [array[i].tolist() for i in range(len(array))] == expected
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline.training.trainer import STEPS_HEADER, VALID_HEADER
+from pipeline.training.loop import STEPS_HEADER, VALID_HEADER
 from tests.helpers import REPO
 
 DVC = Path(sys.executable).parent / "dvc"

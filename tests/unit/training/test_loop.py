@@ -27,7 +27,7 @@ from pipeline.model import transformer as model_module
 from pipeline.stages.train import train
 from pipeline.tracking import Tracker
 from pipeline.training import loop, state
-from pipeline.training.loop import Trainer, lengths_view
+from pipeline.training.loop import Trainer
 from pipeline.training.state import Paths
 from tests.helpers import make_corpus, model_weights, read_tsv, tiny_params
 
@@ -359,15 +359,9 @@ def test_epoch_batches_are_token_batches_of_the_fitting_sentences(tmp_path):
         usable = len(expected) - len(expected) % 2
         for rank in (0, 1):  # rank r of two: every other batch of the same list, from r
             shard = batching.epoch_batches(
-                lengths_view(data, ids),
-                t.max_tokens,
-                shuffle=True,
-                seed=t.seed,
-                epoch=epoch,
-                rank=rank,
-                world_size=2,
+                data, t.max_tokens, shuffle=True, seed=t.seed, epoch=epoch, rank=rank, world_size=2, ids=ids
             )
-            assert [ids[b].tolist() for b in shard] == expected[rank:usable:2]
+            assert [b.tolist() for b in shard] == expected[rank:usable:2]
     first, second = trainer.epoch_batches(1), trainer.epoch_batches(2)
     assert [b.tolist() for b in first] != [b.tolist() for b in second]  # reshuffled every epoch
     for batches in (first, second):  # every fitting sentence once, no other

@@ -12,6 +12,7 @@ from pipeline.training.optim import (
     inverse_sqrt,
     parameter_groups,
 )
+import itertools
 
 
 def test_warmup_is_linear_up_to_the_peak():
@@ -22,7 +23,7 @@ def test_after_warmup_the_lr_decays_as_inverse_sqrt():
     assert inverse_sqrt(16, 4) == pytest.approx(0.5)
     assert inverse_sqrt(400, 4) == pytest.approx(0.1)
     values = [inverse_sqrt(s, 4) for s in range(4, 100)]
-    assert all(a > b for a, b in zip(values, values[1:]))
+    assert all(a > b for a, b in itertools.pairwise(values))
 
 
 def test_without_warmup_the_decay_starts_at_step_one():
