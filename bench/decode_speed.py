@@ -50,7 +50,6 @@ import dataclasses
 import importlib.util
 import itertools
 import os
-import platform
 import random
 import statistics
 import sys
@@ -62,7 +61,7 @@ from pathlib import Path
 import click
 import torch
 
-from bench.common import merge_rows, write_section
+from bench.common import machine_info, merge_rows, write_section
 from pipeline import params as P
 from pipeline.data.batching import collate_src
 from pipeline.data.text import normalize
@@ -365,32 +364,6 @@ def backend_overhead(
 # --- reporting ---------------------------------------------------------------------
 
 
-def machine_info(threads: int) -> dict[str, str]:
-    cpu = platform.processor() or "unknown"
-    try:
-        names = [
-            x.split(":", 1)[1].strip()
-            for x in Path("/proc/cpuinfo").read_text().splitlines()
-            if x.startswith("model name")
-        ]
-        cpu = names[0] if names else cpu
-    except OSError:
-        pass
-    versions = {"python": platform.python_version(), "torch": torch.__version__}
-    for name in ("transformers", "ctranslate2"):
-        try:
-            versions[name] = __import__(name).__version__
-        except ImportError:
-            versions[name] = "not installed"
-    return {
-        "CPU": cpu,
-        "cores (os.cpu_count)": str(os.cpu_count()),
-        "threads (torch, CT2 intra_threads)": str(threads),
-        "versions": ", ".join(f"{k} {v}" for k, v in versions.items()),
-        "load average (1 min) before / after": "",
-    }
-
-
 def decode_section(
     rows: list[dict], info: dict[str, str], command: str, note: str, smoke: bool = False
 ) -> str:
@@ -544,7 +517,7 @@ def benchmark(
             rows += backend_overhead(model_dir, split_file, setup.sentences, setup.repeats, seed, say)
     if setup.smoke:
         rows = [r | {"smoke": True} for r in rows]
-    info = machine_info(threads)
+    info = machine_info("threads (torch, CT2 intra_threads)", threads, ["transformers", "ctranslate2"])
     info["load average (1 min) before / after"] = f"{load_before:.2f} / {os.getloadavg()[0]:.2f}"
     n = sum(map(len, batches))
     note = (

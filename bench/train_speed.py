@@ -44,12 +44,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import datetime
 import functools
 import json
 import math
 import os
-import platform
 import random
 import resource
 import statistics
@@ -70,7 +68,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bench.common import merge_rows, write_section
+from bench.common import machine_info, merge_rows, write_section
 from pipeline import params as P
 from pipeline.data.batching import Batch, ParallelData, collate, epoch_batches, token_batches
 from pipeline.files import write_json
@@ -624,32 +622,6 @@ def row(system: str, task: str, precision: str, metric: str, value: float, digit
     }
 
 
-def machine_info() -> dict[str, str]:
-    cpus = (
-        [
-            x.split(":", 1)[1].strip()
-            for x in Path("/proc/cpuinfo").read_text().splitlines()
-            if x.startswith("model name")
-        ]
-        if Path("/proc/cpuinfo").is_file()
-        else []
-    )
-    versions = {"python": platform.python_version(), "torch": torch.__version__}
-    try:
-        import transformers
-
-        versions["transformers"] = transformers.__version__
-    except ImportError:
-        versions["transformers"] = "not installed"
-    return {
-        "CPU": cpus[0] if cpus else platform.processor() or "unknown",
-        "cores (os.cpu_count)": str(os.cpu_count()),
-        "torch threads": str(torch.get_num_threads()),
-        "versions": ", ".join(f"{k} {v}" for k, v in versions.items()),
-        "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-    }
-
-
 def train_section(rows: list[dict], setup: Setup, info: dict[str, str], command: str) -> str:
     """The Markdown training section: one table per measurement, ratios against the bar, how it was run."""
     v = {(r["system"], r["task"], r["precision"], r["metric"]): r["value"] for r in rows}
@@ -855,7 +827,8 @@ def measure_all(
     setup = make_setup(params, smoke, seconds, repeats, real_batches)
     systems = available_systems()
     say(f"train_speed: systems {', '.join(systems)}; {torch.get_num_threads()} torch threads")
-    info = machine_info()  # while the thread count is the one measured with
+    # Read now, while the thread count is the one measured with.
+    info = machine_info("torch threads", torch.get_num_threads(), ["transformers"])
     rows = throughput(setup, params, precisions, systems, seed, say)
     if bin_dir is not None:
         rows += real_batch_speed(setup, params, bin_dir, precisions, seed, say)
