@@ -116,3 +116,13 @@ def test_download_help_imports_neither_torch_nor_matplotlib():
     }
     assert "click" in imported  # the import log was read
     assert not imported & {"torch", "matplotlib"}, sorted(imported & {"torch", "matplotlib", "pandas"})
+
+
+@pytest.mark.parametrize("name", modules())
+def test_module_docstrings_are_short(name: str):
+    """What and why, briefly: a longer design note belongs in docs/, linked from the module."""
+    path = module_file(name)
+    assert path is not None
+    doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")), clean=False) or ""
+    assert doc, f"{path.relative_to(REPO)} has no module docstring"
+    assert len(doc.strip().splitlines()) <= 15, f"{path.relative_to(REPO)}: module docstring over 15 lines"
