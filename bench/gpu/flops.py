@@ -1,0 +1,71 @@
+"""Model FLOPs of an encoder-decoder update, and a GPU's peak, for model FLOPs utilization (MFU).
+
+MFU = model FLOP/s achieved / the GPU's peak dense FLOP/s at the precision of the matmuls, as in PaLM
+(Chowdhery et al. 2022, appendix B). Model FLOPs count the useful arithmetic only: real (non-PAD)
+tokens, none of the padding or recomputation a kernel may do. Per update, with s_i and t_i the real
+source and target lengths of sentence i (EOS / BOS included), D d_model, V the target vocabulary,
+L_e and L_d the layers:
+
+    matmuls     6 * (P_enc * sum s_i + (P_dec + V * D) * sum t_i)
+    attention  12 * D * (L_e * sum s_i^2 + L_d * sum (t_i^2 + t_i * s_i))
+
+P_enc, P_dec: the encoder's and the decoder's non-embedding parameters (layers and final norms).
+The output projection counts V * D per target token, tied to the embedding or not; embedding lookups
+count nothing. 6 = 2 FLOPs a multiply-add x 3 (the forward, and the backward's two products).
+Attention: Q K^T and A V are 2 * D FLOPs per (query, key) pair each, x 3 with the backward; the
+causal self-attention is counted over all t_i^2 pairs, as PaLM counts it.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+from torch import nn
+
+# Dense (no sparsity) peak TFLOP/s by precision of the matmuls, from NVIDIA's datasheets (the H200
+# and H100 Tensor Core GPU datasheets, the A100 datasheet, the L40S and L4 product briefs; their
+# "with sparsity" figures halved). fp32: plain FP32 (no tensor cores); tf32: fp32 matmuls with
+# torch.backends.cuda.matmul.allow_tf32 (off by default, and the pipeline never turns it on).
+# Matched in order against torch.cuda.get_device_name(): the first pattern found wins.
+PEAK_TFLOPS: tuple[tuple[str, dict[str, float]], ...] = (
+    (r"H200 NVL", {"bf16": 835.0, "fp16": 835.0, "tf32": 417.5, "fp32": 60.0}),
+    (r"H200", {"bf16": 989.0, "fp16": 989.0, "tf32": 494.5, "fp32": 67.0}),
+    (r"H100 NVL", {"bf16": 835.0, "fp16": 835.0, "tf32": 417.5, "fp32": 60.0}),
+    (r"H100 PCIe", {"bf16": 756.0, "fp16": 756.0, "tf32": 378.0, "fp32": 51.0}),
+    (r"H100", {"bf16": 989.0, "fp16": 989.0, "tf32": 494.5, "fp32": 67.0}),  # SXM, "H100 80GB HBM3"
+    (r"A100", {"bf16": 312.0, "fp16": 312.0, "tf32": 156.0, "fp32": 19.5}),
+    (r"L40S", {"bf16": 362.0, "fp16": 362.0, "tf32": 183.0, "fp32": 91.6}),
+    (r"\bL4\b", {"bf16": 121.0, "fp16": 121.0, "tf32": 60.0, "fp32": 30.3}),
+)
+
+
+def peak_flops(device_name: str, precision: str, tf32: bool = False) -> float | None:
+    """The GPU's dense peak FLOP/s for matmuls in `precision` (fp32, bf16, fp16); None if unknown."""
+    key = "tf32" if precision == "fp32" and tf32 else precision
+    for pattern, peaks in PEAK_TFLOPS:
+        if re.search(pattern, device_name):
+            return peaks[key] * 1e12
+    return None
+
+
+def non_embedding_parameters(model: nn.Module) -> tuple[int, int]:
+    """(P_enc, P_dec) of an encoder-decoder Transformer: its layers' and final norms' parameters."""
+    count = lambda prefixes: sum(
+        p.numel() for name, p in model.named_parameters() if name.split(".")[0] in prefixes
+    )
+    return count({"encoder", "encoder_norm"}), count({"decoder", "decoder_norm"})
+
+
+def update_flops(model: nn.Module, src_lens: np.ndarray, tgt_lens: np.ndarray) -> float:
+    """Model FLOPs of one update (forward and backward) on sentences of these real lengths (B,),
+    EOS / BOS included."""
+    cfg = model.cfg
+    if cfg.arch != "encoder_decoder":
+        raise ValueError("the FLOPs formula here is the encoder-decoder's")
+    s, t = np.asarray(src_lens, dtype=np.float64), np.asarray(tgt_lens, dtype=np.float64)
+    p_enc, p_dec = non_embedding_parameters(model)
+    vocab = model.out_weight.size(0)
+    matmuls = 6.0 * (p_enc * s.sum() + (p_dec + vocab * cfg.d_model) * t.sum())
+    pairs = cfg.n_encoder_layers * (s * s).sum() + cfg.n_decoder_layers * (t * t + t * s).sum()
+    return matmuls + 12.0 * cfg.d_model * pairs
