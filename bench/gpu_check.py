@@ -70,6 +70,7 @@ FORMAT = "nmt-pipeline/gpu-check/1"
 GPU_START, GPU_END = "<!-- gpu:start -->", "<!-- gpu:end -->"
 LIMIT_S = 480.0  # the issue's: the whole check within 8 minutes on one GPU
 COMPILE_MIN_S = 90.0  # a compiled run starts only with this much of the train budget left
+COMPILE_RTOL = 2e-2  # compiled vs eager first loss, bf16 (tests/gpu checks fp32 to 1e-3)
 BASE = dict(d_model=512, n_heads=8, d_ff=2048, n_layers=6, encoder_layers=None, decoder_layers=None)
 TINY = dict(d_model=32, n_heads=2, d_ff=64, n_layers=1, encoder_layers=None, decoder_layers=None)
 TINY_BASE = dict(d_model=48, n_heads=2, d_ff=96, n_layers=2, encoder_layers=None, decoder_layers=None)
@@ -627,9 +628,16 @@ def problems(report: dict[str, Any]) -> list[str]:
     for case in report["sections"].get("tests", {}).get("cases", []):
         if case["outcome"] in ("failed", "error"):
             found.append(f"test {case['name']}: {case['outcome']}")
-    for r in report["sections"].get("train", {}).get("runs", []):
+    runs = report["sections"].get("train", {}).get("runs", [])
+    for r in runs:
         if r["status"] == "ran" and not r["finite"]:
             found.append(f"train {r['name']} {r['precision']}: a non-finite loss")
+    # Compiled and eager runs start from the same weights on the same first batch.
+    first = {(r["name"], r["precision"], r["compile"]): r["loss_first"] for r in runs if r["status"] == "ran"}
+    for (name, precision, compiled), loss in first.items():
+        eager = first.get((name, precision, False))
+        if compiled and eager is not None and abs(loss - eager) > COMPILE_RTOL * abs(eager):
+            found.append(f"train {name} {precision}: compiled first loss {loss:.4f}, eager {eager:.4f}")
     return found
 
 

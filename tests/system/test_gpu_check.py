@@ -195,3 +195,25 @@ def test_a_timed_out_test_run_still_reports_the_tests_it_finished():
         ("tests.gpu.test_cuda_data::test_a_batch[True]", "passed"),
         ("tests.gpu.test_cuda_resume::test_a_killed_run[fp16-True]", "failed"),
     ]
+
+
+def test_problems_name_failed_sections_tests_non_finite_losses_and_compile_mismatches():
+    run = dict(name="base", precision="bf16", status="ran", finite=True)
+    report = {
+        "sections": {
+            "tests": {"status": "failed", "cases": [{"name": "t::a", "outcome": "failed"}]},
+            "train": {
+                "status": "ran",
+                "runs": [
+                    run | {"compile": False, "loss_first": 10.0},
+                    run | {"compile": True, "loss_first": 10.5},
+                    run | {"name": "default", "compile": False, "loss_first": 9.0, "finite": False},
+                ],
+            },
+            "decode": {"status": "ran"},
+        }
+    }
+    found = gpu_check.problems(report)
+    assert found[0].startswith("section tests") and "test t::a: failed" in found
+    assert "train default bf16: a non-finite loss" in found
+    assert any("compiled first loss 10.5000, eager 10.0000" in p for p in found) and len(found) == 4
