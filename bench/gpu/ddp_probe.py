@@ -4,7 +4,7 @@ all_reduce whose result is known; rank 0 writes what it saw to --out as JSON.
     torchrun --standalone --nproc_per_node 1 -m bench.gpu.ddp_probe --backend nccl --out probe.json
 
 The train stage starts no process group when WORLD_SIZE is 1 (init_distributed in
-pipeline/training/trainer.py), so on a one-GPU machine this probe is what runs NCCL.
+pipeline/training/distributed.py), so on a one-GPU machine this probe is what runs NCCL.
 """
 
 from __future__ import annotations
@@ -52,7 +52,8 @@ def main(backend: str, steps: int, tiny: bool, out: Path) -> None:
         vocab = 300 if tiny else 8000
         torch.manual_seed(1)
         model = build_model(cfg, vocab, vocab).to(device)
-        update = Update.build(model, params.train, "bf16")
+        params = dataclasses.replace(params, train=dataclasses.replace(params.train, warmup_steps=1))
+        update = Update.build(model, params, "bf16")
         ddp = torch.nn.parallel.DistributedDataParallel(
             model, device_ids=[local_rank] if device.type == "cuda" else None
         )

@@ -24,7 +24,7 @@ import torch
 import yaml
 
 from pipeline.model import checkpoint
-from pipeline.training.trainer import Paths
+from pipeline.training.state import Paths
 from tests.helpers import REPO, make_corpus, read_tsv, tiny_raw
 
 pytestmark = pytest.mark.cuda

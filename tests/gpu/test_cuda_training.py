@@ -1,9 +1,10 @@
 """Training updates on the GPU: bf16 and fp16 (with the grad scaler) stay finite and close to fp32,
 and torch.compile of the model gives the eager losses.
 
-The update is bench/gpu/step.py's (the train stage's: summed label-smoothed loss over target tokens,
-clip 1.0, AdamW), on the same initial weights and the same batches, dropout off so that the runs
-differ in arithmetic alone. fp32 here is true fp32: torch leaves TF32 matmuls off by default.
+The update is the train stage's own (pipeline.training.step.UpdateStep: label-smoothed loss over the
+target tokens, clip 1.0, AdamW, a 4-update warmup), on the same initial weights and batches, dropout
+off so that the runs differ in arithmetic alone. fp32 here is true fp32: torch leaves TF32 matmuls
+off by default.
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ def losses(
 ) -> tuple[list[float], Update]:
     torch.manual_seed(0)
     model = build_model(cfg, VOCAB, VOCAB).to(device)
-    train = dataclasses.replace(BASE.train, lr=3e-4)
-    update = Update.build(model, train, precision, compile_backend)
+    params = dataclasses.replace(BASE, train=dataclasses.replace(BASE.train, lr=1e-3, warmup_steps=4))
+    update = Update.build(model, params, precision, compile_backend)
     batches = [synthetic_batch(VOCAB, rows=32, length=20, seed=i) for i in range(4)]
     return [update(batches[i % len(batches)]) for i in range(steps)], update
 
