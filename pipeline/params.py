@@ -197,7 +197,7 @@ def _build(cls: type, raw: Any, where: str) -> Any:
 
 def _coerce(tp: Any, value: Any, key: str) -> Any:
     origin = typing.get_origin(tp)
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return _build(tp, value, key)
     if origin in (typing.Union, types.UnionType):
         options = typing.get_args(tp)

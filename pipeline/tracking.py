@@ -312,17 +312,23 @@ class Tracker:
             _warn(f"MLflow tracking disabled after an unexpected error: {_short(e)}")
 
     def _apply(self, record: dict[str, Any]) -> None:
+        uri = self._uri()
         with _quick_http():
             if self._client is None:
-                self._client = _with_lock_retries(lambda: _make_client(self.tracking_uri))
+                self._client = _with_lock_retries(lambda: _make_client(uri))
             _with_lock_retries(lambda: self._apply_record(record))
+
+    def _uri(self) -> str:
+        """The tracking URI of a tracker that applies records; only a disabled one has none."""
+        assert self.tracking_uri is not None, "a tracker without a URI is disabled and applies nothing"
+        return self.tracking_uri
 
     def _apply_record(self, record: dict[str, Any]) -> None:
         from mlflow.entities import Metric, Param, RunTag
 
         client, op = self._client, record["op"]
         if op == "start":
-            self._run_id = _create_run(client, self.tracking_uri, record)
+            self._run_id = _create_run(client, self._uri(), record)
         elif op == "check_run":
             client.get_run(self._run_id)
         elif op == "metrics":
@@ -476,8 +482,8 @@ def _quick_http() -> Iterator[None]:
         yield
     finally:
         pool_logger.setLevel(level)
-        for key, value in saved.items():
-            if value is None:
+        for key, before in saved.items():
+            if before is None:
                 os.environ.pop(key, None)
 
 

@@ -57,4 +57,5 @@ def build_optimizer(model: nn.Module, train: TrainParams) -> torch.optim.Optimiz
     """
     kind = torch.optim.AdamW if train.optimizer == "adamw" else torch.optim.Adam
     groups = parameter_groups(model, train.weight_decay)
-    return kind(groups, lr=train.lr, betas=tuple(train.betas), eps=train.eps, fused=True)
+    b1, b2 = train.betas
+    return kind(groups, lr=train.lr, betas=(b1, b2), eps=train.eps, fused=True)
