@@ -16,7 +16,8 @@ import torch
 from pipeline.errors import UserError
 from pipeline.tokens import BOS, EOS, PAD
 
-_DTYPES = {2: np.dtype("<u2"), 4: np.dtype("<i4")}  # itemsize -> dtype, as binarize writes them
+# itemsize -> dtype, as binarize writes them
+_DTYPES: dict[int, np.dtype[np.integer]] = {2: np.dtype("<u2"), 4: np.dtype("<i4")}
 _BLOCK = 1 << 16  # sentences per block where a per-sentence Python loop needs a list
 
 
@@ -58,7 +59,7 @@ class TokenArray:
         return {"prefix": self.prefix}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["prefix"])
+        TokenArray.__init__(self, state["prefix"])  # the class's own: self.__init__ could be a subclass's
 
 
 @dataclass

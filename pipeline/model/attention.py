@@ -46,6 +46,11 @@ class KVCache:
     capacity: int = 0  # positions the self-attention buffers are first sized for (at least)
     buffers: tuple[torch.Tensor, torch.Tensor] | None = None  # (B, H, room, Dh) each
 
+    def kv(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The cached keys and values, once there are any (both are always set together)."""
+        assert self.k is not None and self.v is not None, "nothing cached yet"
+        return self.k, self.v
+
     def append(self, k: torch.Tensor, v: torch.Tensor) -> None:
         """Self-attention: add Lq new positions (B, H, Lq, Dh) after those cached."""
         n = 0 if self.k is None else self.k.size(2)
@@ -55,8 +60,9 @@ class KVCache:
             room = max(self.capacity, end if self.buffers is None else 2 * end)
             self.buffers = (k.new_empty(B, H, room, Dh), v.new_empty(B, H, room, Dh))
             if n:
-                self.buffers[0][:, :, :n] = self.k
-                self.buffers[1][:, :, :n] = self.v
+                cached_k, cached_v = self.kv()
+                self.buffers[0][:, :, :n] = cached_k
+                self.buffers[1][:, :, :n] = cached_v
         kb, vb = self.buffers
         kb[:, :, n:end] = k
         vb[:, :, n:end] = v
@@ -65,18 +71,20 @@ class KVCache:
     def reorder(self, index: torch.Tensor) -> None:
         """Keep batch rows `index` (B',): beam search's survivors, in order."""
         if self.buffers is not None:  # into new buffers of the same room, the filled part only
-            n = self.k.size(2)
-            new = tuple(x.new_empty(index.size(0), *x.shape[1:]) for x in self.buffers)
-            for old, buffer in zip((self.k, self.v), new):
+            k, v = self.kv()  # buffers exist only once append has filled some of them
+            n = k.size(2)
+            new_k, new_v = (x.new_empty(index.size(0), *x.shape[1:]) for x in self.buffers)
+            for old, buffer in zip((k, v), (new_k, new_v)):
                 if old.requires_grad:  # out= has no autograd
                     buffer[:, :, :n] = old.index_select(0, index)
                 else:
                     torch.index_select(old, 0, index, out=buffer[:, :, :n])
-            self.buffers = new
-            self.k, self.v = new[0][:, :, :n], new[1][:, :, :n]
+            self.buffers = (new_k, new_v)
+            self.k, self.v = new_k[:, :, :n], new_v[:, :, :n]
         elif self.k is not None:
-            self.k = self.k.index_select(0, index)
-            self.v = self.v.index_select(0, index)
+            k, v = self.kv()
+            self.k = k.index_select(0, index)
+            self.v = v.index_select(0, index)
 
 
 class MultiHeadAttention(nn.Module):
@@ -107,11 +115,13 @@ class MultiHeadAttention(nn.Module):
             q, k, v = map(self._split, self.qkv(x).chunk(3, dim=-1))
             if cache is not None:
                 cache.append(k, v)
-                k, v = cache.k, cache.v  # (B, H, Lk, Dh): those cached, then the Lq new
+                k, v = cache.kv()  # (B, H, Lk, Dh): those cached, then the Lq new
             return q, k, v
         q = self._split(self.q(x))
         if cache is not None and cache.k is not None:
-            return q, cache.k, cache.v
+            k, v = cache.kv()
+            return q, k, v
+        assert memory is not None, "cross-attention without cached keys needs memory"
         k, v = self.memory_kv(memory)
         if cache is not None:
             cache.k, cache.v = k, v

@@ -74,6 +74,7 @@ class _ProjectedLoss(torch.autograd.Function):
             loss += (lse - (1 - smoothing) * picked - smoothing / V * total).sum()
             if not grads:
                 continue
+            assert grad_hidden is not None and grad_weight is not None  # made above when grads
             g = e.div_(norm).sub_(smoothing / V)  # softmax - eps / V
             g[torch.arange(t.size(0), device=t.device), t] -= 1 - smoothing  # (n, V)
             g = g.to(dtype)

@@ -38,6 +38,8 @@ from pipeline.tokens import BOS, PAD, SEP
 class SinusoidalPositions(nn.Module):
     """Fixed sin/cos position encodings (section 3.5); any length."""
 
+    table: torch.Tensor  # (n, D), a buffer
+
     def __init__(self, d_model: int, max_positions: int):
         super().__init__()
         self.d_model = d_model
@@ -254,6 +256,17 @@ class Seq2SeqBase(nn.Module):
     """
 
     start_token = BOS
+    cfg: ModelParams
+
+    def features(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
+        """src (B, S), tgt_in (B, T) -> hidden states (B, T, D), before the projection."""
+        raise NotImplementedError
+
+    def start(self, src: torch.Tensor, steps: int = 0) -> DecoderState:
+        raise NotImplementedError
+
+    def step(self, tokens: torch.Tensor, state: DecoderState) -> torch.Tensor:
+        raise NotImplementedError
 
     def _init_output(self, cfg: ModelParams, tgt_embedding: nn.Embedding, tie: bool) -> None:
         vocab = tgt_embedding.num_embeddings
@@ -358,7 +371,9 @@ class Transformer(Seq2SeqBase):
         memory, src_mask = self.encode(src)
         caches = [LayerCache.sized(steps) for _ in self.decoder]
         for layer, cache in zip(self.decoder, caches):
-            cache.cross_attn.k, cache.cross_attn.v = layer.cross_attn.memory_kv(memory)
+            cross_attn = layer.cross_attn
+            assert isinstance(cross_attn, MultiHeadAttention)  # every encoder-decoder layer has one
+            cache.cross_attn.k, cache.cross_attn.v = cross_attn.memory_kv(memory)
         positions = torch.zeros(src.size(0), dtype=torch.long, device=src.device)
         return DecoderState(caches, positions, memory_mask=src_mask)
 
@@ -416,6 +431,7 @@ class DecoderOnly(Seq2SeqBase):
 
     def step(self, tokens: torch.Tensor, state: DecoderState) -> torch.Tensor:
         """tokens (R, 1) -> logits (R, V) for the next position; extends the caches."""
+        assert state.keep is not None, "DecoderOnly.start sets keep"
         state.keep = torch.cat([state.keep, torch.ones_like(tokens, dtype=torch.bool)], dim=1)  # (R, L+1)
         x = self.embed(tokens, state.positions[:, None])  # (R, 1, D)
         mask = state.keep[:, None, None, :]  # (R, 1, 1, L+1)
