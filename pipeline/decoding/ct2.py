@@ -35,7 +35,7 @@ from pipeline.devices import pick_device
 from pipeline.errors import UserError
 from pipeline.files import atomic_path, write_json
 from pipeline.model import checkpoint
-from pipeline.model.transformer import Transformer
+from pipeline.model.transformer import DecoderLayer, EncoderLayer, Transformer
 from pipeline.params import DecodeParams
 from pipeline.tokens import EOS
 
@@ -138,14 +138,17 @@ def build_spec(model: Transformer, src_pieces: Sequence[str], tgt_pieces: Sequen
     )
     _set_embeddings(spec.encoder, model.src_embed, cfg)
     for layer_spec, layer in zip(spec.encoder.layer, model.encoder):
+        assert isinstance(layer, EncoderLayer)
         _set_attention(layer_spec.self_attention, layer.self_attn, layer.sub[0])
         _set_ffn(layer_spec.ffn, layer.ffn, layer.sub[1])
     _set_embeddings(spec.decoder, model.tgt_embed, cfg)
     for layer_spec, layer in zip(spec.decoder.layer, model.decoder):
+        assert isinstance(layer, DecoderLayer)
         _set_attention(layer_spec.self_attention, layer.self_attn, layer.sub[0])
         _set_attention(layer_spec.attention, layer.cross_attn, layer.sub[1])
         _set_ffn(layer_spec.ffn, layer.ffn, layer.sub[2])
-    if cfg.norm == "pre":
+    if cfg.norm == "pre":  # each stack ends in a LayerNorm (post-LN: nn.Identity)
+        assert isinstance(model.encoder_norm, nn.LayerNorm) and isinstance(model.decoder_norm, nn.LayerNorm)
         _set_norm(spec.encoder.layer_norm, model.encoder_norm)
         _set_norm(spec.decoder.layer_norm, model.decoder_norm)
     spec.decoder.projection.weight = _np(model.out_weight)
@@ -180,6 +183,7 @@ def export(model_dir: Path, out_dir: Path, quantization: str = "float32") -> Pat
     obj = checkpoint.load(path)
     check_expressible(P.from_dict(obj["params"]).model)
     model, params = checkpoint.restore_model(obj, path)
+    assert isinstance(model, Transformer)  # check_expressible refused the decoder-only model
     vocab = Vocab.load(model_dir)
     pieces = vocab.src_pieces(range(vocab.src_size)), vocab.tgt_pieces(range(vocab.tgt_size))
     spec = build_spec(model.eval(), *pieces)
@@ -248,6 +252,13 @@ def resolve(model_dir: Path, quantization: str | None) -> Path:
 # --- translating -------------------------------------------------------------------
 
 
+@dataclasses.dataclass(frozen=True)
+class _Limits:
+    """The exported model's limits, as fit_to_model reads them from a model (search.ModelLimits)."""
+
+    cfg: P.ModelParams
+
+
 @dataclasses.dataclass
 class _Found:
     """One hypothesis as CT2 returned it, in our ids."""
@@ -278,7 +289,7 @@ class CT2Translator(TextTranslator):
         self.vocab = Vocab.load(ct2_dir)
         # fit_to_model reads only cfg; the exported table bounds sinusoidal lengths as a learned one does.
         cfg = dataclasses.replace(self.params.model, positions="learned", max_positions=info["position_rows"])
-        self._limits = types.SimpleNamespace(cfg=cfg)
+        self._limits = _Limits(cfg)
         self._tgt_ids = {p: i for i, p in enumerate(self.vocab.tgt_pieces(range(self.vocab.tgt_size)))}
         self._banned = [[p] for p in self.vocab.tgt_pieces(BANNED)]
         self.device = pick_device(device, ct2.get_cuda_device_count() > 0, runtime="CTranslate2")
@@ -323,9 +334,9 @@ class CT2Translator(TextTranslator):
             if src:
                 groups.setdefault(max_len, []).append(i)
         for max_len, group in sorted(groups.items()):
-            found = self._decode([fitted[i][0] for i in group], max_len, s)
-            for i, hyps in zip(group, found):
-                results[i] = self._rank(hyps, s)
+            candidates = self._decode([fitted[i][0] for i in group], max_len, s)
+            for i, unranked in zip(group, candidates):
+                results[i] = self._rank(unranked, s)
             stats.batches += 1
         stats.add(seqs, fitted, results, truncated)
         return results

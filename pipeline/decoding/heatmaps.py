@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
@@ -32,9 +33,10 @@ from pipeline.decoding.search import evaluating, translate_ids
 from pipeline.decoding.translator import Translator
 from pipeline.errors import UserError
 from pipeline.files import atomic_path
+from pipeline.model.transformer import Transformer
 from pipeline.tokens import BOS, EOS
 
-Layers = str | Sequence[int]  # "all", or 0-based decoder layer indices
+Layers = Literal["all"] | Sequence[int]  # "all", or 0-based decoder layer indices
 Heads = str | int  # "mean", or one 0-based head index
 CELL_INCHES = 0.32  # per source/target piece: room for an 8-point label
 MAX_PANEL_INCHES = 9.0
@@ -65,7 +67,7 @@ def cross_attention(
 ) -> CrossAttention:
     """Translate `sentence`, teacher-force the output, return the chosen layers' (T, S) weights."""
     model, vocab, s = translator.model, translator.vocab, translator.settings
-    if not hasattr(model, "decoder"):
+    if not isinstance(model, Transformer):  # the decoder-only model has no cross-attention
         raise UserError(
             f"model.arch={model.cfg.arch} has no cross-attention to draw; heatmaps need encoder_decoder"
         )
@@ -119,6 +121,7 @@ def draw(attention: CrossAttention, path: Path, title: str = "") -> Path:
         ax.tick_params(length=0)
         ax.set_xlabel("source", fontsize=8)
     axes[0].set_ylabel("output (each row predicts it)", fontsize=8)
+    assert image is not None  # vmax above needs at least one matrix
     fig.colorbar(image, ax=list(axes), shrink=0.8, label="attention weight")
     if title:
         fig.suptitle(title, fontsize=9)

@@ -27,6 +27,7 @@ import torch
 
 from pipeline.data.batching import collate_src
 from pipeline.model.transformer import DecoderOnly, Seq2SeqBase
+from pipeline.params import ModelParams
 from pipeline.tokens import BOS, EOS, PAD, SEP
 
 log = logging.getLogger(__name__)
@@ -287,8 +288,15 @@ def max_output_length(src_len: int, max_len_a: float, max_len_b: int) -> int:
     return int(max_len_a * src_len + max_len_b)
 
 
+class ModelLimits(Protocol):
+    """What fit_to_model reads of a model: its params (a CTranslate2 export passes a stand-in)."""
+
+    @property
+    def cfg(self) -> ModelParams: ...
+
+
 def fit_to_model(
-    model: Seq2SeqBase, seq: Sequence[int], max_len_a: float, max_len_b: int
+    model: ModelLimits, seq: Sequence[int], max_len_a: float, max_len_b: int
 ) -> tuple[list[int], int]:
     """The source as the model can take it, and its maximum output length.
 
@@ -378,15 +386,13 @@ def search_batches(
     if torch.device(device).type != "cpu" or recording:
         workers = 1
     workers = max(min(workers, len(batches)), 1)
-    autocast = dict(
-        device_type="cpu", dtype=torch.get_autocast_dtype("cpu"), enabled=torch.is_autocast_enabled("cpu")
-    )
+    autocast_dtype, autocast_enabled = torch.get_autocast_dtype("cpu"), torch.is_autocast_enabled("cpu")
 
     def run(batch: list[int]) -> list[list[Hypothesis]]:
         if workers > 1:
             torch.set_num_threads(share)  # `share` is set below, before any worker starts
         # Inference mode and autocast are thread-local: each worker takes the caller's.
-        with torch.inference_mode(), torch.autocast(**autocast):
+        with torch.inference_mode(), torch.autocast("cpu", dtype=autocast_dtype, enabled=autocast_enabled):
             src = collate_src([fitted[i][0] for i in batch]).to(device)  # (B, S)
             max_lens = torch.tensor([fitted[i][1] for i in batch], device=device)  # (B,)
             return beam_search(model, src, max_lens, **search)

@@ -92,10 +92,17 @@ class TextTranslator:
         self, beam: int | None, length_penalty: float | None, batch_tokens: int | None, n_best: int | None
     ) -> DecodeParams:
         """self.settings with the arguments given (not None), checked; a message names the argument."""
+        s = self.settings
+        settings = dataclasses.replace(
+            s,
+            beam=s.beam if beam is None else beam,
+            length_penalty=s.length_penalty if length_penalty is None else length_penalty,
+            batch_tokens=s.batch_tokens if batch_tokens is None else batch_tokens,
+            n_best=s.n_best if n_best is None else n_best,
+        )
         given = dict(beam=beam, length_penalty=length_penalty, batch_tokens=batch_tokens, n_best=n_best)
-        given = {name: value for name, value in given.items() if value is not None}
-        settings = dataclasses.replace(self.settings, **given)
-        check_decode(settings, names={name: name for name in given}, error=UserError)
+        names = {name: name for name, value in given.items() if value is not None}
+        check_decode(settings, names=names, error=UserError)
         return settings
 
 
