@@ -82,7 +82,8 @@ def _filter(
 
 def clean(params: CleanParams, raw: Path, out: Path) -> dict[str, Any]:
     """Clean raw/{split}.{src,tgt} into `out` (atomically) with stats.json; return the stats."""
-    cleaned, stats = {}, {}
+    cleaned: dict[str, tuple[list[str], list[str]]] = {}
+    by_split: dict[str, dict[str, Any]] = {}
     for split in SPLITS:
         src, tgt = (_read(Path(raw) / f"{split}.{side}") for side in SIDES)
         if len(src) != len(tgt):
@@ -91,14 +92,15 @@ def clean(params: CleanParams, raw: Path, out: Path) -> dict[str, Any]:
                 "run the download stage again"
             )
         s, t, split_stats = clean_pairs(src, tgt, params, train=split == "train")
-        cleaned[split], stats[split] = (s, t), split_stats.to_dict()
+        cleaned[split], by_split[split] = (s, t), split_stats.to_dict()
     if not cleaned["train"][0]:
-        dropped = ", ".join(f"{k} {v}" for k, v in stats["train"]["dropped"].items())
+        dropped = ", ".join(f"{k} {v}" for k, v in by_split["train"]["dropped"].items())
         raise UserError(
-            f"clean dropped all {stats['train']['lines_in']} training pairs ({dropped}); "
+            f"clean dropped all {by_split['train']['lines_in']} training pairs ({dropped}); "
             "raise clean.max_words or clean.max_ratio, or check the corpus"
         )
-    stats["unicode_version"] = unicodedata.unidata_version  # NFC and categories depend on it
+    # unicode_version: NFC and the categories depend on it
+    stats: dict[str, dict[str, Any] | str] = {**by_split, "unicode_version": unicodedata.unidata_version}
     with files.atomic_path(out) as tmp:
         tmp.mkdir()
         for split, sides in cleaned.items():

@@ -293,22 +293,23 @@ def _yaml_value(value: Any) -> str:
 def plot_learning_curves(steps: pd.DataFrame | None, valid: pd.DataFrame | None, path: Path) -> None:
     """Three panels by update step: train and val loss; val BLEU; learning rate. PNG at `path`."""
     fig, (ax_loss, ax_bleu, ax_lr) = plt.subplots(1, 3, figsize=(12, 3.5))
-    has_steps = steps is not None and not steps.empty
-    has_valid = valid is not None and not valid.empty
+    steps = None if steps is None or steps.empty else steps  # an empty log draws as no log
+    valid = None if valid is None or valid.empty else valid
+    has_steps, has_valid = steps is not None, valid is not None
 
     # The train loss is label-smoothed, the val loss is not: the gap is not overfitting.
-    if has_steps:
+    if steps is not None:
         ax_loss.plot(steps["step"], steps["loss"], label="train (label-smoothed)", linewidth=1.2)
-    if has_valid and valid["val_loss"].notna().any():
+    if valid is not None and valid["val_loss"].notna().any():
         ax_loss.plot(valid["step"], valid["val_loss"], "o-", label="val", markersize=3)
     _finish(ax_loss, "Loss", "cross-entropy per target token (nats)", has_steps or has_valid)
     if has_steps or has_valid:
         ax_loss.legend(frameon=False)
 
-    has_bleu = has_valid and "val_bleu" in valid and valid["val_bleu"].notna().any()
-    if has_bleu:
-        ax_bleu.plot(valid["step"], valid["val_bleu"], "o-", color="tab:green", markersize=3)
-        best = valid.loc[valid["val_bleu"].idxmax()]
+    bleu = valid if valid is not None and "val_bleu" in valid and valid["val_bleu"].notna().any() else None
+    if bleu is not None:
+        ax_bleu.plot(bleu["step"], bleu["val_bleu"], "o-", color="tab:green", markersize=3)
+        best = bleu.loc[bleu["val_bleu"].idxmax()]
         ax_bleu.plot([best["step"]], [best["val_bleu"]], "*", color="black", markersize=10)
         ax_bleu.annotate(
             f"best {best['val_bleu']:.1f}",
@@ -319,10 +320,10 @@ def plot_learning_curves(steps: pd.DataFrame | None, valid: pd.DataFrame | None,
             fontsize=8,
         )
         ax_bleu.margins(y=0.15)  # room for the label above the best point
-    _finish(ax_bleu, "Validation BLEU (greedy)", "BLEU", has_bleu)
+    _finish(ax_bleu, "Validation BLEU (greedy)", "BLEU", bleu is not None)
 
     lr_label = "learning rate"
-    if has_steps:
+    if steps is not None:
         # Scaled into [1, 10): matplotlib's own offset text ("1e-3") lands on the title.
         scale = _power_of_ten(steps["lr"].max())
         ax_lr.plot(steps["step"], steps["lr"] / 10.0**scale, color="tab:orange", linewidth=1.2)
@@ -538,19 +539,25 @@ def read_experiments(experiment: str) -> tuple[pd.DataFrame | None, str | None]:
 
 def experiment_curves(runs: pd.DataFrame, current: str | None) -> list[tuple[str, pd.DataFrame]]:
     """Validation BLEU histories of this run and the best others, by rank and labelled; [] if MLflow fails."""
-    ids = list(runs["id"])
-    picked = [i for i in ids if i != current][: RUNS_COMPARED - 1] + ([current] if current in ids else [])
+    ids: list[str] = list(runs["id"])
+    others = [i for i in ids if i != current][: RUNS_COMPARED - 1]
+    picked = others + ([current] if current is not None and current in ids else [])
     try:
         histories = E.mlflow_histories(picked, "val_bleu")
     except E.ExperimentsUnavailable:
         return []
-    return [(_label(runs, i), histories[i]) for i in sorted(picked, key=ids.index) if i in histories]
+    return [(_ranked_label(runs, i), histories[i]) for i in sorted(picked, key=ids.index) if i in histories]
 
 
 def _label(runs: pd.DataFrame | None, run_id: str | None) -> str | None:
     """A run's name in legends: rank and name, "(this run)" for the report's own."""
-    if runs is None or run_id not in set(runs["id"]):
+    if runs is None or run_id is None or run_id not in set(runs["id"]):
         return None
+    return _ranked_label(runs, run_id)
+
+
+def _ranked_label(runs: pd.DataFrame, run_id: str) -> str:
+    """_label of a run that is one of `runs`."""
     rank = list(runs["id"]).index(run_id)
     return f"{rank + 1}. {run_label(runs.iloc[rank])}"
 

@@ -221,11 +221,13 @@ def command(
         )
     translator = BACKENDS[backend](model_dir, device, quantization, exact_search)
     if workers is not None:
+        assert isinstance(translator, Translator)  # --workers was refused above for other backends
         translator.workers = workers
     # Before reading any input; a message names the option, or the model's decode key it defaults to.
     given = {"beam": beam, "batch_tokens": batch_tokens, "n_best": n_best}
-    options = {name: "--" + name.replace("_", "-") for name, value in given.items() if value is not None}
-    settings = dataclasses.replace(translator.settings, **{name: given[name] for name in options})
+    changes = {name: value for name, value in given.items() if value is not None}
+    options = {name: "--" + name.replace("_", "-") for name in changes}
+    settings = dataclasses.replace(translator.settings, **changes)
     check_decode(settings, names=options, error=UserError)
     render = renderer(translator, n_best, beam, batch_tokens)
     stdin = sys.stdin.buffer  # bytes: the UTF-8 policy is ours, not the locale's
