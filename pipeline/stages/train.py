@@ -5,7 +5,9 @@
 
 Data parallel over N GPUs (NCCL) or N CPU processes (gloo), same options:
 
-    torchrun --standalone --nproc_per_node N -m pipeline train --params params.yaml --bin data/bin ...
+    torchrun --standalone --nproc_per_node N -m pipeline -- train --params params.yaml --bin data/bin ...
+
+(the `--` keeps torchrun from taking --log for its own --log-dir).
 
 What it writes, and how a killed run resumes: pipeline/training/ and docs/exact-resume.md.
 """
