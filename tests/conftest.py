@@ -1,11 +1,12 @@
-"""Shared fixtures: the repository's params, and where the offline corpus mirror is."""
+"""Shared fixtures: the repository's params, where the offline corpus mirror is, a tiny model."""
 
 from pathlib import Path
 
 import pytest
 
 from pipeline import params as P
-from tests.helpers import MIRROR, REPO
+from pipeline.decoding.translator import Translator
+from tests.helpers import MIRROR, REPO, make_model_dir
 
 
 @pytest.fixture(scope="session")
@@ -20,6 +21,18 @@ def mirror() -> Path:
     if not (MIRROR / "SHA256SUMS").is_file():
         pytest.skip(f"the offline corpus mirror is not at {MIRROR} (see its README in shared/corpora)")
     return MIRROR
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> Path:
+    """A tiny random model directory (helpers.make_model_dir), made once per test module."""
+    return make_model_dir(tmp_path_factory.mktemp("m") / "model")
+
+
+@pytest.fixture(scope="module")
+def translator(model_dir: Path) -> Translator:
+    """The Translator of `model_dir`, on the CPU."""
+    return Translator.from_dir(model_dir, device="cpu")
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:

@@ -1,33 +1,15 @@
-"""Translator and the translate command, on a tiny random model with a tiny sentencepiece model."""
+"""Translator: text in, translations out, on a tiny random model with a tiny sentencepiece model."""
 
 from __future__ import annotations
 
-import io
-import re
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from pipeline.decoding import translator as tr
 from pipeline.decoding.translator import Translator
 from pipeline.errors import UserError
-from pipeline.stages import translate as translate_stage
 from tests.helpers import make_model_dir
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory) -> Path:
-    return make_model_dir(tmp_path_factory.mktemp("m") / "model")
-
-
-@pytest.fixture(scope="module")
-def translator(model_dir: Path) -> Translator:
-    return Translator.from_dir(model_dir, device="cpu")
-
-
-def run(args: list[str], stdin: bytes = b""):
-    return CliRunner().invoke(translate_stage.command, args, input=stdin)
 
 
 def test_translator_uses_the_models_settings_and_keeps_line_count(translator: Translator) -> None:
@@ -57,85 +39,10 @@ def test_translate_nbest_gives_k_sorted_translations(translator: Translator) -> 
     assert hyps[0].text == translator.translate(["der hund springt über die straße"])[0]
 
 
-def test_command_reads_stdin_with_blank_and_invalid_utf8_lines(model_dir: Path, translator: Translator):
-    stdin = b"ein hund\n\n   \n\xff\xfe katze\r\nder mann"  # no final newline; a CRLF line
-    result = run(["--model", str(model_dir), "--device", "cpu"], stdin)
-    assert result.exit_code == 0, result.output
-    lines = result.stdout_bytes.decode("utf-8").split("\n")
-    assert lines[-1] == "" and len(lines[:-1]) == 5
-    assert lines[1] == lines[2] == ""
-    want = translator.translate(["ein hund", "", "", "\ufffd\ufffd katze\r", "der mann"])
-    assert lines[:-1] == want
-    assert "warning: 1 input line(s) were not valid UTF-8" in result.stderr
-
-
-def test_command_writes_output_file_atomically(model_dir: Path, tmp_path: Path) -> None:
-    source = tmp_path / "in.txt"
-    source.write_text("ein hund\n\ndie frau\n", encoding="utf-8")
-    out = tmp_path / "out" / "hyp.txt"
-    args = ["--model", str(model_dir), "--device", "cpu", "--input", str(source), "--output", str(out)]
-    result = run(args)
-    assert result.exit_code == 0, result.output
-    assert out.read_text(encoding="utf-8").count("\n") == 3
-    assert result.stdout == ""
-    assert [p.name for p in out.parent.iterdir()] == ["hyp.txt"]  # no temporary left behind
-
-
-def test_command_n_best_format(model_dir: Path) -> None:
-    result = run(["--model", str(model_dir), "--device", "cpu", "--n-best", "3"], b"ein hund\n\nder mann\n")
-    assert result.exit_code == 0, result.output
-    pattern = r"(\d+) \|\|\| (.*) \|\|\| (-?\d+\.\d{4})"
-    rows = [re.fullmatch(pattern, line) for line in result.stdout.splitlines()]
-    assert all(rows), result.stdout
-    index = [int(r.group(1)) for r in rows]
-    assert index == sorted(index) and set(index) == {0, 1, 2}
-    assert index.count(0) == index.count(2) == 3
-    assert index.count(1) == 1  # a blank line gives one, empty, hypothesis
-    for i in (0, 2):
-        scores = [float(r.group(3)) for r in rows if int(r.group(1)) == i]
-        assert scores == sorted(scores, reverse=True)
-
-
-def test_command_refuses_n_best_above_beam(model_dir: Path) -> None:
-    result = run(["--model", str(model_dir), "--beam", "2", "--n-best", "3"], b"ein hund\n")
-    assert result.exit_code == 1
-    assert "--n-best: must be within [1, --beam=2]" in result.output
-
-
-def test_command_on_a_missing_model_says_how_to_fix_it(tmp_path: Path) -> None:
-    result = run(["--model", str(tmp_path / "nothing")], b"ein hund\n")
-    assert result.exit_code == 1
-    assert "no such checkpoint" in result.output and "Traceback" not in result.output
-
-
 def test_vocab_size_mismatch_is_a_clear_error(tmp_path: Path) -> None:
     model_dir = make_model_dir(tmp_path / "model", model_vocab=50)
     with pytest.raises(UserError, match="vocabulary has 50 entries but its sentencepiece model has 40"):
         Translator.from_dir(model_dir, device="cpu")
-
-
-def test_decoder_only_model_translates_through_the_command(tmp_path: Path) -> None:
-    model_dir = make_model_dir(tmp_path / "model", arch="decoder_only")
-    result = run(["--model", str(model_dir), "--device", "cpu", "--beam", "2"], b"ein hund\n \nkind\n")
-    assert result.exit_code == 0, result.output
-    assert result.stdout.count("\n") == 3 and result.stdout.split("\n")[1] == ""
-
-
-def test_interactive_mode_prompts_and_answers_each_line(translator: Translator, capsys) -> None:
-    out = io.BytesIO()
-    render = translate_stage.renderer(translator, n_best=1, beam=None, batch_tokens=None)
-    invalid = translate_stage.translate_stream(
-        render, io.BytesIO(b"ein hund\n\xffkind\n"), out, interactive=True
-    )
-    assert invalid == 1
-    assert out.getvalue().decode("utf-8").split("\n")[:-1] == translator.translate(["ein hund", "\ufffdkind"])
-    assert capsys.readouterr().err.count("> ") == 3  # one prompt per line, and one answered by EOF
-
-
-def test_quantization_needs_the_ctranslate2_backend(model_dir: Path) -> None:
-    result = run(["--model", str(model_dir), "--device", "cpu", "--quantization", "int8"], b"ein hund\n")
-    assert result.exit_code == 1
-    assert "--quantization int8 needs --backend ctranslate2" in result.output
 
 
 def test_min_len_fixes_the_output_length_for_benchmarks(translator: Translator) -> None:
@@ -156,23 +63,3 @@ def test_min_len_fixes_the_output_length_for_benchmarks(translator: Translator) 
             n_best=beam,
         )
         assert all(len(h.tokens) == 7 and 3 not in h.tokens for hs in hyps for h in hs)
-
-
-def test_workers_reach_the_search_and_change_no_output(model_dir: Path, monkeypatch) -> None:
-    searches = []  # (workers, batches) of each search
-    search_batches = tr.translate_ids.__globals__["search_batches"]
-
-    def recording(model, fitted, batches, *, workers, **kwargs):
-        searches.append((workers, len(batches)))
-        return search_batches(model, fitted, batches, workers=workers, **kwargs)
-
-    monkeypatch.setitem(tr.translate_ids.__globals__, "search_batches", recording)
-    lines = "ein hund\nder mann läuft über die straße\n\ndie katze\neine frau springt\n".encode()
-    args = ["--model", str(model_dir), "--device", "cpu", "--batch-tokens", "40"]  # a batch a sentence or two
-    one, three = run([*args, "--workers", "1"], lines), run([*args, "--workers", "3"], lines)
-    assert one.exit_code == three.exit_code == 0, one.output + three.output
-    assert [w for w, _ in searches] == [1, 3] and all(n > 1 for _, n in searches)
-    assert one.stdout == three.stdout and one.stdout.count("\n") == 5
-    refused = run([*args, "--workers", "2", "--backend", "ctranslate2"], lines)
-    assert refused.exit_code == 1 and "Traceback" not in refused.output
-    assert "--workers applies to the torch backend" in refused.output and "drop --workers" in refused.output
