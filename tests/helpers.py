@@ -21,11 +21,12 @@ import torch
 import yaml
 
 from pipeline import params as P
+from pipeline.decoding.search import BANNED
 from pipeline.model import checkpoint
-from pipeline.model.transformer import build_model
+from pipeline.model.transformer import Seq2SeqBase, build_model
 from pipeline.params import BpeParams
 from pipeline.stages.bpe import train_bpe
-from pipeline.tokens import N_SPECIAL
+from pipeline.tokens import EOS, N_SPECIAL
 from pipeline.training.state import Paths
 
 REPO = Path(__file__).resolve().parents[1]
@@ -216,3 +217,58 @@ def stop_server(server: subprocess.Popen) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(server.pid, signal.SIGKILL)  # workers left behind in the group
     server.wait(timeout=5)
+
+
+# --- models for the CTranslate2 backend and the export-ct2 command -----------------------
+
+CT2_MAX_LEN = (1.0, 3)  # decode.max_len_a and max_len_b of make_ct2_model_dir's models
+
+
+def make_ct2_model_dir(
+    path: Path,
+    norm: str = "pre",
+    positions: str = "sinusoidal",
+    tie: str = "none",
+    activation: str = "relu",
+    *,
+    arch: str = "encoder_decoder",
+    seed: int = 0,
+) -> tuple[Path, Seq2SeqBase]:
+    """A model directory with random weights, whose output layer acts like a trained one's:
+
+    EOS is likely enough that outputs end before the length limit, and PAD, BOS
+    and SEP get no mass (a trained model never predicts them; see ct2.py on why
+    that matters for the scores).
+    """
+    path.mkdir(parents=True)
+    vocab = train_spm(path / "spm.model")
+    model_params = dataclasses.replace(
+        BASE.model,
+        arch=arch,
+        norm=norm,
+        positions=positions,
+        tie_embeddings=tie,
+        activation=activation,
+        d_model=32,
+        n_heads=4,
+        d_ff=64,
+        n_layers=2,
+        dropout=0.0,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        max_positions=64,
+        output_bias=True,
+    )
+    max_len_a, max_len_b = CT2_MAX_LEN
+    decode_params = dataclasses.replace(
+        BASE.decode, beam=4, batch_tokens=400, max_len_a=max_len_a, max_len_b=max_len_b
+    )
+    params = dataclasses.replace(BASE, model=model_params, decode=decode_params)
+    torch.manual_seed(seed)
+    model = build_model(params.model, vocab, vocab).eval()
+    with torch.no_grad():
+        model.out_bias[EOS] = 2.0
+        model.out_bias[list(BANNED)] = -30.0
+    payload = checkpoint.model_payload(model, params, vocab, vocab, step=0)
+    checkpoint.save(path / checkpoint.MODEL_FILE, payload)
+    return path, model

@@ -16,14 +16,13 @@ pytest.importorskip("ctranslate2")
 from pipeline.data.batching import collate_src
 from pipeline.decoding import ct2
 from pipeline.decoding import translator as tr
-from pipeline.decoding.search import BANNED, Hypothesis, length_penalty, translate_ids
+from pipeline.decoding.search import Hypothesis, length_penalty, translate_ids
 from pipeline.errors import UserError
 from pipeline.model import checkpoint
-from pipeline.model.transformer import Seq2SeqBase, build_model
-from pipeline.stages import export_ct2
+from pipeline.model.transformer import Seq2SeqBase
 from pipeline.stages import translate as translate_stage
 from pipeline.tokens import BOS, EOS, N_SPECIAL
-from tests.helpers import BASE, train_spm
+from tests.helpers import CT2_MAX_LEN, make_ct2_model_dir
 
 # (norm, positions, tie_embeddings, activation, seed): every mapping the export makes, each
 # with a seed whose outputs vary between inputs and mostly end before the length limit.
@@ -33,56 +32,7 @@ CONFIGS = [
     ("pre", "learned", "target", "gelu", 1),
     ("post", "sinusoidal", "none", "relu", 1),
 ]
-MAX_LEN_A, MAX_LEN_B = 1.0, 3
-
-
-def make_model_dir(
-    path: Path,
-    norm: str = "pre",
-    positions: str = "sinusoidal",
-    tie: str = "none",
-    activation: str = "relu",
-    *,
-    arch: str = "encoder_decoder",
-    seed: int = 0,
-) -> tuple[Path, Seq2SeqBase]:
-    """A model directory with random weights, whose output layer acts like a trained one's:
-
-    EOS is likely enough that outputs end before the length limit, and PAD, BOS
-    and SEP get no mass (a trained model never predicts them; see ct2.py on why
-    that matters for the scores).
-    """
-    path.mkdir(parents=True)
-    vocab = train_spm(path / "spm.model")
-    model_params = dataclasses.replace(
-        BASE.model,
-        arch=arch,
-        norm=norm,
-        positions=positions,
-        tie_embeddings=tie,
-        activation=activation,
-        d_model=32,
-        n_heads=4,
-        d_ff=64,
-        n_layers=2,
-        dropout=0.0,
-        attention_dropout=0.0,
-        activation_dropout=0.0,
-        max_positions=64,
-        output_bias=True,
-    )
-    decode_params = dataclasses.replace(
-        BASE.decode, beam=4, batch_tokens=400, max_len_a=MAX_LEN_A, max_len_b=MAX_LEN_B
-    )
-    params = dataclasses.replace(BASE, model=model_params, decode=decode_params)
-    torch.manual_seed(seed)
-    model = build_model(params.model, vocab, vocab).eval()
-    with torch.no_grad():
-        model.out_bias[EOS] = 2.0
-        model.out_bias[list(BANNED)] = -30.0
-    payload = checkpoint.model_payload(model, params, vocab, vocab, step=0)
-    checkpoint.save(path / checkpoint.MODEL_FILE, payload)
-    return path, model
+MAX_LEN_A, MAX_LEN_B = CT2_MAX_LEN
 
 
 def random_seqs(n: int, vocab: int, seed: int = 0, longest: int = 10) -> list[list[int]]:
@@ -123,7 +73,7 @@ def settings(ct: ct2.CT2Translator, beam: int, n_best: int = 1):
 def converted(request, tmp_path_factory) -> tuple[Seq2SeqBase, ct2.CT2Translator]:
     root = tmp_path_factory.mktemp("ct2")
     *config, seed = request.param
-    model_dir, model = make_model_dir(root / "model", *config, seed=seed)
+    model_dir, model = make_ct2_model_dir(root / "model", *config, seed=seed)
     return model, ct2.CT2Translator(ct2.export(model_dir, root / "ct2"), "cpu", exact=True)
 
 
@@ -201,8 +151,8 @@ def test_translate_keeps_blank_lines_and_order(converted) -> None:
 
 
 def test_decoder_only_is_refused_naming_the_param(tmp_path: Path) -> None:
-    model_dir, _ = make_model_dir(tmp_path / "model", arch="decoder_only")
-    with pytest.raises(UserError, match="model.arch=decoder_only.*use --backend torch"):
+    model_dir, _ = make_ct2_model_dir(tmp_path / "model", arch="decoder_only")
+    with pytest.raises(UserError, match=r"model.arch=decoder_only.*use --backend torch"):
         ct2.export(model_dir, tmp_path / "ct2")
     assert not (tmp_path / "ct2").exists()
 
@@ -212,7 +162,7 @@ def run(args: list[str], stdin: bytes = b""):
 
 
 def test_command_with_the_ctranslate2_backend_converts_beside_the_model(tmp_path: Path) -> None:
-    model_dir, _ = make_model_dir(tmp_path / "model")
+    model_dir, _ = make_ct2_model_dir(tmp_path / "model")
     before = sorted(p.name for p in model_dir.iterdir())
     stdin = "ein hund\n\nder mann läuft\n".encode()
     torch_out = run(["--model", str(model_dir), "--device", "cpu", "--beam", "1"], stdin)
@@ -226,26 +176,11 @@ def test_command_with_the_ctranslate2_backend_converts_beside_the_model(tmp_path
 
 
 def test_cached_conversion_is_remade_when_the_model_changes(tmp_path: Path) -> None:
-    model_dir, _ = make_model_dir(tmp_path / "model", seed=1)
+    model_dir, _ = make_ct2_model_dir(tmp_path / "model", seed=1)
     first = ct2.CT2Translator.from_dir(model_dir, "cpu").translate(["ein hund läuft"], beam=1)
     (model_dir / checkpoint.MODEL_FILE).unlink()
-    other, _ = make_model_dir(tmp_path / "other", seed=2)
+    other, _ = make_ct2_model_dir(tmp_path / "other", seed=2)
     (other / checkpoint.MODEL_FILE).rename(model_dir / checkpoint.MODEL_FILE)
     again = ct2.CT2Translator.from_dir(model_dir, "cpu").translate(["ein hund läuft"], beam=1)
     assert again == tr.Translator.from_dir(model_dir, "cpu").translate(["ein hund läuft"], beam=1)
     assert again != first
-
-
-def test_export_command_and_int8_export_translate(tmp_path: Path) -> None:
-    model_dir, _ = make_model_dir(tmp_path / "model")
-    out = tmp_path / "ct2-int8"
-    result = CliRunner().invoke(
-        export_ct2.command, ["--model", str(model_dir), "--out", str(out), "--quantization", "int8"]
-    )
-    assert result.exit_code == 0, result.output
-    assert {"model.bin", "config.json", "spm.model", ct2.INFO_FILE} <= {p.name for p in out.iterdir()}
-    lines = run(["--model", str(out), "--device", "cpu", "--backend", "ctranslate2"], b"ein hund\n\nkind\n")
-    assert lines.exit_code == 0, lines.output
-    assert lines.stdout.count("\n") == 3 and lines.stdout.split("\n")[1] == ""
-    refused = run(["--model", str(out), "--backend", "ctranslate2", "--quantization", "float32"], b"ein\n")
-    assert refused.exit_code == 1 and "exported with quantization int8" in refused.output
