@@ -1,10 +1,13 @@
 """Shared fixtures: the repository's params, where the offline corpus mirror is, a tiny model."""
 
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
 
 from pipeline import params as P
+from pipeline.data import fetch
 from pipeline.decoding.translator import Translator
 from tests.helpers import MIRROR, REPO, make_model_dir
 
@@ -33,6 +36,23 @@ def model_dir(tmp_path_factory) -> Path:
 def translator(model_dir: Path) -> Translator:
     """The Translator of `model_dir`, on the CPU."""
     return Translator.from_dir(model_dir, device="cpu")
+
+
+@pytest.fixture
+def offline(monkeypatch):
+    """No test touches the network or waits: urlopen fails unless a test replaces it; sleeps are recorded.
+
+    The download and fetch tests use it for every test (pytestmark).
+    """
+    monkeypatch.delenv("CORPUS_MIRROR", raising=False)
+    sleeps: list[float] = []
+    monkeypatch.setattr(fetch, "_sleep", sleeps.append)
+
+    def no_network(url, timeout=None):
+        raise urllib.error.URLError("network disabled in tests")
+
+    monkeypatch.setattr(urllib.request, "urlopen", no_network)
+    return sleeps
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:

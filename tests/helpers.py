@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gzip
+import hashlib
 import io
 import os
 import random
@@ -21,10 +23,11 @@ import torch
 import yaml
 
 from pipeline import params as P
+from pipeline.data import corpora, fetch
 from pipeline.decoding.search import BANNED
 from pipeline.model import checkpoint
 from pipeline.model.transformer import Seq2SeqBase, build_model
-from pipeline.params import BpeParams
+from pipeline.params import Bitext, BpeParams, DataParams, SideFiles
 from pipeline.stages.bpe import train_bpe
 from pipeline.tokens import EOS, N_SPECIAL
 from pipeline.training.state import Paths
@@ -272,3 +275,71 @@ def make_ct2_model_dir(
     payload = checkpoint.model_payload(model, params, vocab, vocab, step=0)
     checkpoint.save(path / checkpoint.MODEL_FILE, payload)
     return path, model
+
+
+# --- corpus files, a fake mirror and a fake network, for the download and fetch tests ------
+
+NONE = SideFiles(None, None, None, None)
+
+
+M30K = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/"
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def write(path: Path, data: bytes) -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return str(path)
+
+
+def sides(src: str, tgt: str, src_sha256: str | None = None, tgt_sha256: str | None = None) -> SideFiles:
+    return SideFiles(src, tgt, src_sha256, tgt_sha256)
+
+
+def bitext(train: SideFiles, val: SideFiles = NONE, test: SideFiles = NONE, **changes) -> DataParams:
+    """DataParams for corpus: bitext, validated as params.load would."""
+    splits = Bitext(train, val, test)
+    data = dataclasses.replace(BASE.data, corpus="bitext", mirror=None, bitext=splits, **changes)
+    P.validate(dataclasses.replace(BASE, data=data))
+    return data
+
+
+def numbered(tmp_path: Path, n: int, name: str = "c") -> SideFiles:
+    """A bitext split of n aligned lines 's{i}' / 't{i}'."""
+    src = write(tmp_path / f"{name}.src", "".join(f"s{i}\n" for i in range(n)).encode())
+    tgt = write(tmp_path / f"{name}.tgt", "".join(f"t{i}\n" for i in range(n)).encode())
+    return sides(src, tgt)
+
+
+def entries(path: Path) -> set[str]:
+    return {str(p.relative_to(path)) for p in path.rglob("*")}
+
+
+def serve(monkeypatch, responses: list) -> list[str]:
+    """Make urlopen answer with `responses` in turn (an exception is raised); return the URLs asked."""
+    asked: list[str] = []
+
+    def urlopen(url, timeout=None):
+        asked.append(url)
+        answer = responses[min(len(asked), len(responses)) - 1]
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer()
+
+    monkeypatch.setattr(urllib.request, "urlopen", urlopen)
+    return asked
+
+
+def fake_multi30k_mirror(root: Path, monkeypatch, n: dict[str, int]) -> None:
+    """A Multi30k-like layout under `root`, its sums pinned in place of the real ones."""
+    pinned = {}
+    for name, count in n.items():
+        for lang in ("de", "en"):
+            url = f"{M30K}{name}.{lang}.gz"
+            body = gzip.compress("".join(f"{name} {lang} {i}\n" for i in range(count)).encode())
+            write(fetch.mirror_path(root, url), body)
+            pinned[url] = sha(body)
+    monkeypatch.setattr(corpora, "PINNED_SHA256", pinned)

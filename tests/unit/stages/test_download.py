@@ -1,13 +1,13 @@
-"""Tests of the download stage: sources, verification, mirror, network, decoding, held-out splits."""
+"""Tests of the download stage: what it plans and writes, the manifest, the mirror's root, held-out splits.
+
+Fetching, verifying and decoding a file are tests/unit/data/test_fetch.py's.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import gzip
-import hashlib
 import json
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -15,99 +15,26 @@ import yaml
 from click.testing import CliRunner
 
 from pipeline import files, params
-from pipeline.data import corpora, fetch
 from pipeline.errors import UserError
-from pipeline.params import Bitext, DataParams, SideFiles
+from pipeline.params import DataParams
 from pipeline.stages import download
-from tests.helpers import DATA, REPO
+from tests.helpers import (
+    DATA,
+    M30K,
+    REPO,
+    bitext,
+    entries,
+    fake_multi30k_mirror,
+    numbered,
+    serve,
+    sha,
+    sides,
+    write,
+)
 
 BASE = params.load(REPO / "params.yaml")
-NONE = SideFiles(None, None, None, None)
-M30K = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/"
 
-
-@pytest.fixture(autouse=True)
-def offline(monkeypatch):
-    """No test touches the network or waits: urlopen fails unless a test replaces it; sleeps are recorded."""
-    monkeypatch.delenv("CORPUS_MIRROR", raising=False)
-    sleeps: list[float] = []
-    monkeypatch.setattr(fetch, "_sleep", sleeps.append)
-
-    def no_network(url, timeout=None):
-        raise urllib.error.URLError("network disabled in tests")
-
-    monkeypatch.setattr(urllib.request, "urlopen", no_network)
-    return sleeps
-
-
-def sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def write(path: Path, data: bytes) -> str:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)
-    return str(path)
-
-
-def sides(src: str, tgt: str, src_sha256: str | None = None, tgt_sha256: str | None = None) -> SideFiles:
-    return SideFiles(src, tgt, src_sha256, tgt_sha256)
-
-
-def bitext(train: SideFiles, val: SideFiles = NONE, test: SideFiles = NONE, **changes) -> DataParams:
-    """DataParams for corpus: bitext, validated as params.load would."""
-    splits = Bitext(train, val, test)
-    data = dataclasses.replace(BASE.data, corpus="bitext", mirror=None, bitext=splits, **changes)
-    params.validate(dataclasses.replace(BASE, data=data))
-    return data
-
-
-def numbered(tmp_path: Path, n: int, name: str = "c") -> SideFiles:
-    """A bitext split of n aligned lines 's{i}' / 't{i}'."""
-    src = write(tmp_path / f"{name}.src", "".join(f"s{i}\n" for i in range(n)).encode())
-    tgt = write(tmp_path / f"{name}.tgt", "".join(f"t{i}\n" for i in range(n)).encode())
-    return sides(src, tgt)
-
-
-def entries(path: Path) -> set[str]:
-    return {str(p.relative_to(path)) for p in path.rglob("*")}
-
-
-class FakeResponse:
-    """What urlopen returns: a body read in chunks, that can fail after `fail_after` bytes."""
-
-    def __init__(self, body: bytes, fail_after: int | None = None, length: int | None = None):
-        self.body, self.pos, self.fail_after = body, 0, fail_after
-        self.headers = {"Content-Length": str(len(body) if length is None else length)}
-
-    def read(self, n: int = -1) -> bytes:
-        if self.fail_after is not None and self.pos >= self.fail_after:
-            raise ConnectionResetError("connection reset by peer")
-        end = len(self.body) if n < 0 else min(len(self.body), self.pos + n)
-        end = end if self.fail_after is None else min(end, self.fail_after)
-        chunk, self.pos = self.body[self.pos : end], end
-        return chunk
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-
-def serve(monkeypatch, responses: list) -> list[str]:
-    """Make urlopen answer with `responses` in turn (an exception is raised); return the URLs asked."""
-    asked: list[str] = []
-
-    def urlopen(url, timeout=None):
-        asked.append(url)
-        answer = responses[min(len(asked), len(responses)) - 1]
-        if isinstance(answer, BaseException):
-            raise answer
-        return answer()
-
-    monkeypatch.setattr(urllib.request, "urlopen", urlopen)
-    return asked
+pytestmark = pytest.mark.usefixtures("offline")
 
 
 # --- local files ---------------------------------------------------------------
@@ -152,50 +79,13 @@ def test_local_plain_and_gzip_round_trip(tmp_path):
     assert {e for e in entries(tmp_path) if not e.startswith("in")} == outputs  # no temporaries left
 
 
-def test_sha256_mismatch_is_refused_and_leaves_nothing(tmp_path):
-    train = numbered(tmp_path / "in", 5)
-    wrong = "0" * 64
-    data = bitext(dataclasses.replace(train, tgt_sha256=wrong))
-    out = tmp_path / "raw"
-    with pytest.raises(UserError) as e:
-        download.download(data, out)
-    actual = sha((tmp_path / "in" / "c.tgt").read_bytes())
-    assert train.tgt in e.value.message and wrong in e.value.message and actual in e.value.message
-    assert entries(tmp_path) == {"in", "in/c.src", "in/c.tgt"}  # no out dir, no temporaries
-
-
 def test_bad_sha256_param_is_refused(tmp_path):
     data = bitext(dataclasses.replace(numbered(tmp_path, 5), src_sha256="abc"))
     with pytest.raises(UserError, match=r"data\.bitext\.train\.src_sha256"):
         download.download(data, tmp_path / "raw")
 
 
-def test_missing_local_file_names_it(tmp_path):
-    data = bitext(sides(str(tmp_path / "nope.src"), str(tmp_path / "nope.tgt")))
-    with pytest.raises(UserError, match="nope.src: no such file"):
-        download.download(data, tmp_path / "raw")
-
-
-# --- mirror and network ----------------------------------------------------------
-
-
-def test_mirror_path_maps_host_and_path():
-    url = "https://raw.githubusercontent.com/a/b/train.de.gz"
-    assert fetch.mirror_path(Path("/m"), url) == Path("/m/raw.githubusercontent.com/a/b/train.de.gz")
-    with pytest.raises(UserError):
-        fetch.mirror_path(Path("/m"), "https://example.org/a/../../etc/passwd")
-
-
-def fake_multi30k_mirror(root: Path, monkeypatch, n: dict[str, int]) -> None:
-    """A Multi30k-like layout under `root`, its sums pinned in place of the real ones."""
-    pinned = {}
-    for name, count in n.items():
-        for lang in ("de", "en"):
-            url = f"{M30K}{name}.{lang}.gz"
-            body = gzip.compress("".join(f"{name} {lang} {i}\n" for i in range(count)).encode())
-            write(fetch.mirror_path(root, url), body)
-            pinned[url] = sha(body)
-    monkeypatch.setattr(corpora, "PINNED_SHA256", pinned)
+# --- the mirror's root: CORPUS_MIRROR, else data.mirror -----------------------------
 
 
 def test_multi30k_from_a_fake_mirror(tmp_path, monkeypatch):
@@ -228,93 +118,7 @@ def test_data_mirror_is_relative_to_the_current_directory(tmp_path, monkeypatch)
     assert len(files.read_lines(tmp_path / "raw" / "train.tgt")) == 4
 
 
-def test_mirror_file_with_a_wrong_sum_is_refused(tmp_path, monkeypatch):
-    fake_multi30k_mirror(tmp_path / "mirror", monkeypatch, {"train": 4, "val": 1, "test_2016_flickr": 1})
-    bad = fetch.mirror_path(tmp_path / "mirror", f"{M30K}val.en.gz")
-    bad.write_bytes(gzip.compress(b"tampered\n"))
-    monkeypatch.setenv("CORPUS_MIRROR", str(tmp_path / "mirror"))
-    with pytest.raises(UserError) as e:
-        download.download(dataclasses.replace(BASE.data, corpus="multi30k"), tmp_path / "raw")
-    assert f"{M30K}val.en.gz" in e.value.message and str(bad) in e.value.message
-    assert corpora.PINNED_SHA256[f"{M30K}val.en.gz"] in e.value.message
-    assert not (tmp_path / "raw").exists()
-
-
-def test_mirror_missing_a_file_names_the_path_and_the_url(tmp_path, monkeypatch):
-    fake_multi30k_mirror(tmp_path / "mirror", monkeypatch, {"train": 4, "val": 1, "test_2016_flickr": 1})
-    missing = fetch.mirror_path(tmp_path / "mirror", f"{M30K}val.de.gz")
-    missing.unlink()
-    monkeypatch.setenv("CORPUS_MIRROR", str(tmp_path / "mirror"))
-    with pytest.raises(UserError) as e:
-        download.download(dataclasses.replace(BASE.data, corpus="multi30k"), tmp_path / "raw")
-    assert str(missing) in e.value.message and f"{M30K}val.de.gz" in e.value.message
-    assert not (tmp_path / "raw").exists()
-
-
-def test_network_failure_is_retried_with_backoff_then_explained(tmp_path, monkeypatch, offline):
-    url = "https://example.org/corpus/train.src"
-    asked = serve(monkeypatch, [urllib.error.URLError("name resolution failed")])
-    data = bitext(sides(url, "https://example.org/corpus/train.tgt"))
-    with pytest.raises(UserError) as e:
-        download.download(data, tmp_path / "raw")
-    assert asked == [url] * 4
-    assert offline == [1.0, 2.0, 4.0]
-    assert url in e.value.message and "CORPUS_MIRROR" in e.value.message and "data.mirror" in e.value.message
-    assert entries(tmp_path) == set()
-
-
-def test_http_404_is_not_retried(tmp_path, monkeypatch, offline):
-    url = "https://example.org/corpus/train.src"
-    asked = serve(monkeypatch, [urllib.error.HTTPError(url, 404, "Not Found", {}, None)])
-    with pytest.raises(UserError, match="404"):
-        download.download(bitext(sides(url, url + "2")), tmp_path / "raw")
-    assert asked == [url] and offline == []
-
-
-def test_network_download_after_a_failed_try(tmp_path, monkeypatch, offline):
-    src, tgt = b"eins\nzwei\n", b"one\ntwo\n"
-    asked = serve(
-        monkeypatch,
-        [
-            lambda: FakeResponse(src, fail_after=4),  # the connection drops mid-body
-            lambda: FakeResponse(src),
-            lambda: FakeResponse(tgt),
-        ],
-    )
-    train = sides("https://example.org/s.gz", "https://example.org/t", src_sha256=sha(src))
-    data = bitext(train, numbered(tmp_path / "in", 1, "val"), numbered(tmp_path / "in", 1, "test"))
-    manifest = download.download(data, tmp_path / "raw")
-    assert len(asked) == 3 and offline == [1.0]
-    assert files.read_lines(tmp_path / "raw" / "train.src") == ["eins", "zwei"]
-    assert manifest["files"]["train.src"]["via"] == "network"
-    assert manifest["files"]["train.tgt"]["sha256"] == sha(tgt)
-
-
-@pytest.mark.parametrize(
-    "response",
-    [
-        lambda: FakeResponse(b"a\nb\nc\n", fail_after=3),  # raises midway
-        lambda: FakeResponse(b"a\nb\n", length=100),  # closes early without an error
-    ],
-)
-def test_partial_download_leaves_no_file(tmp_path, monkeypatch, response):
-    serve(monkeypatch, [response])
-    scratch = tmp_path / "scratch"
-    scratch.mkdir()
-    with pytest.raises(fetch.FetchError, match="4 tries"):
-        fetch.download_url("https://example.org/x", scratch)
-    assert entries(scratch) == set()  # every try's part file is gone
-    with pytest.raises(UserError):
-        download.download(bitext(sides("https://example.org/x", "https://example.org/y")), tmp_path / "raw")
-    assert entries(tmp_path) == {"scratch"}
-
-
-def test_unsupported_scheme_is_refused(tmp_path):
-    with pytest.raises(UserError, match="only http"):
-        download.download(bitext(sides("ftp://example.org/a", "ftp://example.org/b")), tmp_path / "raw")
-
-
-# --- decoding --------------------------------------------------------------------
+# --- alignment -------------------------------------------------------------------
 
 
 def test_unequal_line_counts_name_both_files_and_counts(tmp_path):
@@ -323,39 +127,6 @@ def test_unequal_line_counts_name_both_files_and_counts(tmp_path):
     with pytest.raises(UserError) as e:
         download.download(bitext(sides(src, tgt)), tmp_path / "raw")
     assert f"{src} has 3 lines" in e.value.message and f"{tgt} has 2" in e.value.message
-
-
-def test_invalid_utf8_names_the_file_and_line(tmp_path):
-    src = write(tmp_path / "a.src", b"ok\r\nstill ok\r\nbad \xff byte\nok\n")
-    tgt = write(tmp_path / "a.tgt", b"1\n2\n3\n4\n")
-    with pytest.raises(UserError) as e:
-        download.download(bitext(sides(src, tgt)), tmp_path / "raw")
-    assert src in e.value.message and "line 3" in e.value.message
-
-
-def test_bom_crlf_and_cr_line_endings():
-    assert fetch.decode_lines("\ufeffa\r\nb\r\n".encode(), "f") == ["a", "b"]
-    assert fetch.decode_lines(b"a\rb\rc", "f") == ["a", "b", "c"]  # an old Mac file
-    assert fetch.decode_lines(b"a\rx\nb\n", "f") == ["a\rx", "b"]  # a stray CR is no line end
-    assert fetch.decode_lines(gzip.compress("\ufeffä\r\n".encode()), "f") == ["ä"]
-
-
-def test_lines_split_on_lf_only():
-    text = "a\x1cb\x85c\u2028d\u2029e\x0bf\x0cg\nh\n"
-    assert fetch.decode_lines(text.encode(), "f") == ["a\x1cb\x85c\u2028d\u2029e\x0bf\x0cg", "h"]
-
-
-def test_empty_lines_are_lines_but_an_empty_file_is_an_error(tmp_path):
-    assert fetch.decode_lines(b"\n\n", "f") == ["", ""]
-    assert fetch.decode_lines(b"a\n\nb", "f") == ["a", "", "b"]
-    for empty in (b"", "\ufeff".encode(), gzip.compress(b"")):
-        with pytest.raises(UserError, match="f: the file is empty"):
-            fetch.decode_lines(empty, "f")
-
-
-def test_corrupt_gzip_is_refused():
-    with pytest.raises(UserError, match="corrupt or truncated gzip"):
-        fetch.decode_lines(gzip.compress(b"a\n" * 100)[:-10], "f")
 
 
 # --- held-out splits ---------------------------------------------------------------
@@ -370,7 +141,7 @@ def test_heldout_splits_are_seeded_disjoint_and_sized(tmp_path):
     got = {split: files.read_lines(tmp_path / "a" / f"{split}.src") for split in ("train", "val", "test")}
     assert [len(got[s]) for s in ("train", "val", "test")] == [48, 5, 7]
     numbers = {s: [int(line[1:]) for line in got[s]] for s in got}
-    assert sorted(sum(numbers.values(), [])) == list(range(60))  # disjoint and complete
+    assert sorted(i for split in numbers.values() for i in split) == list(range(60))  # disjoint and complete
     assert all(v == sorted(v) for v in numbers.values())  # corpus order kept
     for split in got:  # still aligned
         assert files.read_lines(tmp_path / "a" / f"{split}.tgt") == [f"t{i}" for i in numbers[split]]
@@ -421,17 +192,13 @@ def test_heldout_indices_follow_the_documented_method():
 
 def test_multi30k_refuses_unpinned_test_sets_and_unknown_languages(tmp_path):
     data = dataclasses.replace(BASE.data, corpus="multi30k", multi30k_test="test_2017_flickr")
-    with pytest.raises(UserError, match="test_2017_flickr has no pinned sha256.*supported: test_2016_flickr"):
+    with pytest.raises(
+        UserError, match=r"test_2017_flickr has no pinned sha256.*supported: test_2016_flickr"
+    ):
         download.download(data, tmp_path / "raw")
-    with pytest.raises(UserError, match="data.tgt_lang: Multi30k has no language 'ru'"):
+    with pytest.raises(UserError, match=r"data.tgt_lang: Multi30k has no language 'ru'"):
         download.download(dataclasses.replace(BASE.data, corpus="multi30k", tgt_lang="ru"), tmp_path / "raw")
     assert entries(tmp_path) == set()
-
-
-def test_pinned_table_covers_every_multi30k_file():
-    for name in ("train", "val", *corpora.MULTI30K_TESTS):
-        for lang in corpora.MULTI30K_LANGS:
-            assert len(corpora.PINNED_SHA256[corpora.MULTI30K_URL.format(split=name, lang=lang)]) == 64
 
 
 # --- the click command --------------------------------------------------------------
