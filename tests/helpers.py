@@ -343,3 +343,16 @@ def fake_multi30k_mirror(root: Path, monkeypatch, n: dict[str, int]) -> None:
             write(fetch.mirror_path(root, url), body)
             pinned[url] = sha(body)
     monkeypatch.setattr(corpora, "PINNED_SHA256", pinned)
+
+
+# --- Markdown, as the report and experiments tables write it ---------------------------
+
+
+def table_rows(text: str) -> list[list[str]]:
+    """Cells of every Markdown table row in `text` (escaped pipes kept inside cells)."""
+    rows = []
+    for line in text.splitlines():
+        if line.startswith("| ") and not set(line) <= set("|-: "):
+            cells = line.replace("\\|", "\x00").strip("|").split("|")
+            rows.append([c.strip().replace("\x00", "\\|") for c in cells])
+    return rows

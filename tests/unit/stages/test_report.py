@@ -11,9 +11,8 @@ from click.testing import CliRunner
 
 from pipeline import files, tracking
 from pipeline import params as P
-from pipeline.reporting import runs, tables
 from pipeline.stages import report
-from tests.helpers import REPO, make_model_dir
+from tests.helpers import REPO, make_model_dir, table_rows
 
 PARAMS_FILE = REPO / "params.yaml"
 
@@ -149,16 +148,6 @@ def section(text: str, heading: str) -> str:
     return rest if end < 0 else rest[:end]
 
 
-def table_rows(text: str) -> list[list[str]]:
-    """Cells of every Markdown table row in `text` (escaped pipes kept inside cells)."""
-    rows = []
-    for line in text.splitlines():
-        if line.startswith("| ") and not set(line) <= set("|-: "):
-            cells = line.replace("\\|", "\x00").strip("|").split("|")
-            rows.append([c.strip().replace("\x00", "\\|") for c in cells])
-    return rows
-
-
 @pytest.fixture(autouse=True)
 def own_mlflow_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     """Each test's own (absent until a test makes runs) MLflow database, never the project's."""
@@ -280,14 +269,6 @@ def test_regenerated_from_scratch(built: tuple[str, dict]) -> None:
     written = sorted(p.name for p in paths["out"].parent.iterdir())
     assert not (paths["out"].parents[1] / "mlflow.db").exists()  # reading runs creates no database
     assert written == ["figures", "metrics.json", "report.md", "train"]  # no temporaries left
-
-
-def test_pipes_and_markdown_in_sentences_are_escaped() -> None:
-    assert tables.escape_cell("a | b") == "a \\| b"
-    assert tables.escape_cell("x\\|y") == "x\\\\\\|y"
-    assert tables.escape_cell("<unk> *bold*\nnext") == "\\<unk\\> \\*bold\\* next"
-    table = tables.markdown_table(["a", "b"], [["1 | 2", 3]], "lr")
-    assert table.splitlines() == ["| a | b |", "| --- | ---: |", "| 1 \\| 2 | 3 |"]
 
 
 def test_render_is_pure_and_handles_missing_parts() -> None:
@@ -444,27 +425,6 @@ def test_experiments_table_ranks_runs_and_marks_this_one(
     assert "](figures/experiments_val_bleu.png)" in part
     width, height = png_size(paths["figures"] / "experiments_val_bleu.png")
     assert width > 600 and height > 300
-
-
-def test_experiments_markdown_keeps_this_run_beyond_the_limit() -> None:
-    frame = runs.table(
-        runs.RunRecord(f"run {i}", id=f"id{i}", metrics={"test_bleu": 40.0 - i}) for i in range(20)
-    )
-    text = tables.experiments_markdown(frame, current="id17", limit=5)
-    assert [r[0] for r in table_rows(text)[1:]] == ["1", "2", "3", "4", "5", "→ 18"]
-    assert "14 more runs not shown" in text and "18 of 20 by test BLEU" in text
-    plain = tables.experiments_markdown(frame)
-    assert len(table_rows(plain)) == 21 and "→" not in plain and "not shown" not in plain
-
-
-def test_experiments_markdown_shows_status_only_when_a_run_did_not_finish() -> None:
-    finished = runs.table([runs.RunRecord("a", metrics={"test_bleu": 30.0}), runs.RunRecord("b")])
-    assert table_rows(tables.experiments_markdown(finished))[0][:3] == ["#", "run", "commit"]
-    failed = runs.table(
-        [runs.RunRecord("a", metrics={"test_bleu": 30.0}), runs.RunRecord("b", status="failed")]
-    )
-    rows = table_rows(tables.experiments_markdown(failed))
-    assert rows[0][:4] == ["#", "run", "commit", "status"] and rows[2][:4] == ["2", "b", "–", "failed"]
 
 
 def test_heatmaps_of_two_fixed_test_sentences(tmp_path: Path) -> None:
