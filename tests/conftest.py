@@ -1,15 +1,22 @@
-"""Shared fixtures: the repository's params, where the offline corpus mirror is, a tiny model."""
+"""Shared fixtures: the repository's params, the offline corpus mirror, a tiny model, no network,
+and runs to tabulate (an MLflow sweep, a DVC repository with experiments)."""
 
+import json
+import sys
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from pipeline import params as P
+from pipeline import tracking
 from pipeline.data import fetch
 from pipeline.decoding.translator import Translator
-from tests.helpers import MIRROR, REPO, make_model_dir
+from tests.helpers import COMMIT, MIRROR, REPO, SCORE_STAGE, SWEEP, dvc, log_run, make_model_dir
 
 
 @pytest.fixture(scope="session")
@@ -53,6 +60,53 @@ def offline(monkeypatch):
 
     monkeypatch.setattr(urllib.request, "urlopen", no_network)
     return sleeps
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """One SQLite MLflow store holding helpers.SWEEP, plus a run of another experiment (once per module)."""
+    root = tmp_path_factory.mktemp("mlflow")
+    uri = f"sqlite:///{root / 'mlflow.db'}"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MLFLOW_TRACKING_URI", uri)
+        patch.setattr(tracking, "git_commit", lambda cwd=None: COMMIT)
+        ids = {name: log_run(name, change, final) for name, change, final in SWEEP}
+        log_run("elsewhere", {"model": {"d_model": 64}}, SWEEP[0][2], experiment="other")
+        patch.delenv("DVC_EXP_NAME")
+        yield {"uri": uri, "ids": ids, "root": root}
+
+
+@pytest.fixture(scope="module")
+def dvc_repo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list]:
+    """A real git + DVC repo with a stand-in score stage, two experiments and one queued; and its exp show
+    (made once per module that uses it)."""
+    root = tmp_path_factory.mktemp("dvcrepo")
+    params = {
+        "model": {"n_layers": 3, "d_model": 256, "encoder_layers": None},
+        "train": {"lr": 0.001, "betas": [0.9, 0.98], "val_bleu": True},
+    }
+    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    (root / "score.py").write_text(SCORE_STAGE)
+    stage = {
+        "cmd": f"{sys.executable} score.py",
+        "deps": ["score.py"],
+        "params": ["model", "train"],
+        "metrics": [
+            {"reports/metrics.json": {"cache": False}},
+            {"reports/train/summary.json": {"cache": False}},
+        ],
+    }
+    (root / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"score": stage}}, sort_keys=False))
+    dvc(["git", "init", "-q", "-b", "main"], root)
+    dvc(["dvc", "init", "-q"], root)
+    dvc(["dvc", "repro", "-q"], root)
+    dvc(["git", "add", "-A"], root)
+    dvc(["git", "commit", "-qm", "baseline"], root)
+    dvc(["dvc", "exp", "run", "-q", "-S", "model.n_layers=6", "-n", "six"], root)
+    # An experiment starts from the workspace, which the last one changed: set n_layers back.
+    dvc(["dvc", "exp", "run", "-q", "-S", "model.n_layers=3", "-S", "train.lr=0.0005", "-n", "slow"], root)
+    dvc(["dvc", "exp", "run", "-q", "--queue", "-S", "model.n_layers=2", "-n", "queued"], root)
+    return root, json.loads(dvc(["dvc", "exp", "show", "--json"], root))
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:

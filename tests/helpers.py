@@ -16,6 +16,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import sentencepiece as spm
@@ -30,6 +31,7 @@ from pipeline.model.transformer import Seq2SeqBase, build_model
 from pipeline.params import Bitext, BpeParams, DataParams, SideFiles
 from pipeline.stages.bpe import train_bpe
 from pipeline.tokens import EOS, N_SPECIAL
+from pipeline.tracking import Tracker
 from pipeline.training.state import Paths
 
 REPO = Path(__file__).resolve().parents[1]
@@ -356,3 +358,95 @@ def table_rows(text: str) -> list[list[str]]:
             cells = line.replace("\\|", "\x00").strip("|").split("|")
             rows.append([c.strip().replace("\x00", "\\|") for c in cells])
     return rows
+
+
+# --- a sweep of runs in MLflow, and a DVC repository with experiments, for the runs and
+# experiments tests (conftest's store and dvc_repo fixtures) ---------------------------
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+# A small sweep: (DVC experiment, params changed, final metrics or None for a run that failed).
+SWEEP = [
+    (
+        "exp-two",
+        {"model": {"n_layers": 2}},
+        {
+            "test_bleu": 30.55,
+            "test_chrf": 52.5,
+            "test_ter": 58.0,
+            "dev_bleu": 29.5,
+            "dev_chrf": 51.0,
+            "dev_ter": 59.0,
+            "n_params": 2_012_345,
+            "train_seconds": 3723.4,
+            "tokens_per_s": 15000.0,
+        },
+    ),
+    (
+        "exp-four",
+        {"model": {"n_layers": 4, "dropout": 0.3}},
+        {
+            "test_bleu": 35.25,
+            "test_chrf": 57.0,
+            "test_ter": 52.5,
+            "dev_bleu": 34.0,
+            "dev_chrf": 56.0,
+            "dev_ter": 53.0,
+            "n_params": 4_012_345,
+            "train_seconds": 7446.8,
+            "tokens_per_s": 9000.0,
+        },
+    ),
+    ("exp-six", {"model": {"n_layers": 6}}, None),
+]
+
+
+def sweep_params(change: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    for section, values in change.items():
+        params[section].update(values)
+    return params
+
+
+def log_run(name: str, change: dict, final: dict | None, experiment: str = "nmt") -> str:
+    """One training run as train.py and score.py log it: curves by step, then totals and scores."""
+    os.environ["DVC_EXP_NAME"] = name
+    run = Tracker.start(sweep_params(change), experiment, f"de-en encoder_decoder {name}")
+    for step in range(100, 600, 100):
+        run.log_metrics({"train_loss": 5.0 - step / 200, "val_bleu": step / 20}, step=step)
+    if final is not None:
+        totals = ("n_params", "train_seconds", "tokens_per_s")
+        run.log_metrics({k: final[k] for k in totals}, step=500)
+        run.log_metrics({k: v for k, v in final.items() if k not in totals}, step=0)
+    run.end("FINISHED" if final is not None else "FAILED")
+    return run.run_id
+
+
+SCORE_STAGE = """\
+import json, os, yaml
+p = yaml.safe_load(open("params.yaml"))
+layers, lr = p["model"]["n_layers"], p["train"]["lr"]
+os.makedirs("reports/train", exist_ok=True)
+bleu = round(20 + 3 * layers - 1000 * lr, 2)
+json.dump({"val": {"bleu": bleu - 1, "chrf": 50.0, "ter": 60.0, "n_lines": 10},
+           "test": {"bleu": bleu, "chrf": 51.0, "ter": 59.5, "n_lines": 10}},
+          open("reports/metrics.json", "w"))
+json.dump({"n_params": 1000 * layers, "train_seconds": 60.0 * layers, "tokens_per_s": 100.0 / layers},
+          open("reports/train/summary.json", "w"))
+"""
+
+
+def dvc(args: list[str], cwd: Path) -> str:
+    env = {
+        **os.environ,
+        "DVC_NO_ANALYTICS": "1",
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
+    done = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, f"{args}: {done.stdout[-2000:]} {done.stderr[-2000:]}"
+    return done.stdout

@@ -1,0 +1,164 @@
+"""Runs table: the runs' numbers, only the params that differ, best BLEU first; from MLflow and DVC.
+
+The sweep in MLflow and the DVC repository are conftest's store and dvc_repo fixtures.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import os
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from pipeline.reporting import runs
+from pipeline.tracking import Tracker
+from tests.helpers import COMMIT, SWEEP, sweep_params
+
+# --- the table from MLflow -------------------------------------------------------
+
+
+def test_mlflow_table_holds_each_runs_numbers(store: dict) -> None:
+    frame = runs.mlflow_table("nmt", store["uri"])
+    assert list(frame["dvc_exp"]) == ["exp-four", "exp-two", "exp-six"]  # best test BLEU first, unscored last
+    for name, _, final in SWEEP:
+        row = frame.set_index("dvc_exp").loc[name]
+        assert row["id"] == store["ids"][name] and row["run"] == f"de-en encoder_decoder {name}"
+        assert row["commit"] == COMMIT
+        if final is None:
+            assert row["status"] == "failed" and math.isnan(row["test_bleu"])
+        else:
+            assert row["status"] == "finished"
+            assert {k: row[k] for k in final} == pytest.approx(final)
+
+
+def test_mlflow_table_shows_only_the_params_that_differ(store: dict) -> None:
+    frame = runs.mlflow_table("nmt", store["uri"])
+    params = [c for c in frame.columns if c not in (*runs.ID_COLUMNS, *runs.METRIC_COLUMNS)]
+    assert params == ["model.dropout", "model.n_layers"]  # d_model differs only in another experiment
+    assert list(frame["model.n_layers"]) == ["4", "2", "6"]
+    assert list(frame["model.dropout"]) == ["0.3", "0.1", "0.1"]
+    assert list(frame.columns) == [*runs.ID_COLUMNS, *params, *runs.METRIC_COLUMNS]
+
+
+def test_validation_histories_by_step(store: dict) -> None:
+    histories = runs.mlflow_histories([store["ids"]["exp-two"], "0" * 32], "val_bleu", store["uri"])
+    assert list(histories) == [store["ids"]["exp-two"]]  # an unknown run has no history, no error
+    frame = histories[store["ids"]["exp-two"]]
+    assert list(frame["step"]) == [100, 200, 300, 400, 500] and list(frame["value"]) == [5, 10, 15, 20, 25]
+
+
+def test_missing_database_is_unavailable_and_not_created(tmp_path: Path) -> None:
+    db = tmp_path / "none" / "mlflow.db"
+    with pytest.raises(runs.ExperimentsUnavailable, match="no MLflow database"):
+        runs.mlflow_table("nmt", f"sqlite:///{db}")
+    assert not db.parent.exists()
+
+
+def test_unreachable_server_is_unavailable_within_seconds() -> None:
+    begin = time.monotonic()
+    with pytest.raises(runs.ExperimentsUnavailable, match="could not be read"):
+        runs.mlflow_table("nmt", "http://127.0.0.1:9")  # the discard port: nothing answers
+    assert time.monotonic() - begin < 20
+
+
+def _train_in_child(uri: str, steps: int) -> None:
+    """A training run of a sweep, logging while another process reads the store."""
+    os.environ["MLFLOW_TRACKING_URI"] = uri
+    run = Tracker.start(sweep_params({"model": {"n_layers": 8}}), "nmt-live", "live", offline_dir=None)
+    for step in range(steps):
+        run.log_metrics({"train_loss": 1.0, "val_bleu": float(step)}, step=step)
+    run.log_metrics({"test_bleu": 40.0}, step=0)
+    run.end()
+    sys.exit(0 if run.online else 3)
+
+
+def test_table_reads_while_a_sweep_run_writes(store: dict) -> None:
+    """The report of one queued experiment reads the SQLite store while another trains."""
+    runs.mlflow_table("nmt-live", store["uri"])  # nothing yet
+    child = multiprocessing.get_context("spawn").Process(target=_train_in_child, args=(store["uri"], 60))
+    child.start()
+    reads = 0
+    while child.is_alive():
+        runs.mlflow_table("nmt-live", store["uri"])  # must never raise "database is locked"
+        reads += 1
+        time.sleep(0.05)
+    child.join(timeout=60)
+    assert child.exitcode == 0 and reads > 0
+    frame = runs.mlflow_table("nmt-live", store["uri"])
+    assert list(frame["run"]) == ["live"] and list(frame["test_bleu"]) == [40.0]
+    assert len(runs.mlflow_histories(list(frame["id"]), "val_bleu", store["uri"])[frame["id"][0]]) == 60
+
+
+# --- pure pieces ---------------------------------------------------------------------
+
+
+def test_param_text_matches_between_mlflow_strings_and_dvc_values() -> None:
+    for mlflow_value, dvc_value in [
+        ("None", None),
+        ("True", True),
+        ("0.001", 0.001),
+        ("[0.9, 0.98]", [0.9, 0.98]),
+        ("1e-08", 1.0e-8),
+        ("relu", "relu"),
+        ("3", 3),
+    ]:
+        assert runs.param_text(mlflow_value) == runs.param_text(dvc_value)
+    assert runs.param_text(None) == "null" and runs.param_text(False) == "false"
+
+
+def test_a_param_missing_from_some_runs_counts_as_differing() -> None:
+    params = [{"a": "1", "b": "x"}, {"a": "1", "b": "x", "c": "2"}, {"a": "1", "b": "y"}]
+    assert runs.differing_params(params) == ["b", "c"]
+    assert runs.differing_params([{"a": "1"}]) == []
+
+
+def test_ties_and_unscored_runs_order_newest_first() -> None:
+    t = pd.Timestamp("2026-01-01")
+    records = [
+        runs.RunRecord("old", started=t, metrics={"test_bleu": 30.0}),
+        runs.RunRecord("unscored", started=t + pd.Timedelta(hours=3)),
+        runs.RunRecord("new", started=t + pd.Timedelta(hours=1), metrics={"test_bleu": 30.0}),
+        runs.RunRecord("dev only", started=t, metrics={"dev_bleu": 50.0}),
+        runs.RunRecord("best", started=t, metrics={"test_bleu": 31.0}),
+    ]
+    assert list(runs.table(records)["run"]) == ["best", "new", "old", "dev only", "unscored"]
+
+
+def test_empty_table_has_the_columns() -> None:
+    frame = runs.table([])
+    assert frame.empty and list(frame.columns) == [*runs.ID_COLUMNS, *runs.METRIC_COLUMNS]
+
+
+# --- the table from `dvc exp show --json` ----------------------------------------------
+
+
+def test_dvc_table_from_real_exp_show(dvc_repo: tuple[Path, list]) -> None:
+    _, shown = dvc_repo
+    frame = runs.dvc_table(shown).set_index("run")
+    baseline = next(c["rev"] for c in shown if c["rev"] != "workspace")
+    assert set(frame.index) == {"workspace", "main", "six", "slow", "queued"}
+    assert frame.loc["six", "test_bleu"] == 37.0 and frame.loc["six", "dev_bleu"] == 36.0
+    assert frame.loc["slow", "test_bleu"] == 28.5 and frame.loc["main", "test_bleu"] == 28.0
+    assert frame.loc["six", "n_params"] == 6000 and frame.loc["six", "train_seconds"] == 360.0
+    assert frame.loc["six", "test_ter"] == 59.5 and frame.loc["six", "dev_chrf"] == 50.0
+    assert frame.loc["six", "dvc_exp"] == "six" and frame.loc["six", "commit"] == baseline
+    assert frame.loc["main", "commit"] == baseline and pd.isna(frame.loc["main", "dvc_exp"])
+    assert frame.loc["queued", "status"] == "queued" and math.isnan(frame.loc["queued", "test_bleu"])
+    assert frame.loc["six", "status"] == "finished"
+
+
+def test_dvc_table_shows_differing_params_best_first(dvc_repo: tuple[Path, list]) -> None:
+    _, shown = dvc_repo
+    frame = runs.dvc_table(shown)
+    params = [c for c in frame.columns if c not in (*runs.ID_COLUMNS, *runs.METRIC_COLUMNS)]
+    assert params == ["model.n_layers", "train.lr"]
+    by_run = frame.set_index("run")
+    assert by_run.loc["queued", "model.n_layers"] == "2" and by_run.loc["slow", "train.lr"] == "0.0005"
+    names = list(frame["run"])  # the workspace holds the last experiment's results: a tie with "slow"
+    assert names[0] == "six" and set(names[1:3]) == {"slow", "workspace"} and names[3:] == ["main", "queued"]
+    assert list(frame["test_bleu"])[:4] == [37.0, 28.5, 28.5, 28.0]
