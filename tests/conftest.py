@@ -1,5 +1,5 @@
 """Shared fixtures: the repository's params, the offline corpus mirror, a tiny model, no network,
-and runs to tabulate (an MLflow sweep, a DVC repository with experiments)."""
+runs to tabulate (an MLflow sweep, a DVC repository with experiments), the figures a test saves."""
 
 import json
 import sys
@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import yaml
+from matplotlib.figure import Figure
 
 from pipeline import params as P
 from pipeline import tracking
@@ -107,6 +108,21 @@ def dvc_repo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list]:
     dvc(["dvc", "exp", "run", "-q", "-S", "model.n_layers=3", "-S", "train.lr=0.0005", "-n", "slow"], root)
     dvc(["dvc", "exp", "run", "-q", "--queue", "-S", "model.n_layers=2", "-n", "queued"], root)
     return root, json.loads(dvc(["dvc", "exp", "show", "--json"], root))
+
+
+@pytest.fixture
+def saved_figures(monkeypatch) -> dict[str, Figure]:
+    """Every matplotlib Figure saved during the test, by file name (still written to its file), so a test
+    can read what the reader sees: titles, axis labels, legends, lines."""
+    saved: dict[str, Figure] = {}
+    savefig = Figure.savefig
+
+    def recording(self: Figure, fname, *args, **kwargs):
+        saved[Path(fname).name] = self
+        return savefig(self, fname, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", recording)
+    return saved
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:

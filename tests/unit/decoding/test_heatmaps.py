@@ -1,4 +1,5 @@
-"""Cross-attention heatmaps: the matrices drawn are attention distributions, and the PNGs are valid."""
+"""Cross-attention heatmaps: the matrices drawn are attention distributions; the PNGs are valid and name
+their sentence, layers, head and pieces."""
 
 from __future__ import annotations
 
@@ -10,21 +11,9 @@ import pytest
 from pipeline.decoding import heatmaps
 from pipeline.decoding.translator import Translator
 from pipeline.errors import UserError
-from tests.helpers import make_model_dir
+from tests.helpers import make_model_dir, png_size
 
 SENTENCES = ["ein hund läuft über die straße", "die katze"]
-
-
-@pytest.fixture(scope="module")
-def translator(tmp_path_factory) -> Translator:
-    return Translator.from_dir(make_model_dir(tmp_path_factory.mktemp("h") / "model"), device="cpu")
-
-
-def png_size(path: Path) -> tuple[int, int]:
-    """(width, height) from the IHDR chunk, after checking the PNG signature."""
-    head = path.read_bytes()[:24]
-    assert head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR", f"{path} is not a PNG"
-    return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
 
 
 def test_matrices_are_distributions_over_the_source(translator: Translator) -> None:
@@ -57,6 +46,31 @@ def test_plot_writes_one_png_per_sentence_sized_to_its_panels(translator: Transl
     one_layer = heatmaps.plot_sentence(translator, SENTENCES[0], tmp_path / "one.png", layers=[0], heads=2)
     assert png_size(one_layer)[0] < sizes[0][0], "one panel instead of two"
     assert sorted(p.name for p in (tmp_path / "figs").iterdir()) == [p.name for p in paths]  # no temporaries
+
+
+def test_figure_names_the_sentence_layers_head_and_pieces(
+    translator: Translator, tmp_path: Path, saved_figures
+) -> None:
+    heatmaps.plot_cross_attention(translator, SENTENCES, tmp_path / "figs")
+    attention = heatmaps.cross_attention(translator, SENTENCES[0])
+    figure = saved_figures["cross_attention_0.png"]
+    *panels, colorbar = figure.axes
+    assert figure.get_suptitle() == "ein hund läuft über die straße  (heads averaged)"
+    assert [p.get_title() for p in panels] == ["layer 1", "layer 2"]
+    assert [p.get_xlabel() for p in panels] == ["source", "source"]
+    assert [p.get_ylabel() for p in panels] == ["output (each row predicts it)", ""]  # shared, on the left
+    for panel in panels:
+        assert [t.get_text() for t in panel.get_xticklabels()] == attention.src_pieces
+        assert [t.get_text() for t in panel.get_yticklabels()] == attention.tgt_pieces
+    assert colorbar.get_ylabel() == "attention weight"
+
+    heatmaps.plot_sentence(translator, SENTENCES[1], tmp_path / "one.png", layers=[1], heads=2)
+    one = saved_figures["one.png"]
+    assert one.get_suptitle() == "die katze  (head 3)"  # heads counted from 1, as layers are
+    assert [a.get_title() for a in one.axes[:-1]] == ["layer 2"]
+    long = " ".join(["hund"] * 30)  # 149 characters: the title keeps the first 89 and an ellipsis
+    heatmaps.plot_sentence(translator, long, tmp_path / "long.png", layers=[0])
+    assert saved_figures["long.png"].get_suptitle() == f"{long[:89]}…  (heads averaged)"
 
 
 def test_model_dir_and_refusals(tmp_path: Path) -> None:

@@ -1,8 +1,8 @@
-"""Report stage: tables carry the inputs' numbers, samples are the right lines, figures are real PNGs."""
+"""Report stage: tables carry the inputs' numbers, samples are the right lines, figures are real PNGs
+with the titles, axis labels and legends a reader needs."""
 
 from __future__ import annotations
 
-import struct
 from pathlib import Path
 
 import pandas as pd
@@ -12,7 +12,15 @@ from click.testing import CliRunner
 from pipeline import files, tracking
 from pipeline import params as P
 from pipeline.stages import report
-from tests.helpers import REPO, make_model_dir, table_rows
+from tests.helpers import (
+    REPO,
+    axis_labels,
+    legend_texts,
+    make_model_dir,
+    notes,
+    png_size,
+    table_rows,
+)
 
 PARAMS_FILE = REPO / "params.yaml"
 
@@ -134,13 +142,6 @@ def build(paths: dict[str, Path], model_dir: Path | None = None) -> str:
     )
 
 
-def png_size(path: Path) -> tuple[int, int]:
-    """Width and height from the PNG's IHDR chunk, after checking the signature."""
-    head = path.read_bytes()[:24]
-    assert head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR"
-    return struct.unpack(">II", head[16:24])
-
-
 def section(text: str, heading: str) -> str:
     """The Markdown under `heading` up to the next heading of any level."""
     rest = text[text.index(heading) + len(heading) :]
@@ -158,7 +159,8 @@ def own_mlflow_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 @pytest.fixture
-def built(tmp_path: Path) -> tuple[str, dict[str, Path]]:
+def built(tmp_path: Path, saved_figures: dict) -> tuple[str, dict[str, Path]]:
+    """The report of write_inputs; its figures are in `saved_figures` too."""
     paths = write_inputs(tmp_path)
     return build(paths), paths
 
@@ -218,6 +220,20 @@ def test_bleu_by_length_table_and_chart(built: tuple[str, dict]) -> None:
     assert width > 400 and height > 200
 
 
+def test_bleu_by_length_chart_has_a_labelled_bar_per_table_row(
+    built: tuple[str, dict], saved_figures
+) -> None:
+    text, _ = built
+    rows = table_rows(section(text, "## BLEU by source length"))[1:]
+    (ax,) = saved_figures["bleu_by_length.png"].axes
+    assert axis_labels(ax) == ("Test BLEU by source length", "source length (words)", "BLEU")
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["1-10", "11-20", "21-30", "31-40", "41+"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == [bucket for bucket, _, _ in rows]
+    # Each bar says what the table's row says; an empty bucket says so instead of showing 0.
+    assert notes(ax) == [f"{bleu}\n{n} lines" if n != "0" else "no lines" for _, n, bleu in rows]
+    assert [f"{bar.get_height():.1f}" for bar in ax.patches] == [b if n != "0" else "0.0" for _, n, b in rows]
+
+
 def test_best_and_worst_samples_by_chrf_skip_short_lines(built: tuple[str, dict]) -> None:
     text, _ = built
     best = table_rows(section(text, "### Best 3"))[1:]
@@ -232,6 +248,22 @@ def test_best_and_worst_samples_by_chrf_skip_short_lines(built: tuple[str, dict]
     assert "zzz" not in section(text, "### Worst 3")  # "hi there" is too short to rank
 
 
+def test_learning_curves_panels_have_their_titles_axes_and_legend(
+    built: tuple[str, dict], saved_figures
+) -> None:
+    loss, bleu, lr = saved_figures["learning_curves.png"].axes
+    assert axis_labels(loss) == ("Loss", "update step", "cross-entropy per target token (nats)")
+    assert legend_texts(loss) == ["train (label-smoothed)", "val"]
+    # A point per logged step (train), a point per validation (val).
+    assert [len(line.get_xdata()) for line in loss.get_lines()] == [48, 4]
+    assert axis_labels(bleu) == ("Validation BLEU (greedy)", "update step", "BLEU")
+    assert notes(bleu) == ["best 34.6"]  # the best validation, marked
+    assert axis_labels(lr) == ("Learning rate", "update step", "learning rate ($\\times 10^{-3}$)")
+    (schedule,) = lr.get_lines()
+    assert max(schedule.get_ydata()) == pytest.approx(1.0)  # the peak 1e-3, shown as 1 x 10^-3
+    assert notes(loss) == notes(lr) == []  # no "no data" on a panel that has data
+
+
 def test_learning_curves_png_is_a_real_figure(built: tuple[str, dict]) -> None:
     _, paths = built
     png = paths["figures"] / "learning_curves.png"
@@ -240,7 +272,7 @@ def test_learning_curves_png_is_a_real_figure(built: tuple[str, dict]) -> None:
     assert png.stat().st_size > 10_000
 
 
-def test_plot_without_validation_rows(tmp_path: Path) -> None:
+def test_plot_without_validation_rows(tmp_path: Path, saved_figures) -> None:
     steps = pd.DataFrame({"step": [10, 20, 30], "loss": [5.0, 4.0, 3.5], "lr": [1e-4, 2e-4, 3e-4]})
     report.plot_learning_curves(steps, None, tmp_path / "none.png")
     (tmp_path / "valid.tsv").write_text("step\tepoch\tval_loss\tval_bleu\n")  # validation never ran
@@ -250,6 +282,13 @@ def test_plot_without_validation_rows(tmp_path: Path) -> None:
     report.plot_learning_curves(steps, report.read_tsv(tmp_path / "valid.tsv"), tmp_path / "no_bleu.png")
     for name in ("none.png", "empty.png", "no_bleu.png"):
         assert png_size(tmp_path / name)[0] > 1000
+        _, bleu, lr = saved_figures[name].axes
+        assert axis_labels(bleu) == ("Validation BLEU (greedy)", "update step", "BLEU")
+        assert notes(bleu) == ["no data"] and not bleu.get_lines()
+        assert axis_labels(lr)[2] == "learning rate ($\\times 10^{-4}$)" and notes(lr) == []
+    assert legend_texts(saved_figures["none.png"].axes[0]) == ["train (label-smoothed)"]
+    assert legend_texts(saved_figures["empty.png"].axes[0]) == ["train (label-smoothed)"]
+    assert legend_texts(saved_figures["no_bleu.png"].axes[0]) == ["train (label-smoothed)", "val"]
 
 
 def test_missing_valid_log_still_reports(tmp_path: Path) -> None:
@@ -368,9 +407,11 @@ def test_without_mlflow_runs_the_experiments_section_says_why(built: tuple[str, 
     assert "No experiments table: no MLflow database at" in section(text, "## Experiments")
 
 
-def test_experiments_table_ranks_runs_and_marks_this_one(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, own_mlflow_store: str
-) -> None:
+@pytest.fixture
+def ranked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, own_mlflow_store: str, saved_figures: dict
+) -> tuple[str, dict[str, Path]]:
+    """The report of the run exp-c, ranked 2 of 3 MLflow runs by test BLEU; its figures in saved_figures."""
     from pipeline.tracking import Tracker
 
     monkeypatch.setattr(tracking, "git_commit", lambda cwd=None: "c0ffee" + "0" * 34)
@@ -399,8 +440,11 @@ def test_experiments_table_ranks_runs_and_marks_this_one(
         tmp_path / "data/model" / tracking.RUN_FILE,
         {"run_id": ids["exp-c"], "tracking_uri": own_mlflow_store},
     )
+    return build(paths, tmp_path / "data/model"), paths
 
-    text = build(paths, tmp_path / "data/model")
+
+def test_experiments_table_ranks_runs_and_marks_this_one(ranked: tuple[str, dict]) -> None:
+    text, paths = ranked
     part = section(text, "## Experiments")
     rows = table_rows(part)
     assert rows[0] == [
@@ -427,7 +471,19 @@ def test_experiments_table_ranks_runs_and_marks_this_one(
     assert width > 600 and height > 300
 
 
-def test_heatmaps_of_two_fixed_test_sentences(tmp_path: Path) -> None:
+def test_experiments_figure_draws_each_run_by_rank_this_one_in_black(ranked, saved_figures) -> None:
+    (ax,) = saved_figures["experiments_val_bleu.png"].axes
+    title = "Validation BLEU (greedy): this run and the best others"
+    assert axis_labels(ax) == (title, "update step", "BLEU")
+    assert legend_texts(ax) == ["1. exp-b", "2. exp-c (this run)", "3. exp-a"]
+    curves = ax.get_lines()
+    assert [list(line.get_xdata()) for line in curves] == [[100, 200, 300]] * 3
+    assert [line.get_ydata()[-1] for line in curves] == pytest.approx([36.0, 33.0, 30.04])
+    assert [line.get_color() for line in curves][1] == "black"
+    assert "black" not in {curves[0].get_color(), curves[2].get_color()}
+
+
+def test_heatmaps_of_two_fixed_test_sentences(tmp_path: Path, saved_figures) -> None:
     pytest.importorskip("pipeline.decoding.heatmaps")
 
     paths = write_inputs(tmp_path)
@@ -443,6 +499,8 @@ def test_heatmaps_of_two_fixed_test_sentences(tmp_path: Path) -> None:
     for line in links:
         width, height = png_size(paths["out"].parent / line.split("](")[1].rstrip(")"))
         assert width > 200 and height > 100
+    titles = [saved_figures[f"cross_attention_{i}.png"].get_suptitle() for i in (0, 1)]
+    assert titles == [f"{TEST_LINES[i][0]}  (heads averaged)" for i in (0, 1)]
 
 
 def test_heatmap_sentences_are_picked_by_length() -> None:
