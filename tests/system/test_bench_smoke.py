@@ -1,11 +1,21 @@
-"""bench/train_speed.py's --smoke mode: every part runs, and its rows and report have the right shape."""
+"""bench/train_speed.py's --smoke mode: every part runs, and its rows and report have the right shape.
+
+One smoke run per module (the `smoke` fixture); each test checks one claim about it, so a failing
+test's name says what broke.
+"""
+
+from __future__ import annotations
 
 import json
-from pathlib import Path
+from dataclasses import dataclass
+
+import pytest
 
 from bench import train_speed
 from tests.helpers import REPO
 
+PRECISIONS = ("fp32", "bf16")
+MEMORY_CORPORA = ((2_000, 1), (20_000, 1), (20_000, 4))  # (pairs, sentence length scale) of the smoke run
 OTHER = {
     "system": "pytorch-kv-cache",
     "task": "decode_greedy",
@@ -13,15 +23,25 @@ OTHER = {
     "metric": "sentences_per_s",
     "value": 1.0,
 }
+DECODE_SECTION = "<!-- decode:start -->\nkept\n<!-- decode:end -->"
 
 
-def test_smoke_rows_and_report(tmp_path: Path) -> None:
-    bin_dir = tmp_path / "bin"
+@dataclass(frozen=True)
+class Smoke:
+    rows: list[dict]  # what benchmark() returned
+    saved: list[dict]  # the JSON file afterwards
+    report: str  # the Markdown file afterwards
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory: pytest.TempPathFactory) -> Smoke:
+    """One smoke run, into files that already hold another benchmark's row and section."""
+    root = tmp_path_factory.mktemp("bench")
+    bin_dir = root / "bin"
     train_speed.write_corpus(bin_dir, 500, vocab=300, seed=1)  # a tiny corpus for the real-batch part
-    out_json, out_md = tmp_path / "bench.json", tmp_path / "bench.md"
+    out_json, out_md = root / "bench.json", root / "bench.md"
     out_json.write_text(json.dumps([OTHER]))
-    out_md.write_text("# Benchmarks\n\n<!-- decode:start -->\nkept\n<!-- decode:end -->\n")
-
+    out_md.write_text(f"# Benchmarks\n\n{DECODE_SECTION}\n")
     rows = train_speed.benchmark(
         smoke=True,
         params_file=REPO / "params.yaml",
@@ -30,48 +50,139 @@ def test_smoke_rows_and_report(tmp_path: Path) -> None:
         out_md=out_md,
         say=lambda _: None,
     )
+    return Smoke(rows, json.loads(out_json.read_text()), out_md.read_text())
 
-    assert all(set(r) == {"system", "task", "precision", "metric", "value", "smoke"} for r in rows)
-    assert all(r["smoke"] is True and isinstance(r["value"], float) for r in rows)
-    speed = {
+
+def speeds(rows: list[dict]) -> dict[tuple[str, str], float]:
+    """(system, precision) -> target tokens/s on the synthetic batch."""
+    return {
         (r["system"], r["precision"]): r["value"]
         for r in rows
         if r["task"] == "train_synthetic_8x8" and r["metric"] == "tokens_per_s"
     }
+
+
+def ours(rows: list[dict], metric: str) -> dict[str, float]:
+    """precision -> ours' value of `metric` (ratio_vs_faster_peer, round_ratio_min, ...)."""
+    return {r["precision"]: r["value"] for r in rows if r["system"] == "ours" and r["metric"] == metric}
+
+
+def memory(rows: list[dict]) -> dict[tuple[str, str], float]:
+    """(task, metric) -> value of the data-path memory rows."""
+    return {(r["task"], r["metric"]): r["value"] for r in rows if r["system"] == "data-path"}
+
+
+# --- the rows ---------------------------------------------------------------------------
+
+
+def test_every_row_has_the_fields_a_result_needs_and_is_marked_smoke(smoke: Smoke) -> None:
+    assert smoke.rows
+    assert all(set(r) == {"system", "task", "precision", "metric", "value", "smoke"} for r in smoke.rows)
+    assert all(r["smoke"] is True and isinstance(r["value"], float) for r in smoke.rows)
+
+
+def test_every_system_has_a_positive_rate_at_each_precision(smoke: Smoke) -> None:
+    speed = speeds(smoke.rows)
     systems = train_speed.available_systems()
-    assert set(speed) == {(s, p) for s in systems for p in ("fp32", "bf16")}
-    assert all(v > 0 for v in speed.values())
-    ratios = {r["precision"]: r["value"] for r in rows if r["metric"] == "ratio_vs_faster_peer"}
-    for p in ("fp32", "bf16"):
+    assert set(speed) == {(s, p) for s in systems for p in PRECISIONS}
+    assert all(v > 0 for v in speed.values()), speed
+
+
+def test_ratio_is_ours_over_the_faster_peer(smoke: Smoke) -> None:
+    speed, ratios = speeds(smoke.rows), ours(smoke.rows, "ratio_vs_faster_peer")
+    for p in PRECISIONS:
         faster = max(v for (s, q), v in speed.items() if q == p and s != "ours")
-        assert abs(ratios[p] - speed["ours", p] / faster) < 0.02 * ratios[p] + 1e-3
-    spread = {
-        (r["precision"], r["metric"]): r["value"] for r in rows if r["metric"].startswith("round_ratio")
-    }
-    for p in ("fp32", "bf16"):
+        assert abs(ratios[p] - speed["ours", p] / faster) < 0.02 * ratios[p] + 1e-3, p
+
+
+def test_ratio_is_no_lower_than_the_lowest_round(smoke: Smoke) -> None:
+    ratios = ours(smoke.rows, "ratio_vs_faster_peer")
+    low, high = ours(smoke.rows, "round_ratio_min"), ours(smoke.rows, "round_ratio_max")
+    for p in PRECISIONS:
+        assert 0 < low[p] <= high[p], p
         # Ours beats every round's faster peer by at least the lowest round's ratio, so the ratio of
         # medians cannot fall below it.
-        assert 0 < spread[p, "round_ratio_min"] <= spread[p, "round_ratio_max"]
-        assert ratios[p] >= spread[p, "round_ratio_min"] - 1e-3
+        assert ratios[p] >= low[p] - 1e-3, p
 
-    real = {(r["precision"], r["metric"]): r["value"] for r in rows if r["task"] == "train_real_batches"}
+
+def test_real_batches_have_a_rate_and_their_padding(smoke: Smoke) -> None:
+    real = {
+        (r["precision"], r["metric"]): r["value"] for r in smoke.rows if r["task"] == "train_real_batches"
+    }
     assert real["fp32", "tokens_per_s"] > 0 and real["bf16", "tokens_per_s"] > 0
     assert 0 <= real["-", "padding_fraction_tgt"] < 1 and real["-", "batches"] == 2
 
-    memory = {(r["task"], r["metric"]): r["value"] for r in rows if r["system"] == "data-path"}
-    for pairs, scale in ((2_000, 1), (20_000, 1), (20_000, 4)):
-        task = train_speed.memory_task(pairs, scale)
-        assert memory[task, "index_mb"] == round(2 * (pairs + 1) * 8 / 2**20, 3)  # int64 offsets, both sides
-        assert memory[task, "peak_rss_mb"] >= memory[task, "after_load_rss_mb"] > 0
-        assert memory[task, "heap_peak_mb"] >= memory[task, "heap_after_load_mb"] > 0
-        assert 0 < memory[task, "batches"] <= 100
-    # 4x the tokens, the same sentences: the heap does not grow with the tokens.
-    assert memory["data_memory_20000_x4", "tokens"] > 3 * memory["data_memory_20000", "tokens"]
-    assert memory["data_memory_20000_x4", "heap_peak_mb"] <= 1.1 * memory["data_memory_20000", "heap_peak_mb"]
 
-    saved = json.loads(out_json.read_text())
-    assert OTHER in saved and len(saved) == len(rows) + 1  # another benchmark's row is kept
-    md = out_md.read_text()
-    assert "<!-- decode:start -->\nkept\n<!-- decode:end -->" in md
-    assert md.count("<!-- train:start -->") == 1 and md.count("<!-- train:end -->") == 1
-    assert "SMOKE RUN" in md and "ours / faster peer" in md and "single rounds, lowest-highest" in md
+def test_memory_index_is_two_int64_offsets_a_pair(smoke: Smoke) -> None:
+    measured = memory(smoke.rows)
+    for pairs, scale in MEMORY_CORPORA:
+        task = train_speed.memory_task(pairs, scale)
+        assert measured[task, "index_mb"] == round(2 * (pairs + 1) * 8 / 2**20, 3)  # both sides
+
+
+def test_memory_peaks_are_at_least_what_loading_left_and_batches_were_made(smoke: Smoke) -> None:
+    measured = memory(smoke.rows)
+    for pairs, scale in MEMORY_CORPORA:
+        task = train_speed.memory_task(pairs, scale)
+        assert measured[task, "peak_rss_mb"] >= measured[task, "after_load_rss_mb"] > 0, task
+        assert measured[task, "heap_peak_mb"] >= measured[task, "heap_after_load_mb"] > 0, task
+        assert 0 < measured[task, "batches"] <= 100, task
+
+
+def test_memory_heap_does_not_grow_with_the_tokens(smoke: Smoke) -> None:
+    measured = memory(smoke.rows)
+    # 4x the tokens, the same sentences: the heap does not grow with the tokens.
+    assert measured["data_memory_20000_x4", "tokens"] > 3 * measured["data_memory_20000", "tokens"]
+    assert (
+        measured["data_memory_20000_x4", "heap_peak_mb"]
+        <= 1.1 * measured["data_memory_20000", "heap_peak_mb"]
+    )
+
+
+# --- the files --------------------------------------------------------------------------
+
+
+def test_json_file_has_the_rows_and_keeps_another_benchmarks(smoke: Smoke) -> None:
+    assert OTHER in smoke.saved
+    assert len(smoke.saved) == len(smoke.rows) + 1
+    assert all(r in smoke.saved for r in smoke.rows)
+
+
+def test_report_keeps_another_benchmarks_section(smoke: Smoke) -> None:
+    assert DECODE_SECTION in smoke.report
+
+
+def test_report_has_one_training_section_marked_as_a_smoke_run(smoke: Smoke) -> None:
+    assert smoke.report.count("<!-- train:start -->") == 1 and smoke.report.count("<!-- train:end -->") == 1
+    assert "## Training speed (CPU) — SMOKE RUN, tiny sizes, not a measurement" in smoke.report
+
+
+def test_report_has_the_training_table_a_row_per_system(smoke: Smoke) -> None:
+    lines = smoke.report.splitlines()
+    assert "| system | fp32 | bf16 |" in lines
+    for system in train_speed.available_systems():
+        assert any(line.startswith(f"| {system} | ") for line in lines), system
+
+
+def test_report_has_the_ratio_and_its_spread_over_rounds(smoke: Smoke) -> None:
+    lines = smoke.report.splitlines()
+    assert "| ours / faster peer | fp32 | bf16 | needed |" in lines
+    assert any(
+        line.startswith("| ratio | ") and line.endswith(f" | >= {train_speed.BAR}x |") for line in lines
+    )
+    assert any(line.startswith("| single rounds, lowest-highest | ") for line in lines)
+
+
+def test_report_has_the_real_batch_table_a_row_per_precision(smoke: Smoke) -> None:
+    lines = smoke.report.splitlines()
+    header = "| precision | real tok/s (non-pad) | real padded tok/s | synthetic tok/s | real / synthetic |"
+    assert header in lines
+    assert all(any(line.startswith(f"| {p} | ") for line in lines) for p in PRECISIONS)
+
+
+def test_report_has_the_memory_table_a_row_per_corpus(smoke: Smoke) -> None:
+    lines = smoke.report.splitlines()
+    assert any(
+        line.startswith("| pairs | tokens (both sides) | index (.idx, both sides) |") for line in lines
+    )
+    assert sum(line.startswith(("| 2,000 | ", "| 20,000 | ")) for line in lines) == len(MEMORY_CORPORA)
