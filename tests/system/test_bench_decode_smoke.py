@@ -1,12 +1,21 @@
-"""bench/decode_speed.py on a tiny model: every installed system runs, rows and report have the right shape."""
+"""bench/decode_speed.py on a tiny model: every installed system runs; rows and report have the right shape.
+
+One smoke run per module (the `smoke` fixture); each test checks one claim about it, so a failing
+test's name says what broke.
+"""
+
+from __future__ import annotations
 
 import json
-from pathlib import Path
+from dataclasses import dataclass
 
+import pytest
 import torch
 
 from bench import decode_speed as D
 
+SETUP = D.Setup(8, 4, 4, 1, smoke=True)  # 8 sentences in batches of 4, 4 decoding steps, 1 round
+METRICS = ("sentences_per_s", "tokens_per_s")
 OTHER = {
     "system": "ours",
     "task": "train_synthetic_8x8",
@@ -14,22 +23,90 @@ OTHER = {
     "metric": "tokens_per_s",
     "value": 1.0,
 }
+TRAIN_SECTION = "<!-- train:start -->\nkept\n<!-- train:end -->"
 
 
-def test_decode_smoke_rows_and_report(tmp_path: Path) -> None:
-    out, md = tmp_path / "bench.json", tmp_path / "bench.md"
+@dataclass(frozen=True)
+class Smoke:
+    rows: list[dict]  # what benchmark() returned
+    saved: list[dict]  # the JSON file afterwards
+    report: str  # the Markdown file afterwards
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory: pytest.TempPathFactory) -> Smoke:
+    """One smoke run of every installed system, into files that hold another benchmark's row and section."""
+    root = tmp_path_factory.mktemp("bench")
+    out, md = root / "bench.json", root / "bench.md"
     out.write_text(json.dumps([OTHER]))
-    md.write_text("# Benchmarks\n\n<!-- train:start -->\nkept\n<!-- train:end -->\n")
+    md.write_text(f"# Benchmarks\n\n{TRAIN_SECTION}\n")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        rows = D.benchmark(D.Setup(8, 4, 4, 1, smoke=True), systems=D.available_systems(), out=out, md=md)
+        rows = D.benchmark(SETUP, systems=D.available_systems(), out=out, md=md)
     finally:
         torch.set_num_threads(threads)
-    assert all(set(r) == {"system", "task", "precision", "metric", "value", "smoke"} for r in rows)
-    assert len(rows) == len(D.available_systems()) * len(D.TASKS) * 2 and all(r["value"] > 0 for r in rows)
-    saved = json.loads(out.read_text())
-    assert OTHER in saved and len(saved) == len(rows) + 1
-    text = md.read_text()
-    assert "<!-- train:start -->\nkept\n<!-- train:end -->" in text and "SMOKE RUN" in text
-    assert text.count(D.DECODE_START) == 1 and "ours / uncached" in text
+    return Smoke(rows, json.loads(out.read_text()), md.read_text())
+
+
+def measured(rows: list[dict], metric: str) -> dict[tuple[str, str, str], float]:
+    """(system, precision, task) -> value of `metric`."""
+    return {(r["system"], r["precision"], r["task"]): r["value"] for r in rows if r["metric"] == metric}
+
+
+# --- the rows ---------------------------------------------------------------------------
+
+
+def test_every_row_has_the_fields_a_result_needs_and_is_marked_smoke(smoke: Smoke) -> None:
+    assert smoke.rows
+    assert all(set(r) == {"system", "task", "precision", "metric", "value", "smoke"} for r in smoke.rows)
+    assert all(r["smoke"] is True for r in smoke.rows)
+
+
+def test_every_system_is_measured_once_on_every_task_in_both_units(smoke: Smoke) -> None:
+    want = {(*D.ROWS[s], t, m) for s in D.available_systems() for t in D.TASKS for m in METRICS}
+    got = [(r["system"], r["precision"], r["task"], r["metric"]) for r in smoke.rows]
+    assert sorted(got) == sorted(want)
+
+
+def test_every_rate_is_positive(smoke: Smoke) -> None:
+    assert all(r["value"] > 0 for r in smoke.rows), [r for r in smoke.rows if r["value"] <= 0]
+
+
+def test_tokens_per_s_is_the_steps_times_sentences_per_s(smoke: Smoke) -> None:
+    sentences, tokens = measured(smoke.rows, "sentences_per_s"), measured(smoke.rows, "tokens_per_s")
+    for key, rate in sentences.items():
+        assert tokens[key] == pytest.approx(SETUP.steps * rate, abs=0.05), key
+
+
+# --- the files --------------------------------------------------------------------------
+
+
+def test_json_file_has_the_rows_and_keeps_another_benchmarks(smoke: Smoke) -> None:
+    assert OTHER in smoke.saved
+    assert len(smoke.saved) == len(smoke.rows) + 1
+    assert all(r in smoke.saved for r in smoke.rows)
+
+
+def test_report_keeps_another_benchmarks_section(smoke: Smoke) -> None:
+    assert TRAIN_SECTION in smoke.report
+
+
+def test_report_has_one_decoding_section_marked_as_a_smoke_run(smoke: Smoke) -> None:
+    assert smoke.report.count(D.DECODE_START) == 1 and smoke.report.count(D.DECODE_END) == 1
+    assert "## Decoding speed (CPU) — SMOKE RUN, tiny sizes, not a measurement" in smoke.report
+
+
+def test_report_has_the_speed_table_a_row_per_system(smoke: Smoke) -> None:
+    lines = smoke.report.splitlines()
+    assert any(line.startswith("| system | precision | greedy sent/s | greedy tok/s |") for line in lines)
+    for system in D.available_systems():
+        name, precision = D.ROWS[system]
+        assert sum(line.startswith(f"| {name} | {precision} | ") for line in lines) == 1, system
+
+
+def test_report_has_the_bars_ours_against_uncached(smoke: Smoke) -> None:
+    lines = smoke.report.splitlines()
+    assert "| bar (sentences/s) | greedy | beam 5 | needed |" in lines
+    (uncached,) = [line for line in lines if line.startswith("| ours / uncached | ")]
+    assert uncached.endswith(" | >= 3.0x |")
