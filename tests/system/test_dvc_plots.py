@@ -1,4 +1,4 @@
-"""dvc.yaml's plots: the real `dvc plots show`/`diff` over training logs shaped as the train stage writes them."""
+"""dvc.yaml's plots: the real `dvc plots show`/`diff` over training logs as the train stage writes them."""
 
 from __future__ import annotations
 
