@@ -126,3 +126,19 @@ def test_module_docstrings_are_short(name: str):
     doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")), clean=False) or ""
     assert doc, f"{path.relative_to(REPO)} has no module docstring"
     assert len(doc.strip().splitlines()) <= 15, f"{path.relative_to(REPO)}: module docstring over 15 lines"
+
+
+# Unit tests that mirror no one module: this file checks the package as a whole.
+NOT_A_MODULE = {"core/test_layout.py"}
+
+
+def test_unit_tests_mirror_the_modules():
+    """tests/unit/<package>/test_<m>.py tests pipeline/<package>/<m>.py (for core: pipeline/<m>.py)."""
+    unit = REPO / "tests" / "unit"
+    orphans = []
+    for test in sorted(unit.glob("*/test_*.py")):
+        package, module = test.parent.name, test.stem.removeprefix("test_")
+        source = PACKAGE / module if package == "core" else PACKAGE / package / module
+        if not source.with_suffix(".py").is_file() and test.relative_to(unit).as_posix() not in NOT_A_MODULE:
+            orphans.append(test.relative_to(REPO).as_posix())
+    assert not orphans, f"{orphans} mirror no module: name each test_<module>.py for the module it tests"
