@@ -125,7 +125,7 @@ def test_two_processes_equal_one_on_the_combined_batches(tmp_path):
             )
         )
     outputs = [p.communicate(timeout=240) for p in procs]
-    for p, (stdout, stderr) in zip(procs, outputs):
+    for p, (_stdout, stderr) in zip(procs, outputs):
         assert p.returncode == 0, stderr[-3000:]
     assert "2 process(es)" in outputs[0][1]
 

@@ -35,7 +35,7 @@ def test_closure_follows_imports_and_counts_the_packages_init_files():
 
 
 def test_a_pipeline_name_that_is_no_module_fails_loudly():
-    with pytest.raises(ValueError, match="pipeline.nonexistent"):
+    with pytest.raises(ValueError, match=r"pipeline.nonexistent"):
         module_closure("pipeline.nonexistent")
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import pickle
 from pathlib import Path
 
@@ -23,7 +24,6 @@ from pipeline.data.batching import (
 )
 from pipeline.errors import UserError
 from pipeline.tokens import BOS, EOS, PAD
-import itertools
 
 
 def write_array(prefix: Path, sentences: list[list[int]], dtype: str = "<u2") -> None:
@@ -82,7 +82,7 @@ def test_token_array_int32_empty_and_corrupt(tmp_path: Path) -> None:
 def test_parallel_data_refuses_misaligned_sides(tmp_path: Path) -> None:
     write_array(tmp_path / "val.src", SRC)
     write_array(tmp_path / "val.tgt", TGT[:-1])
-    with pytest.raises(UserError, match="val.src has 5 sentences but val.tgt has 4"):
+    with pytest.raises(UserError, match=r"val.src has 5 sentences but val.tgt has 4"):
         ParallelData.load(tmp_path, "val")
 
 

@@ -74,7 +74,7 @@ def test_foreign_model_with_other_special_ids_is_refused(tmp_path: Path) -> None
         sentence_iterator=iter(WORDS * 20), model_writer=model, model_type="bpe", vocab_size=40, minloglevel=2
     )
     (tmp_path / "spm.model").write_bytes(model.getvalue())
-    with pytest.raises(UserError, match="<pad>.*retrain"):
+    with pytest.raises(UserError, match=r"<pad>.*retrain"):
         Vocab.load(tmp_path)
     (tmp_path / "spm.model").write_bytes(b"not a model")
     with pytest.raises(UserError, match="not a readable sentencepiece model"):

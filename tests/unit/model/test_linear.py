@@ -1,4 +1,4 @@
-"""pipeline.model.linear: the oneDNN route equals F.linear, forward and backward, and is taken only where meant."""
+"""pipeline.model.linear: the oneDNN route equals F.linear, forward and backward, and is taken where meant."""
 
 import warnings
 
@@ -137,7 +137,7 @@ def test_the_environment_switch_warns_about_a_value_it_does_not_know(monkeypatch
 
 
 def test_use_onednn_switches_the_route_and_returns_the_setting_before():
-    x, w, b = operands(0)
+    x, w, _b = operands(0)
     before = L.use_onednn(False)
     try:
         assert not L.takes_onednn(x, w)

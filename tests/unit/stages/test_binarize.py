@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import random
 from pathlib import Path
@@ -18,7 +19,6 @@ from pipeline.errors import UserError
 from pipeline.params import BpeParams
 from pipeline.stages import binarize as binarize_stage
 from pipeline.stages.bpe import train_bpe
-import itertools
 
 SPLITS, SIDES = ("train", "val", "test"), ("src", "tgt")
 DE = "der die das ein hund katze mann läuft springt über straße weiß".split()
@@ -129,9 +129,9 @@ def test_misaligned_sides_are_refused_and_nothing_is_written(corpus: Path, tmp_p
             lines = read_lines(corpus / "clean" / f"{split}.{side}")
             lines = lines[:-1] if (split, side) == ("test", "tgt") else lines
             (clean / f"{split}.{side}").write_text("".join(s + "\n" for s in lines), encoding="utf-8")
-    with pytest.raises(UserError, match="test.src has 17 lines but test.tgt has 16"):
+    with pytest.raises(UserError, match=r"test.src has 17 lines but test.tgt has 16"):
         binarize_stage.binarize(clean, corpus / "bpe", tmp_path / "bin")
     assert not (tmp_path / "bin").exists()
     (clean / "val.src").unlink()
-    with pytest.raises(UserError, match="val.src: missing"):
+    with pytest.raises(UserError, match=r"val.src: missing"):
         binarize_stage.binarize(clean, corpus / "bpe", tmp_path / "bin")

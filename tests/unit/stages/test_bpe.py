@@ -132,12 +132,12 @@ def test_vocab_too_large_names_the_key_and_a_size_that_fits(tmp_path: Path) -> N
     fits = int(result.output.split("set bpe.vocab_size to ")[1].split()[0])
     assert not (tmp_path / "bpe").exists()  # nothing half-written
     bpe_stage.train_bpe(bpe_params(vocab_size=fits), tmp_path / "clean", tmp_path / "bpe")  # the hint works
-    with pytest.raises(UserError, match="bpe.vocab_size"):
+    with pytest.raises(UserError, match=r"bpe.vocab_size"):
         bpe_stage.train_bpe(bpe_params(vocab_size=fits + 1), tmp_path / "clean", tmp_path / "bpe2")
 
 
 def test_missing_or_empty_training_text_is_a_user_error(tmp_path: Path) -> None:
-    with pytest.raises(UserError, match="train.src: missing"):
+    with pytest.raises(UserError, match=r"train.src: missing"):
         bpe_stage.train_bpe(bpe_params(), tmp_path / "clean", tmp_path / "bpe")
     (tmp_path / "clean").mkdir()
     (tmp_path / "clean/train.src").write_text("", encoding="utf-8")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 
@@ -12,7 +14,6 @@ from pipeline.training.optim import (
     inverse_sqrt,
     parameter_groups,
 )
-import itertools
 
 
 def test_warmup_is_linear_up_to_the_peak():
