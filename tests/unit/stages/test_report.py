@@ -272,25 +272,6 @@ def test_learning_curves_png_is_a_real_figure(built: tuple[str, dict]) -> None:
     assert png.stat().st_size > 10_000
 
 
-def test_plot_without_validation_rows(tmp_path: Path, saved_figures) -> None:
-    steps = pd.DataFrame({"step": [10, 20, 30], "loss": [5.0, 4.0, 3.5], "lr": [1e-4, 2e-4, 3e-4]})
-    report.plot_learning_curves(steps, None, tmp_path / "none.png")
-    (tmp_path / "valid.tsv").write_text("step\tepoch\tval_loss\tval_bleu\n")  # validation never ran
-    header_only = report.read_tsv(tmp_path / "valid.tsv")
-    report.plot_learning_curves(steps, header_only, tmp_path / "empty.png")
-    (tmp_path / "valid.tsv").write_text("step\tepoch\tval_loss\tval_bleu\n20\t1\t4.5\tnan\n")
-    report.plot_learning_curves(steps, report.read_tsv(tmp_path / "valid.tsv"), tmp_path / "no_bleu.png")
-    for name in ("none.png", "empty.png", "no_bleu.png"):
-        assert png_size(tmp_path / name)[0] > 1000
-        _, bleu, lr = saved_figures[name].axes
-        assert axis_labels(bleu) == ("Validation BLEU (greedy)", "update step", "BLEU")
-        assert notes(bleu) == ["no data"] and not bleu.get_lines()
-        assert axis_labels(lr)[2] == "learning rate ($\\times 10^{-4}$)" and notes(lr) == []
-    assert legend_texts(saved_figures["none.png"].axes[0]) == ["train (label-smoothed)"]
-    assert legend_texts(saved_figures["empty.png"].axes[0]) == ["train (label-smoothed)"]
-    assert legend_texts(saved_figures["no_bleu.png"].axes[0]) == ["train (label-smoothed)", "val"]
-
-
 def test_missing_valid_log_still_reports(tmp_path: Path) -> None:
     paths = write_inputs(tmp_path, with_valid=False)
     text = build(paths)
@@ -308,14 +289,6 @@ def test_regenerated_from_scratch(built: tuple[str, dict]) -> None:
     written = sorted(p.name for p in paths["out"].parent.iterdir())
     assert not (paths["out"].parents[1] / "mlflow.db").exists()  # reading runs creates no database
     assert written == ["figures", "metrics.json", "report.md", "train"]  # no temporaries left
-
-
-def test_render_is_pure_and_handles_missing_parts() -> None:
-    inputs = report.ReportInputs(params=P.load(PARAMS_FILE).to_dict(), metrics={"test": METRICS["test"]})
-    text = report.render_report(inputs)
-    assert text == report.render_report(inputs)
-    assert "No training summary" in text and "No cleaning statistics" in text
-    assert "No test translations" in text and "37.1" in text
 
 
 def test_cli_logs_report_to_the_mlflow_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
