@@ -118,7 +118,7 @@ def section(rows: list[dict], train_task: str, command: str, smoke: bool) -> str
         GEMM_START,
         title,
         "",
-        "This project's own fp32 training update and decoding, with `pipeline/linear.py` routing the "
+        "This project's own fp32 training update and decoding, with `pipeline/model/linear.py` routing the "
         "linear layers' large products to oneDNN (the default; from 2**23 multiply-adds) and every "
         "product to MKL (torch's default; `PIPELINE_CPU_GEMM=mkl`), interleaved in one run on the same "
         "batches. The peers above run on MKL.",

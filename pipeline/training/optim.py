@@ -1,4 +1,4 @@
-"""Optimization: the optimizer and fairseq's inverse-sqrt LR schedule (the loss: pipeline/loss.py)."""
+"""Optimization: the optimizer and fairseq's inverse-sqrt LR schedule (the loss: pipeline/model/loss.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""pipeline/dropout.py: torch's dropout semantics from a cheaper mask."""
+"""pipeline/model/dropout.py: torch's dropout semantics from a cheaper mask."""
 
 import pytest
 import torch

@@ -1,4 +1,4 @@
-"""The label-smoothed loss, fused with the output projection (pipeline/loss.py).
+"""The label-smoothed loss, fused with the output projection (pipeline/model/loss.py).
 
 Its reference is torch's own: F.cross_entropy on explicit logits, with
 label_smoothing, ignoring PAD, summed. Values and gradients must agree, in

@@ -265,9 +265,9 @@ def test_resume_under_changed_code_is_refused_or_restarted(tmp_path, capsys, mon
     paths = make_corpus(tmp_path, n_train=60)
     train(tiny_params(max_steps=4), paths, tracking=False)
     real = state.code_fingerprint()
-    edited = dict(real, **{"model.py": "0" * 64})
+    edited = dict(real, **{"model/transformer.py": "0" * 64})
     monkeypatch.setattr(state, "code_fingerprint", lambda: edited)
-    with pytest.raises(UserError, match=r"the training code changed \(pipeline/model.py\)"):
+    with pytest.raises(UserError, match=r"the training code changed \(pipeline/model/transformer\.py\)"):
         train(tiny_params(max_steps=4), paths, tracking=False)
     summary = train(tiny_params(max_steps=4), paths, on_change="restart", tracking=False)
     assert "starting afresh" in capsys.readouterr().err and summary["steps"] == 4
