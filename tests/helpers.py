@@ -350,6 +350,18 @@ def fake_multi30k_mirror(root: Path, monkeypatch, n: dict[str, int]) -> None:
 # --- Markdown, as the report and experiments tables write it ---------------------------
 
 
+def references(n: int, seed: int = 0) -> list[str]:
+    """n made-up reference sentences of 6-14 WORDS (the same for the same n and seed)."""
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(6, 14))) for _ in range(n)]
+
+
+def garble(refs: list[str], share: float, seed: int = 1) -> list[str]:
+    """Hypotheses: the references with about `share` of their words replaced by a word outside WORDS."""
+    rng = random.Random(seed)
+    return [" ".join("xyz" if rng.random() < share else w for w in r.split()) for r in refs]
+
+
 def table_rows(text: str) -> list[list[str]]:
     """Cells of every Markdown table row in `text` (escaped pipes kept inside cells)."""
     rows = []
