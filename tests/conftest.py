@@ -13,11 +13,22 @@ import pytest
 import yaml
 from matplotlib.figure import Figure
 
+from pipeline import files, tracking
 from pipeline import params as P
-from pipeline import tracking
 from pipeline.data import fetch
 from pipeline.decoding.translator import Translator
-from tests.helpers import COMMIT, MIRROR, REPO, SCORE_STAGE, SWEEP, dvc, log_run, make_model_dir
+from tests.helpers import (
+    COMMIT,
+    DECODE_STAGE,
+    MIRROR,
+    REPO,
+    SCORE_STAGE,
+    SWEEP,
+    dvc,
+    log_run,
+    make_model_dir,
+    references,
+)
 
 
 @pytest.fixture(scope="session")
@@ -108,6 +119,35 @@ def dvc_repo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list]:
     dvc(["dvc", "exp", "run", "-q", "-S", "model.n_layers=3", "-S", "train.lr=0.0005", "-n", "slow"], root)
     dvc(["dvc", "exp", "run", "-q", "--queue", "-S", "model.n_layers=2", "-n", "queued"], root)
     return root, json.loads(dvc(["dvc", "exp", "show", "--json"], root))
+
+
+@pytest.fixture(scope="session")
+def decode_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real git + DVC repo whose stand-in decode stage (helpers.DECODE_STAGE) caches data/decode, with
+    references in data/raw; the baseline commit `main` garbles half the words (decode.noise 0.5, train.seed
+    1), experiment `better` a fifth, `reseeded` half with train.seed 2 (made once per session)."""
+    root = tmp_path_factory.mktemp("decoderepo")
+    (root / "params.yaml").write_text(yaml.safe_dump({"decode": {"noise": 0.5}, "train": {"seed": 1}}))
+    (root / "decode.py").write_text(DECODE_STAGE)
+    for split, n in (("val", 60), ("test", 300)):
+        files.write_lines(root / "data" / "raw" / f"{split}.tgt", references(n, seed=len(split)))
+    stage = {
+        "cmd": f"{sys.executable} decode.py",
+        "deps": ["decode.py", "data/raw"],
+        "params": ["decode", "train"],
+        "outs": ["data/decode"],
+        "metrics": [{"reports/metrics.json": {"cache": False}}],
+    }
+    (root / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"decode": stage}}, sort_keys=False))
+    dvc(["git", "init", "-q", "-b", "main"], root)
+    dvc(["dvc", "init", "-q"], root)
+    dvc(["dvc", "repro", "-q"], root)
+    dvc(["git", "add", "-A"], root)
+    dvc(["git", "commit", "-qm", "baseline"], root)
+    # Each experiment sets both params: it starts from the workspace, which the one before changed.
+    dvc(["dvc", "exp", "run", "-q", "-S", "decode.noise=0.2", "-S", "train.seed=1", "-n", "better"], root)
+    dvc(["dvc", "exp", "run", "-q", "-S", "decode.noise=0.5", "-S", "train.seed=2", "-n", "reseeded"], root)
+    return root
 
 
 @pytest.fixture

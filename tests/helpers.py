@@ -449,6 +449,26 @@ json.dump({"n_params": 1000 * layers, "train_seconds": 60.0 * layers, "tokens_pe
 """
 
 
+# A stand-in decode stage for conftest's decode_repo: hypotheses are the references with a share
+# (decode.noise) of their words garbled, seeded by train.seed; metrics.json records the references' sha256.
+DECODE_STAGE = """\
+import hashlib, json, os, random, yaml
+p = yaml.safe_load(open("params.yaml"))
+noise, seed = p["decode"]["noise"], p["train"]["seed"]
+os.makedirs("data/decode", exist_ok=True)
+os.makedirs("reports", exist_ok=True)
+metrics = {}
+for split in ("val", "test"):
+    raw = open(f"data/raw/{split}.tgt", "rb").read()
+    rng = random.Random(seed)
+    refs = raw.decode("utf-8").splitlines()
+    hyps = [" ".join("xyz" if rng.random() < noise else w for w in r.split()) for r in refs]
+    open(f"data/decode/{split}.hyp", "w", encoding="utf-8").write("".join(h + "\\n" for h in hyps))
+    metrics[split] = {"n_lines": len(hyps), "refs_sha256": hashlib.sha256(raw).hexdigest()}
+json.dump(metrics, open("reports/metrics.json", "w"))
+"""
+
+
 def dvc(args: list[str], cwd: Path) -> str:
     env = {
         **os.environ,

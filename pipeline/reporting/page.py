@@ -93,10 +93,14 @@ def _title(inputs: ReportInputs) -> str:
 def _scores(metrics: dict[str, Any]) -> str:
     splits = [s for s in ("val", "test") if s in metrics] + [s for s in metrics if s not in ("val", "test")]
     rows = [
-        [split, *(fmt_score(metrics[split].get(m)) for m in SCORE_NAMES), fmt(metrics[split].get("n_lines"))]
+        [split, *(_score_cell(metrics[split], m) for m in SCORE_NAMES), fmt(metrics[split].get("n_lines"))]
         for split in splits
     ]
     out = ["## Scores", "", markdown_table(["split", *SCORE_NAMES.values(), "lines"], rows, "lrrrr")]
+    bootstraps = {_bootstrap_text(metrics[s]["bootstrap"]) for s in splits if "bootstrap" in metrics[s]}
+    if bootstraps:
+        how = "; ".join(sorted(bootstraps))
+        out += ["", f"In parentheses: the 95% confidence interval, by sacreBLEU's bootstrap ({how})."]
     signatures: dict[str, list[str]] = {}
     for split in splits:
         for metric, sig in metrics[split].get("signature", {}).items():
@@ -106,6 +110,17 @@ def _scores(metrics: dict[str, Any]) -> str:
         out += ["", "sacreBLEU signatures:", ""]
         out += [f"- {SCORE_NAMES.get(m, m)}: `{s}`" for m, sigs in signatures.items() for s in sigs]
     return "\n".join(out)
+
+
+def _score_cell(scores: dict[str, Any], metric: str) -> str:
+    """The score, then its 95% interval where score wrote one."""
+    interval = (scores.get("ci95") or {}).get(metric)
+    text = fmt_score(scores.get(metric))
+    return f"{text} ({fmt_score(interval[0])}–{fmt_score(interval[1])})" if interval else text
+
+
+def _bootstrap_text(bootstrap: dict[str, Any]) -> str:
+    return f"{fmt(bootstrap.get('n'))} resamples, seed {bootstrap.get('seed')}"
 
 
 def _training(summary: dict[str, Any] | None, curves: str | None) -> str:

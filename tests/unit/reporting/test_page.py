@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pipeline import params as P
 from pipeline.reporting import page
-from tests.helpers import REPO
+from tests.helpers import REPO, table_rows
 
 SIGNATURE = {"bleu": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0"}
 TEST_METRICS = {"bleu": 37.12, "chrf": 60.27, "ter": 45.0, "n_lines": 8, "signature": SIGNATURE}
@@ -16,3 +16,16 @@ def test_render_is_pure_and_handles_missing_parts() -> None:
     assert text == page.render_report(inputs)
     assert "No training summary" in text and "No cleaning statistics" in text
     assert "No test translations" in text and "37.1" in text
+
+
+def test_scores_show_their_intervals_and_how_they_were_made() -> None:
+    with_ci = {**TEST_METRICS, "ci95": {"bleu": [35.04, 39.3], "chrf": [58.9, 61.6]}}
+    with_ci["bootstrap"] = {"n": 1000, "seed": 12345}
+    params = P.load(REPO / "params.yaml").to_dict()
+    text = page.render_report(page.ReportInputs(params=params, metrics={"test": with_ci}))
+    row = next(r for r in table_rows(text) if r[0] == "test")
+    assert row[1:4] == ["37.1 (35.0–39.3)", "60.3 (58.9–61.6)", "45.0"]  # TER has none
+    assert "95% confidence interval" in text and "1,000 resamples, seed 12345" in text
+    plain = page.render_report(page.ReportInputs(params=params, metrics={"test": TEST_METRICS}))
+    assert next(r for r in table_rows(plain) if r[0] == "test")[1] == "37.1"
+    assert "confidence interval" not in plain

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from sacrebleu.metrics import BLEU, CHRF, TER
 from pipeline import files
 from pipeline.errors import UserError
 from pipeline.stages import score
+from tests.helpers import garble, references
 
 REFS = [
     "a man in an orange hat starring at something .",
@@ -88,12 +90,14 @@ def test_cli_writes_json_for_each_split_present(tmp_path: Path) -> None:
     data = json.loads(out.read_text())
     assert set(data) == {"val", "test"}
     for split in data.values():
-        assert set(split) == {"bleu", "chrf", "ter", "n_lines", "signature"}
+        # The keys of old stay as they were (DVC metrics and the report read them); the new ones are added.
+        old, new = {"bleu", "chrf", "ter", "n_lines", "signature"}, {"ci95", "bootstrap", "refs_sha256"}
+        assert set(split) == old | new
         assert set(split["signature"]) == {"bleu", "chrf", "ter"}
         assert all("version:" in s for s in split["signature"].values())
         assert all(v == round(v, 2) for v in (split["bleu"], split["chrf"], split["ter"]))
-    assert data["val"]["bleu"] == 100.0
-    assert f"test: BLEU {data['test']['bleu']:.2f}" in result.output
+    assert data["val"]["bleu"] == 100.0 and data["val"]["ci95"]["bleu"] == [100.0, 100.0]
+    assert f"test: BLEU {data['test']['bleu']:.2f} [" in result.output
     assert list(out.parent.iterdir()) == [out]  # atomic write leaves no temporary behind
 
 
@@ -118,13 +122,45 @@ def test_scores_go_to_the_training_run(tmp_path: Path, monkeypatch: pytest.Monke
         run.save_run_file(tmp_path / "model" / "mlflow_run.json")
     decode, raw = make_split(tmp_path, "test", HYPS, REFS)
     result = score.score(decode, raw, tmp_path / "metrics.json", model_dir=tmp_path / "model")
-    logged = MlflowClient(run.tracking_uri).get_run(run.run_id).data
+    client = MlflowClient(run.tracking_uri)
+    logged = client.get_run(run.run_id).data
     assert logged.metrics["test_bleu"] == result["test"]["bleu"]
     assert logged.metrics["test_ter"] == result["test"]["ter"]
     assert logged.tags["sacrebleu.bleu"] == result["test"]["signature"]["bleu"]
+    # What `compare` needs later: the hypotheses, and which references they were scored against.
+    assert logged.tags["refs_sha256.test"] == hashlib.sha256((raw / "test.tgt").read_bytes()).hexdigest()
+    assert [a.path for a in client.list_artifacts(run.run_id, "decode")] == ["decode/test.hyp"]
+    local = client.download_artifacts(run.run_id, "decode/test.hyp", str(tmp_path / "back"))
+    assert files.read_lines(local) == HYPS
 
 
 def test_missing_run_file_is_fine(tmp_path: Path) -> None:
     decode, raw = make_split(tmp_path, "test", REFS, REFS)
     result = score.score(decode, raw, tmp_path / "metrics.json", model_dir=tmp_path / "no-model")
     assert result["test"]["bleu"] == 100.0
+
+
+def test_intervals_hold_the_scores_and_record_how_they_were_made(tmp_path: Path) -> None:
+    refs = references(120)
+    decode, raw = make_split(tmp_path, "test", garble(refs, 0.3), refs)
+    result = score.score(decode, raw, tmp_path / "metrics.json", bootstrap=200, seed=42)["test"]
+    for name in ("bleu", "chrf"):
+        low, high = result["ci95"][name]
+        assert low < result[name] < high
+    assert "ter" not in result["ci95"]
+    assert result["bootstrap"] == {"n": 200, "seed": 42}
+    assert result["refs_sha256"] == hashlib.sha256((raw / "test.tgt").read_bytes()).hexdigest()
+    assert json.loads((tmp_path / "metrics.json").read_text())["test"] == result
+
+
+def test_same_input_same_intervals_and_the_cli_passes_resamples_and_seed(tmp_path: Path) -> None:
+    refs = references(80)
+    decode, raw = make_split(tmp_path, "test", garble(refs, 0.3), refs)
+    outs = [tmp_path / f"m{i}.json" for i in range(3)]
+    for out, seed in zip(outs, (7, 7, 8)):
+        args = ["--decode", str(decode), "--refs", str(raw), "--out", str(out), "--bootstrap", "150"]
+        result = CliRunner().invoke(score.command, [*args, "--seed", str(seed)])
+        assert result.exit_code == 0, result.output
+    first, again, other = (json.loads(o.read_text())["test"] for o in outs)
+    assert first == again and first["bootstrap"] == {"n": 150, "seed": 7}
+    assert other["ci95"] != first["ci95"] and other["bleu"] == first["bleu"]
