@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 import pandas as pd
 
 from pipeline import params as P
+from pipeline.reporting.runs import group_seeds
 from pipeline.reporting.tables import experiments_markdown, fmt, fmt_hms, fmt_score, markdown_table
 
 N_SAMPLES = 3
@@ -171,7 +172,7 @@ def _experiments(inputs: ReportInputs) -> str:
         "named by their DVC experiment if they have one; the columns after commit are the params that "
         "differ between runs. `python -m pipeline experiments` lists the runs now.",
         "",
-        experiments_markdown(frame, inputs.run_id, EXPERIMENTS_SHOWN),
+        experiments_markdown(group_seeds(frame), inputs.run_id, EXPERIMENTS_SHOWN),
     ]
     if inputs.figures.get("compare"):
         caption = "Validation BLEU by update step of this run and the best others"

@@ -50,6 +50,13 @@ METRIC_COLUMNS = (
 
 SORT_BY = ("test_bleu", "dev_bleu")
 
+SEED_PARAM = "train.seed"
+# Columns group_seeds adds: each metric's standard deviation over the seeds, the run count, the run ids.
+SD_COLUMNS = tuple(f"{m}_sd" for m in METRIC_COLUMNS)
+GROUP_COLUMNS = (*SD_COLUMNS, "n_runs", "members")
+# Columns the experiments command adds with --baseline: test BLEU difference and paired p-value.
+BASELINE_COLUMNS = ("delta_bleu", "p_bleu")
+
 # `dvc exp show --json` metrics, flattened across the metrics files (metrics.json:
 # {split: {bleu, ...}}, train/summary.json: {n_params, ...}), to the MLflow names.
 DVC_METRICS = {
@@ -98,10 +105,62 @@ def table(records: Iterable[RunRecord]) -> pd.DataFrame:
     ]
     frame = pd.DataFrame(rows, columns=[*ID_COLUMNS, *varied, *METRIC_COLUMNS])
     frame[list(METRIC_COLUMNS)] = frame[list(METRIC_COLUMNS)].astype(float)
-    # Newest first among equals (and among runs without scores, which go last).
+    return best_first(frame)
+
+
+def best_first(frame: pd.DataFrame) -> pd.DataFrame:
+    """Best test BLEU first, then dev BLEU; newest first among equals and among runs without scores (last)."""
     frame = frame.sort_values("started", ascending=False, na_position="last", kind="stable")
     frame = frame.sort_values(list(SORT_BY), ascending=False, na_position="last", kind="stable")
     return frame.reset_index(drop=True)
+
+
+def param_columns(frame: pd.DataFrame) -> list[str]:
+    """The columns of a table() that hold params (the ones that differ between runs)."""
+    other = {*ID_COLUMNS, *METRIC_COLUMNS, *GROUP_COLUMNS, *BASELINE_COLUMNS}
+    return [c for c in frame.columns if c not in other]
+
+
+def group_seeds(frame: pd.DataFrame) -> pd.DataFrame:
+    """A table() with finished runs that differ only in train.seed (same commit and other params) as one row.
+
+    The row holds the group's metric means, their sample standard deviations
+    (`<metric>_sd`, NaN for one run), `n_runs`, the run ids (`members`, best
+    first), the seeds in train.seed, and the run names joined in `run`.
+    Unfinished runs stay rows of their own.
+    """
+    keys = ["commit", *(c for c in param_columns(frame) if c != SEED_PARAM)]
+    groups: dict[tuple[Any, ...], list[int]] = {}
+    for i, (status, *key) in enumerate(frame[["status", *keys]].itertuples(index=False)):
+        groups.setdefault(tuple(key) if status == "finished" else ("unfinished", i), []).append(i)
+    rows = [_group_row(frame.iloc[members]) for members in groups.values()]
+    return best_first(pd.DataFrame(rows, columns=[*frame.columns, *GROUP_COLUMNS]))
+
+
+def _group_row(runs: pd.DataFrame) -> dict[str, Any]:
+    row = runs.iloc[0].to_dict()
+    row.update(
+        {sd: runs[m].std() if len(runs) > 1 else math.nan for m, sd in zip(METRIC_COLUMNS, SD_COLUMNS)}
+    )
+    row.update({"n_runs": len(runs), "members": tuple(runs["id"])})
+    if len(runs) == 1:
+        return row
+    row.update({m: runs[m].mean() for m in METRIC_COLUMNS})
+    labels = [e if isinstance(e, str) else r for e, r in zip(runs["dvc_exp"], runs["run"])]
+    row.update({"run": ", ".join(labels), "dvc_exp": None})
+    if SEED_PARAM in runs:
+        row[SEED_PARAM] = ", ".join(sorted(map(str, runs[SEED_PARAM]), key=_seed_order))
+    if "delta_bleu" in runs:
+        # A mean difference over seeds; one p-value per seed does not add up to one, so none is shown.
+        row.update({"delta_bleu": runs["delta_bleu"].mean(), "p_bleu": math.nan})
+    return row
+
+
+def _seed_order(seed: str) -> tuple[int, float, str]:
+    try:
+        return (0, float(seed), seed)
+    except ValueError:
+        return (1, 0.0, seed)
 
 
 def differing_params(params: list[dict[str, str]]) -> list[str]:

@@ -9,6 +9,7 @@ from typing import Any
 import pandas as pd
 
 from pipeline.reporting import runs
+from pipeline.reporting.metrics import SIGNIFICANCE_LEVEL
 
 SCORE_DIGITS = 1  # BLEU, chrF, TER as papers and sacreBLEU print them
 
@@ -21,12 +22,17 @@ def escape_cell(value: Any) -> str:
     return "".join("\\" + c if c in _MARKDOWN_SPECIAL else c for c in text)
 
 
-def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]], align: str = "") -> str:
-    """A GitHub Markdown table; `align` has one letter per column (l or r), default left."""
+def markdown_table(
+    header: Sequence[str], rows: Sequence[Sequence[Any]], align: str = "", escape: bool = True
+) -> str:
+    """A GitHub Markdown table; `align` has one letter per column (l or r), default left.
+
+    With escape False the rows' cells go in as they are (the caller escaped what needs it).
+    """
     align = align.ljust(len(header), "l")
     rule = ["---:" if a == "r" else "---" for a in align]
     lines = [_row(header), _row(rule, escape=False)]
-    lines += [_row(r) for r in rows]
+    lines += [_row(r, escape) for r in rows]
     return "\n".join(lines)
 
 
@@ -86,50 +92,100 @@ EXPERIMENT_METRICS = (
 
 
 def experiments_markdown(frame: pd.DataFrame, current: str | None = None, limit: int | None = None) -> str:
-    """An experiments.table() as Markdown: rank, run, what differs, scores, size, speed; `current` marked."""
+    """An experiments table() as Markdown: rank, run, what differs, scores, size, speed; `current` marked.
+
+    Rows of runs.group_seeds show mean ± standard deviation and a count; with
+    runs.BASELINE_COLUMNS, a difference and p-value column follow test BLEU.
+    """
     if frame.empty:
         return "No runs yet."
-    ids = list(frame["id"])
-    mark = ids.index(current) if current in ids else None
+    mark = _marked_row(frame, current)
     shown = list(range(len(frame) if limit is None else min(limit, len(frame))))
     if mark is not None and mark not in shown:
         shown.append(mark)  # this run always shows, even below the limit
     header, align = _experiment_columns(frame)
-    rows = [_experiment_row(frame, i, i == mark, "status" in header) for i in shown]
+    rows = [_experiment_row(frame, i, i == mark, header) for i in shown]
     notes = []
     if mark is not None:
         notes.append(f"→ this report's run, {mark + 1} of {len(frame)} by test BLEU.")
     elif current:
         notes.append("This report's run is not among them (MLflow was unreachable while it trained?).")
+    if "n" in header:
+        notes.append(
+            "Runs that differ only in train.seed share a row: mean ± standard deviation over n runs."
+        )
+    if "p" in header:
+        notes.append(
+            f"Δ BLEU and p: test BLEU against the baseline, paired test; * marks p < {SIGNIFICANCE_LEVEL}."
+        )
     if len(shown) < len(frame):
         hidden = len(frame) - len(shown)
         notes.append(f"{hidden} more runs not shown; `python -m pipeline experiments` lists all.")
     return markdown_table(header, rows, align) + ("\n\n" + " ".join(notes) if notes else "")
 
 
+def _marked_row(frame: pd.DataFrame, current: str | None) -> int | None:
+    """The row of run id `current`: its own, or its seed group's."""
+    if current is None:
+        return None
+    members = frame["members"] if "members" in frame else frame["id"].map(lambda i: (i,))
+    found = [i for i, (run_id, group) in enumerate(zip(frame["id"], members)) if current in (run_id, *group)]
+    return found[0] if found else None
+
+
+def _metric_columns(frame: pd.DataFrame) -> list[tuple[str, str, Any]]:
+    metrics = list(EXPERIMENT_METRICS)
+    if "p_bleu" in frame:
+        metrics[1:1] = [("delta_bleu", "Δ BLEU", fmt_delta), ("p_bleu", "p", fmt_p)]
+    return metrics
+
+
 def _experiment_columns(frame: pd.DataFrame) -> tuple[list[str], str]:
-    """Header and alignment; a status column only if some run did not finish."""
-    params = _param_columns(frame)
+    """Header and alignment; a status column only if some run did not finish, n only if seeds are grouped."""
+    params = runs.param_columns(frame)
     status = ["status"] if (frame["status"] != "finished").any() else []
-    header = ["#", "run", "commit", *status, *params, *(h for _, h, _ in EXPERIMENT_METRICS)]
-    align = "rll" + "l" * len(status) + "".join("r" if _numeric(frame[p]) else "l" for p in params)
-    return header, align + "r" * len(EXPERIMENT_METRICS)
+    n = ["n"] if "n_runs" in frame and (frame["n_runs"] > 1).any() else []
+    metrics = [h for _, h, _ in _metric_columns(frame)]
+    header = ["#", "run", *n, "commit", *status, *params, *metrics]
+    align = "rl" + "r" * len(n) + "l" + "l" * len(status)
+    align += "".join("r" if _numeric(frame[p]) else "l" for p in params)
+    return header, align + "r" * len(metrics)
 
 
-def _experiment_row(frame: pd.DataFrame, i: int, marked: bool, with_status: bool) -> list[str]:
+def _experiment_row(frame: pd.DataFrame, i: int, marked: bool, header: list[str]) -> list[str]:
     row = frame.iloc[i]
     return [
         f"→ {i + 1}" if marked else str(i + 1),
         run_label(row),
+        *([fmt(int(row["n_runs"]))] if "n" in header else []),
         str(row["commit"])[:7] if isinstance(row["commit"], str) else "–",
-        *([row["status"]] if with_status else []),
-        *(fmt(row[p]) for p in _param_columns(frame)),
-        *(fmt(row[column]) for column, _, fmt in EXPERIMENT_METRICS),
+        *([row["status"]] if "status" in header else []),
+        *(fmt(row[p]) for p in runs.param_columns(frame)),
+        *(_metric_cell(row, column, fmt) for column, _, fmt in _metric_columns(frame)),
     ]
 
 
-def _param_columns(frame: pd.DataFrame) -> list[str]:
-    return [c for c in frame.columns if c not in runs.ID_COLUMNS and c not in runs.METRIC_COLUMNS]
+def _metric_cell(row: pd.Series, column: str, format_value: Any) -> str:
+    """The value, with ± its standard deviation over seeds for a score of a grouped row."""
+    text = str(format_value(row[column]))
+    sd = row.get(f"{column}_sd")
+    if format_value is fmt_score and isinstance(sd, float) and not math.isnan(sd):
+        text += f" ± {fmt_score(sd)}"
+    return text
+
+
+def fmt_delta(value: Any) -> str:
+    """A signed difference in score points."""
+    if not isinstance(value, (int, float)) or math.isnan(value):
+        return fmt(value)
+    return f"{value:+.{SCORE_DIGITS}f}"
+
+
+def fmt_p(value: Any) -> str:
+    """A p-value, starred below the significance level."""
+    if not isinstance(value, (int, float)) or math.isnan(value):
+        return fmt(value)
+    return f"{value:.4f}" + (" *" if value < SIGNIFICANCE_LEVEL else "")
 
 
 def run_label(row: pd.Series) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import multiprocessing
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -162,3 +163,44 @@ def test_dvc_table_shows_differing_params_best_first(dvc_repo: tuple[Path, list]
     names = list(frame["run"])  # the workspace holds the last experiment's results: a tie with "slow"
     assert names[0] == "six" and set(names[1:3]) == {"slow", "workspace"} and names[3:] == ["main", "queued"]
     assert list(frame["test_bleu"])[:4] == [37.0, 28.5, 28.5, 28.0]
+
+
+# --- runs that differ only in train.seed -------------------------------------------------
+
+
+def seeded(name: str, seed: str, bleu: float, lr: str = "0.001", status: str = "finished") -> runs.RunRecord:
+    params = {"train.seed": seed, "train.lr": lr, "model.n_layers": "6"}
+    return runs.RunRecord(
+        name, id=f"id-{name}", commit=COMMIT, status=status, params=params, metrics={"test_bleu": bleu}
+    )
+
+
+def test_three_seeds_of_one_config_are_one_row_with_mean_sd_and_count() -> None:
+    records = [
+        seeded("s1", "1", 30.0),
+        seeded("s2", "2", 31.0),
+        seeded("s3", "3", 32.5),
+        seeded("other", "1", 33.0, lr="0.0005"),
+    ]
+    frame = runs.group_seeds(runs.table(records))
+    assert list(frame["run"]) == ["other", "s3, s2, s1"]  # best first: 33.0 over the mean 31.17
+    group = frame.iloc[1]
+    assert group["n_runs"] == 3 and group["members"] == ("id-s3", "id-s2", "id-s1")
+    assert group["test_bleu"] == pytest.approx(31.1667, abs=1e-3)
+    assert group["test_bleu_sd"] == pytest.approx(statistics.stdev([30.0, 31.0, 32.5]))
+    assert group["train.seed"] == "1, 2, 3"
+    assert frame.iloc[0]["n_runs"] == 1 and math.isnan(frame.iloc[0]["test_bleu_sd"])
+    assert frame.iloc[0]["members"] == ("id-other",)
+
+
+def test_seeds_of_other_code_or_unfinished_runs_stay_apart() -> None:
+    other_commit = runs.RunRecord(
+        "c2",
+        id="id-c2",
+        commit="f" * 40,
+        params={"train.seed": "2", "train.lr": "0.001", "model.n_layers": "6"},
+    )
+    records = [seeded("s1", "1", 30.0), other_commit, seeded("s3", "3", 32.0, status="running")]
+    frame = runs.group_seeds(runs.table(records))
+    assert sorted(frame["run"]) == ["c2", "s1", "s3"] and set(frame["n_runs"]) == {1}
+    assert list(runs.group_seeds(runs.table([]))) == [*runs.table([]).columns, *runs.GROUP_COLUMNS]
