@@ -22,6 +22,7 @@ COMMANDS = {
     "report": "report",
     "translate": "translate",
     "experiments": "experiments",
+    "compare": "compare",
     "export-ct2": "export_ct2",
 }
 

@@ -1,17 +1,11 @@
-"""Experiments table: every run of the pipeline side by side, from MLflow or from `dvc exp show`.
+"""Command `experiments`: every run of the pipeline side by side, from MLflow or from `dvc exp show`.
 
-Both sources give one table shape: a row per run with `ID_COLUMNS`, then the
-params whose values differ between the rows (flat keys such as
-`model.n_layers`), then `METRIC_COLUMNS`; best test BLEU first.
-
-- MLflow (`mlflow_table`): every run of the params' `tracking.experiment` in
-  the store `tracking.tracking_uri()` names. Safe inside a DVC stage, so the
-  report stage uses this one.
-- DVC (`dvc_table`, over the parsed output of `dvc exp show --json`): the
-  workspace, the baseline commit and its experiments, queued ones included.
-  `dvc exp show` waits for the repository lock that `dvc repro` and
-  `dvc exp run` hold while a stage runs, so only the `experiments` command,
-  run by a user, calls it; a stage must never.
+The table itself is pipeline/reporting/runs.py (why only this command, never
+a stage, may call `dvc exp show`: it waits for the lock `dvc repro` holds).
+Runs that differ only in train.seed share a row (mean ± standard deviation,
+n); `--each-run` keeps them apart. `--baseline RUN` adds each run's test
+BLEU difference to RUN and a paired p-value, for the runs whose hypotheses
+can be found (pipeline/reporting/hypotheses.py); `compare` shows more.
 """
 
 from __future__ import annotations
@@ -23,20 +17,31 @@ import pandas as pd
 
 from pipeline import files, tracking
 from pipeline.errors import UserError
-from pipeline.reporting.runs import ExperimentsUnavailable, dvc_exp_show, dvc_table, mlflow_table
+from pipeline.reporting import hypotheses
+from pipeline.reporting.metrics import BOOTSTRAP_SEED, TESTS
+from pipeline.reporting.runs import ExperimentsUnavailable, dvc_exp_show, dvc_table, group_seeds, mlflow_table
+from pipeline.reporting.significance import against_baseline
 from pipeline.reporting.tables import experiments_markdown
 from pipeline.stages.options import load_params, params_option
 
-# --- one table from either source ------------------------------------------------
 
-
-# --- MLflow ------------------------------------------------------------------------
-
-
-# --- DVC ---------------------------------------------------------------------------
-
-
-# --- command -----------------------------------------------------------------------
+def with_baseline(
+    frame: pd.DataFrame,
+    baseline: str,
+    repo: Path,
+    refs_dir: Path,
+    test: str = "bs",
+    seed: int = BOOTSTRAP_SEED,
+) -> pd.DataFrame:
+    """The table with test BLEU difference and p-value against `baseline` for every run whose hypotheses
+    can be found (MLflow artifacts or DVC outputs); UserError if the baseline's cannot."""
+    found = []
+    for run_id in frame["id"]:
+        try:
+            found.append(hypotheses.find(run_id if isinstance(run_id, str) else hypotheses.WORKSPACE, repo))
+        except UserError:
+            continue  # no hypotheses kept for this run: its cells show –
+    return against_baseline(frame, hypotheses.find(baseline, repo), found, refs_dir, test, seed)
 
 
 def write_table(frame: pd.DataFrame, out: Path) -> None:
@@ -69,8 +74,41 @@ def write_table(frame: pd.DataFrame, out: Path) -> None:
     is_flag=True,
     help="With --source dvc: experiments of every commit, not only HEAD's.",
 )
-def command(params_file: Path, source: str, out: Path | None, all_commits: bool) -> None:
-    """Compare experiments: a row per run, the params that differ, scores, size and speed."""
+@click.option(
+    "--baseline",
+    default=None,
+    help="A run (MLflow run id, DVC experiment, git revision or workspace): add columns with each run's "
+    "test BLEU difference to it and the p-value of a paired test (python -m pipeline compare has more).",
+)
+@click.option(
+    "--test",
+    type=click.Choice(sorted(TESTS)),
+    default="bs",
+    show_default=True,
+    help="With --baseline: bs, paired bootstrap resampling; ar, approximate randomization.",
+)
+@click.option(
+    "--refs",
+    "refs_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("data/raw"),
+    show_default=True,
+    help="With --baseline: the directory with the references test.tgt.",
+)
+@click.option(
+    "--each-run", is_flag=True, help="A row per run: do not group runs that differ only in train.seed."
+)
+def command(
+    params_file: Path,
+    source: str,
+    out: Path | None,
+    all_commits: bool,
+    baseline: str | None,
+    test: str,
+    refs_dir: Path,
+    each_run: bool,
+) -> None:
+    """Compare experiments: a row per run (seeds grouped), the params that differ, scores, size and speed."""
     if source == "dvc":
         frame = dvc_table(dvc_exp_show(Path.cwd(), all_commits))
     else:
@@ -84,6 +122,10 @@ def command(params_file: Path, source: str, out: Path | None, all_commits: bool)
             raise UserError(
                 f"no runs in the MLflow experiment {experiment!r} at {uri} yet; run `dvc exp run`"
             )
+    if baseline is not None:
+        frame = with_baseline(frame, baseline, Path.cwd(), refs_dir, test)
+    if not each_run:
+        frame = group_seeds(frame)
     click.echo(experiments_markdown(frame))
     if out is not None:
         write_table(frame, out)

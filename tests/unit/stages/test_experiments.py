@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from pipeline.stages import experiments as experiments_stage
-from tests.helpers import REPO
+from tests.helpers import REPO, table_rows
 
 
 def test_cli_dvc_source_prints_and_writes_csv(
@@ -52,3 +52,29 @@ def test_cli_without_runs_is_a_user_error(tmp_path: Path, monkeypatch: pytest.Mo
     result = CliRunner().invoke(experiments_stage.command, ["--params", str(REPO / "params.yaml")])
     assert result.exit_code == 1 and "no MLflow database" in result.output
     assert "MLFLOW_TRACKING_URI" in result.output
+
+
+def test_cli_baseline_adds_differences_and_groups_seeds(
+    decode_repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(decode_repo)
+    monkeypatch.setenv("DVC_NO_ANALYTICS", "1")
+    result = CliRunner().invoke(experiments_stage.command, ["--source", "dvc", "--baseline", "main"])
+    assert result.exit_code == 0, result.output
+    rows = table_rows(result.output)
+    header, by_run = rows[0], {", ".join(sorted(r[1].split(", "))): r for r in rows[1:]}
+    delta, p = header.index("Δ BLEU"), header.index("p")
+    # main and reseeded differ only in train.seed: one row of two runs, its mean difference, no one p.
+    assert set(by_run) == {"better", "main, reseeded", "workspace"}
+    group = by_run["main, reseeded"]
+    assert group[header.index("n")] == "2" and group[header.index("train.seed")] == "1, 2" and group[p] == "–"
+    assert float(by_run["better"][delta]) > 5 and by_run["better"][p].endswith("\\*")
+    assert by_run["workspace"][p] != "–"  # the workspace's own outputs were found and tested
+
+
+def test_cli_each_run_keeps_seeds_apart(decode_repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(decode_repo)
+    monkeypatch.setenv("DVC_NO_ANALYTICS", "1")
+    result = CliRunner().invoke(experiments_stage.command, ["--source", "dvc", "--each-run"])
+    assert result.exit_code == 0, result.output
+    assert {r[1] for r in table_rows(result.output)[1:]} == {"workspace", "main", "better", "reseeded"}
