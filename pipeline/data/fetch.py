@@ -3,8 +3,8 @@
 Mirror: a folder that holds https://HOST/PATH at MIRROR/HOST/PATH; a file found
 there is read from there. Otherwise it is downloaded (RETRY_DELAYS between
 tries) into a temporary file renamed only once it is complete. Every file is
-checked against the sum its params give and the one pinned in
-pipeline/data/corpora.py. `decode_lines` applies the decoding policy of
+checked against the sum its params give and the one pinned in the catalog,
+pipeline/data/catalog.yaml. `decode_lines` applies the decoding policy of
 docs/corpus-decoding.md: strict UTF-8, LF line ends, nothing else changed.
 """
 
@@ -173,7 +173,7 @@ def _expected_sums(source: Source) -> list[tuple[str, str]]:
         sums.append((source.sha256, f"{source.key}_sha256"))
     pinned = corpora.PINNED_SHA256.get(source.location)
     if pinned is not None and pinned != source.sha256:
-        sums.append((pinned, "pinned in pipeline/data/corpora.py"))
+        sums.append((pinned, "pinned in pipeline/data/catalog.yaml"))
     return sums
 
 

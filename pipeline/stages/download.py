@@ -5,8 +5,9 @@ sides of a split line-aligned) and manifest.json: for each output file where it
 came from, its sha256, its line count, and how any held-out split was made.
 The directory is written atomically: it is either complete or left as it was.
 
-Sources (data.corpus): multi30k (pipeline/data/corpora.py, every file's sum
-pinned), or bitext: a URL or local path per side and split, plain or gzip.
+Sources (data.corpus): multi30k (the catalog's sets multi30k-train, -val and
+-<data.multi30k_test> in pipeline/data/catalog.yaml, every file's sum pinned),
+or bitext: a URL or local path per side and split, plain or gzip.
 Fetching, the mirror and the decoding policy: pipeline/data/fetch.py and
 docs/corpus-decoding.md, which also says how val and test are held out of a
 corpus that has none.
@@ -24,7 +25,7 @@ from typing import Any
 import click
 
 from pipeline import files
-from pipeline.data.corpora import MULTI30K_LANGS, MULTI30K_TESTS, MULTI30K_URL
+from pipeline.data import corpora
 from pipeline.data.fetch import Source, decode_lines, fetch, verified_by
 from pipeline.errors import UserError
 from pipeline.params import DataParams, SideFiles
@@ -86,23 +87,20 @@ def plan_sources(data: DataParams) -> dict[str, tuple[Source, Source] | None]:
 
 
 def _plan_multi30k(data: DataParams) -> dict[str, tuple[Source, Source] | None]:
-    for key, lang in (("data.src_lang", data.src_lang), ("data.tgt_lang", data.tgt_lang)):
-        if lang not in MULTI30K_LANGS:
-            raise UserError(
-                f"{key}: Multi30k has no language {lang!r}; it has {', '.join(MULTI30K_LANGS)} "
-                "(use corpus: bitext for other pairs)"
-            )
-    if data.multi30k_test not in MULTI30K_TESTS:
-        raise UserError(
-            f"data.multi30k_test: {data.multi30k_test} has no pinned sha256, so it cannot be verified; "
-            f"supported: {', '.join(MULTI30K_TESTS)}"
-        )
+    """Multi30k's catalog sets multi30k-{train,val,<data.multi30k_test>}, oriented src -> tgt."""
     names = {"train": "train", "val": "val", "test": data.multi30k_test}
+    sets = {split: corpora.lookup(f"multi30k-{name}") for split, name in names.items()}
     plan: dict[str, tuple[Source, Source] | None] = {}
-    for split, name in names.items():
-        urls = [MULTI30K_URL.format(split=name, lang=lang) for lang in (data.src_lang, data.tgt_lang)]
-        # No sum of its own: every Multi30k URL is in PINNED_SHA256, which fetch() checks.
-        plan[split] = (Source(urls[0], "data.src_lang", None), Source(urls[1], "data.tgt_lang", None))
+    for split, named in sets.items():
+        for key, lang in (("data.src_lang", data.src_lang), ("data.tgt_lang", data.tgt_lang)):
+            if lang not in named.langs:
+                raise UserError(
+                    f"{key}: Multi30k set {named.name} has no language {lang!r}; it has "
+                    f"{', '.join(named.langs)} (use corpus: bitext for other pairs)"
+                )
+        src, tgt = named.oriented(data.src_lang, data.tgt_lang).sides
+        # No sum of its own: every catalog URL is in PINNED_SHA256, which fetch() checks.
+        plan[split] = (Source(src.url, "data.src_lang", None), Source(tgt.url, "data.tgt_lang", None))
     return plan
 
 

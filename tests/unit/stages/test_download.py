@@ -15,6 +15,7 @@ import yaml
 from click.testing import CliRunner
 
 from pipeline import files, params
+from pipeline.data import corpora
 from pipeline.errors import UserError
 from pipeline.params import DataParams
 from pipeline.stages import download
@@ -190,15 +191,28 @@ def test_heldout_indices_follow_the_documented_method():
 # --- Multi30k params --------------------------------------------------------------
 
 
-def test_multi30k_refuses_unpinned_test_sets_and_unknown_languages(tmp_path):
-    data = dataclasses.replace(BASE.data, corpus="multi30k", multi30k_test="test_2017_flickr")
+def test_multi30k_refuses_languages_a_set_lacks(tmp_path):
+    with pytest.raises(UserError, match=r"data.tgt_lang: Multi30k set multi30k-train has no language 'ru'"):
+        download.download(dataclasses.replace(BASE.data, corpus="multi30k", tgt_lang="ru"), tmp_path / "raw")
+    # test_2017_flickr has no Czech side, though train and val have one
+    data = dataclasses.replace(BASE.data, corpus="multi30k", tgt_lang="cs", multi30k_test="test_2017_flickr")
     with pytest.raises(
-        UserError, match=r"test_2017_flickr has no pinned sha256.*supported: test_2016_flickr"
+        UserError, match=r"data.tgt_lang: Multi30k set multi30k-test_2017_flickr has no language 'cs'"
     ):
         download.download(data, tmp_path / "raw")
-    with pytest.raises(UserError, match=r"data.tgt_lang: Multi30k has no language 'ru'"):
-        download.download(dataclasses.replace(BASE.data, corpus="multi30k", tgt_lang="ru"), tmp_path / "raw")
     assert entries(tmp_path) == set()
+
+
+def test_multi30k_plans_every_test_set_from_the_catalog_in_the_params_direction():
+    for test in ("test_2016_flickr", "test_2017_flickr", "test_2017_mscoco", "test_2018_flickr"):
+        data = dataclasses.replace(
+            BASE.data, corpus="multi30k", src_lang="en", tgt_lang="de", multi30k_test=test
+        )
+        plan = download.plan_sources(data)
+        assert [(s.location, t.location) for s, t in plan.values()] == [
+            (f"{M30K}{name}.en.gz", f"{M30K}{name}.de.gz") for name in ("train", "val", test)
+        ]
+        assert all(s.location in corpora.PINNED_SHA256 for pair in plan.values() for s in pair)
 
 
 # --- the click command --------------------------------------------------------------
