@@ -23,6 +23,7 @@ COMMANDS = {
     "translate": "translate",
     "experiments": "experiments",
     "compare": "compare",
+    "corpora": "corpora",
     "export-ct2": "export_ct2",
 }
 

@@ -118,6 +118,22 @@ def test_download_help_imports_neither_torch_nor_matplotlib():
     assert not imported & {"torch", "matplotlib"}, sorted(imported & {"torch", "matplotlib", "pandas"})
 
 
+def test_corpora_listing_imports_neither_torch_nor_matplotlib():
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "pipeline", "corpora", "--pair", "de-en"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    imported = {
+        line.rsplit("|", 1)[-1].strip().split(".")[0] for line in result.stderr.splitlines() if "|" in line
+    }
+    assert "yaml" in imported  # the import log was read, and the catalog loaded
+    assert not imported & {"torch", "matplotlib"}, sorted(imported & {"torch", "matplotlib", "pandas"})
+
+
 @pytest.mark.parametrize("name", modules())
 def test_module_docstrings_are_short(name: str):
     """What and why, briefly: a longer design note belongs in docs/, linked from the module."""
