@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import yaml
 
@@ -15,14 +17,21 @@ def _stage_module(cmd: str) -> str:
 
 
 def _expand(deps: list[str]) -> set[str]:
-    """dvc.yaml deps under pipeline/, a folder standing for the .py files in it."""
+    """dvc.yaml's code deps under pipeline/, a folder standing for the .py files in it."""
     out = set()
     for dep in deps:
         path = REPO / dep
-        if not dep.startswith("pipeline"):
-            continue
+        if not dep.startswith("pipeline") or path.suffix not in (".py", ""):
+            continue  # data, and data shipped in the package (checked by the test below)
         out |= {p.relative_to(REPO).as_posix() for p in path.glob("*.py")} if path.is_dir() else {dep}
     return out
+
+
+def _package_data(module_files: list) -> set[str]:
+    """The package's data files (not .py) that these modules name, e.g. data/catalog.yaml."""
+    data = [p for p in PACKAGE.rglob("*") if p.is_file() and p.suffix not in (".py", ".pyc")]
+    texts = [f.read_text(encoding="utf-8") for f in module_files]
+    return {p.relative_to(REPO).as_posix() for p in data if any(f'"{p.name}"' in t for t in texts)}
 
 
 def test_closure_follows_imports_and_counts_the_packages_init_files():
@@ -70,3 +79,16 @@ def test_module_file_maps_packages_to_their_init(tmp_path):
     assert sources.module_file("pipeline.model") == PACKAGE / "model" / "__init__.py"
     assert sources.module_file("pipeline.model.attention") == PACKAGE / "model" / "attention.py"
     assert sources.module_file("pipeline.model.attention.MultiHeadAttention") is None
+
+
+def test_every_stage_depends_on_the_package_data_its_code_reads():
+    """A data file shipped in the package (the corpus catalog) is a dep of the stages whose code names
+    it, so that a changed URL or sum reruns the download; and no stage lists data it does not read."""
+    stages = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
+    assert "pipeline/data/catalog.yaml" in stages["download"]["deps"]
+    for name, stage in stages.items():
+        needed = _package_data(module_closure(_stage_module(stage["cmd"])))
+        listed = {d for d in stage["deps"] if d.startswith("pipeline/") and Path(d).suffix not in (".py", "")}
+        assert needed == listed, (
+            f"dvc.yaml stage {name}: package data read {sorted(needed)}, listed {sorted(listed)}"
+        )
