@@ -22,7 +22,7 @@ import click
 from pipeline import params as P
 from pipeline.model.transformer import count_parameters
 from pipeline.stages.options import load_params, params_option
-from pipeline.training.distributed import close_distributed, init_distributed
+from pipeline.training.distributed import Dist, close_distributed, init_distributed
 from pipeline.training.loop import Trainer
 from pipeline.training.state import Paths, remove_stale_temps
 
@@ -33,22 +33,28 @@ def train(
     """Train (or resume, or just rebuild a finished run's outputs); -> summary.json's content on rank 0."""
     dist = init_distributed(params.train.device)
     try:
-        if dist.main:
-            remove_stale_temps(paths)
-        trainer = Trainer(params, paths, dist)
-        trainer.state.resume(on_change, trainer.say)
-        if dist.main:
-            trainer.say(
-                f"train: {count_parameters(trainer.model):,} parameters, {trainer.n_batches} batches per "
-                f"epoch, {dist.world_size} process(es) on {trainer.device}, {params.train.precision}"
-            )
-        with trainer.open_tracker(tracking):
-            trainer.run()
-            summary = trainer.finish() if dist.main else None
-        dist.barrier()
-        return summary
+        # The Trainer (and its DDP wrapper) lives only inside _run, so it is freed before the process
+        # group it uses is destroyed: a gloo rank that freed DDP after that sometimes aborted at exit.
+        return _run(params, paths, dist, on_change, tracking)
     finally:
         close_distributed(dist)
+
+
+def _run(params: P.Params, paths: Paths, dist: Dist, on_change: str, tracking: bool) -> dict[str, Any] | None:
+    if dist.main:
+        remove_stale_temps(paths)
+    trainer = Trainer(params, paths, dist)
+    trainer.state.resume(on_change, trainer.say)
+    if dist.main:
+        trainer.say(
+            f"train: {count_parameters(trainer.model):,} parameters, {trainer.n_batches} batches per "
+            f"epoch, {dist.world_size} process(es) on {trainer.device}, {params.train.precision}"
+        )
+    with trainer.open_tracker(tracking):
+        trainer.run()
+        summary = trainer.finish() if dist.main else None
+    dist.barrier()
+    return summary
 
 
 @click.command("train")

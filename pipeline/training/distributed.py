@@ -8,6 +8,7 @@ rank 0 validates and writes. Without torchrun every helper here is a no-op.
 
 from __future__ import annotations
 
+import gc
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -76,5 +77,7 @@ def init_distributed(device: str) -> Dist:
 
 
 def close_distributed(dist: Dist) -> None:
+    """Destroy the process group, after collecting what may still hold its pending work (DDP's reducer)."""
     if dist.enabled and torch_dist.is_initialized():
+        gc.collect()
         torch_dist.destroy_process_group()
