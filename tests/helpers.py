@@ -39,6 +39,13 @@ MIRROR = REPO.parent / "shared" / "corpora"
 DATA = Path(__file__).resolve().parent / "data"  # small files the tests read
 BASE = P.load(REPO / "params.yaml")
 
+
+def tiny_model_params(**overrides: Any) -> P.ModelParams:
+    """params.yaml's model at test size (d_model 32, 4 heads, 2 layers, no dropout), with `overrides`."""
+    tiny = dict(d_model=32, n_heads=4, d_ff=64, n_layers=2, dropout=0.0, attention_dropout=0.0)
+    return dataclasses.replace(BASE.model, **(tiny | {"activation_dropout": 0.0} | overrides))
+
+
 WORDS = "der die das ein eine hund katze mann frau kind läuft springt über straße groß weiß".split()
 
 
@@ -70,19 +77,7 @@ def make_model_dir(
     path.mkdir(parents=True)
     size = train_spm(path / "spm.model")
     vocab = model_vocab or size
-    model_params = dataclasses.replace(
-        BASE.model,
-        arch=arch,
-        d_model=32,
-        n_heads=4,
-        d_ff=64,
-        n_layers=2,
-        dropout=0.0,
-        attention_dropout=0.0,
-        activation_dropout=0.0,
-        max_positions=64,
-        tie_embeddings="none",
-    )
+    model_params = tiny_model_params(arch=arch, max_positions=64, tie_embeddings="none")
     decode_params = dataclasses.replace(BASE.decode, beam=3, batch_tokens=400, max_len_a=1.0, max_len_b=3)
     params = dataclasses.replace(BASE, model=model_params, decode=decode_params)
     torch.manual_seed(seed)
@@ -247,20 +242,12 @@ def make_ct2_model_dir(
     """
     path.mkdir(parents=True)
     vocab = train_spm(path / "spm.model")
-    model_params = dataclasses.replace(
-        BASE.model,
+    model_params = tiny_model_params(
         arch=arch,
         norm=norm,
         positions=positions,
         tie_embeddings=tie,
         activation=activation,
-        d_model=32,
-        n_heads=4,
-        d_ff=64,
-        n_layers=2,
-        dropout=0.0,
-        attention_dropout=0.0,
-        activation_dropout=0.0,
         max_positions=64,
         output_bias=True,
     )

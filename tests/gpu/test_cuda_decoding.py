@@ -3,7 +3,6 @@ on CUDA (threads would only contend for the one device), and the GPU translates 
 
 from __future__ import annotations
 
-import dataclasses
 import random
 
 import pytest
@@ -13,7 +12,7 @@ from pipeline.decoding.search import translate_ids
 from pipeline.decoding.translator import Translator
 from pipeline.model.transformer import build_model
 from pipeline.tokens import N_SPECIAL
-from tests.helpers import BASE, make_model_dir
+from tests.helpers import make_model_dir, tiny_model_params
 
 pytestmark = pytest.mark.cuda
 
@@ -22,19 +21,7 @@ VOCAB = 20
 
 def tiny_model(device: torch.device, seed: int = 3) -> torch.nn.Module:
     """A small random model with untied outputs, so that its outputs vary (as tests/unit's search tests)."""
-    cfg = dataclasses.replace(
-        BASE.model,
-        d_model=32,
-        n_heads=4,
-        d_ff=64,
-        n_layers=2,
-        dropout=0.0,
-        attention_dropout=0.0,
-        activation_dropout=0.0,
-        max_positions=64,
-        tie_embeddings="none",
-        positions="learned",
-    )
+    cfg = tiny_model_params(max_positions=64, tie_embeddings="none", positions="learned")
     torch.manual_seed(seed)
     return build_model(cfg, VOCAB, VOCAB).to(device).eval()
 

@@ -38,7 +38,7 @@ from pipeline.params import BpeParams
 from pipeline.stages import clean
 from pipeline.stages import translate as translate_stage
 from pipeline.stages.bpe import train_bpe
-from tests.helpers import BASE, WORDS, train_spm
+from tests.helpers import BASE, WORDS, tiny_model_params, train_spm
 
 NASTY = [
     "\x00",
@@ -323,19 +323,8 @@ def make_learned_model_dir(path: Path, arch: str) -> Path:
     """A random model with a short learned position table, so that long lines must be truncated."""
     path.mkdir(parents=True)
     size = train_spm(path / "spm.model")
-    model_params = dataclasses.replace(
-        BASE.model,
-        arch=arch,
-        d_model=32,
-        n_heads=4,
-        d_ff=64,
-        n_layers=1,
-        dropout=0.0,
-        attention_dropout=0.0,
-        activation_dropout=0.0,
-        positions="learned",
-        max_positions=24,
-        tie_embeddings="none",
+    model_params = tiny_model_params(
+        arch=arch, n_layers=1, positions="learned", max_positions=24, tie_embeddings="none"
     )
     decode_params = dataclasses.replace(
         BASE.decode, beam=2, n_best=1, batch_tokens=400, max_len_a=1.0, max_len_b=3

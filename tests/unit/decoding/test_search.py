@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import logging
 import random
@@ -27,7 +26,7 @@ from pipeline.decoding.search import (
 )
 from pipeline.model.transformer import Seq2SeqBase, build_model
 from pipeline.tokens import BOS, EOS, N_SPECIAL
-from tests.helpers import REPO
+from tests.helpers import REPO, tiny_model_params
 
 BASE = P.load(REPO / "params.yaml")
 
@@ -49,20 +48,8 @@ def tiny_model(
     max_positions: int = 64,
 ) -> Seq2SeqBase:
     """A small random model; untied output embeddings keep its outputs varied (tied ones echo the input)."""
-    cfg = dataclasses.replace(
-        BASE.model,
-        arch=arch,
-        norm=norm,
-        positions=positions,
-        d_model=32,
-        n_heads=4,
-        d_ff=64,
-        n_layers=2,
-        dropout=0.0,
-        attention_dropout=0.0,
-        activation_dropout=0.0,
-        max_positions=max_positions,
-        tie_embeddings="none",
+    cfg = tiny_model_params(
+        arch=arch, norm=norm, positions=positions, max_positions=max_positions, tie_embeddings="none"
     )
     torch.manual_seed(seed)
     return build_model(cfg, vocab, vocab).eval()
