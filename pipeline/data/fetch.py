@@ -4,13 +4,11 @@ Mirror: a folder that holds https://HOST/PATH at MIRROR/HOST/PATH; a file found
 there is read from there. Otherwise it is downloaded (RETRY_DELAYS between
 tries) into a temporary file renamed only once it is complete. Every file is
 checked against the sum its params give and the one pinned in the catalog,
-pipeline/data/catalog.yaml. `decode_lines` applies the decoding policy of
-docs/corpus-decoding.md: strict UTF-8, LF line ends, nothing else changed.
+pipeline/data/catalog.yaml. Turning the bytes into lines: pipeline/data/formats.py.
 """
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import http.client
 import os
@@ -20,7 +18,6 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -194,29 +191,3 @@ def _verify(source: Source, fetched: Fetched) -> None:
             f"sha256 mismatch for {source.location}{where}: expected {expected} ({origin}), "
             f"got {fetched.sha256}; the file is corrupt or changed upstream; check the source or the sum"
         )
-
-
-def decode_lines(data: bytes, name: str) -> list[str]:
-    """Lines of a fetched file (gzip or plain), under the decoding policy in the module docstring."""
-    if data[:2] == b"\x1f\x8b":
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError, zlib.error) as e:
-            raise UserError(f"{name}: a corrupt or truncated gzip file ({e}); fetch it again") from e
-    if data.startswith(b"\xef\xbb\xbf"):
-        data = data[3:]
-    # Done on bytes, which is safe: 0x0D and 0x0A never occur inside a UTF-8 multi-byte character.
-    data = data.replace(b"\r\n", b"\n")
-    if b"\n" not in data:
-        data = data.replace(b"\r", b"\n")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data.count(b"\n", 0, e.start) + 1
-        raise UserError(
-            f"{name}: invalid UTF-8 at line {line} ({e.reason}); re-encode the file as UTF-8"
-        ) from e
-    if not text:
-        raise UserError(f"{name}: the file is empty (no lines); check the source")
-    lines = text.split("\n")
-    return lines[:-1] if text.endswith("\n") else lines

@@ -16,7 +16,8 @@ import click
 
 from pipeline.data import corpora
 from pipeline.data.corpora import NamedSet
-from pipeline.data.fetch import decode_lines, mirror_path, sha256_file
+from pipeline.data.fetch import mirror_path, sha256_file
+from pipeline.data.formats import text_lines
 from pipeline.errors import UserError
 
 COLUMNS = ("name", "langs", "lines", "domain", "license")
@@ -65,7 +66,7 @@ def check(sets: list[NamedSet], mirror: Path) -> list[str]:
             if got != side.sha256:
                 problems.append(f"{named.name} {side.lang}: sha256 {got}, the catalog says {side.sha256}")
                 continue  # its line count means nothing once the bytes differ
-            lines = len(decode_lines(path.read_bytes(), side.url))
+            lines = len(text_lines(path.read_bytes(), side.url))
             if lines != named.lines:
                 problems.append(f"{named.name} {side.lang}: {lines} lines, the catalog says {named.lines}")
     return problems

@@ -26,7 +26,8 @@ import click
 
 from pipeline import files
 from pipeline.data import corpora
-from pipeline.data.fetch import Source, decode_lines, fetch, verified_by
+from pipeline.data.fetch import Source, fetch, verified_by
+from pipeline.data.formats import text_lines as decode_lines
 from pipeline.errors import UserError
 from pipeline.params import DataParams, SideFiles
 from pipeline.stages.options import load_params, params_option

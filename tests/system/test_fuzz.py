@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipeline import files, tokens
-from pipeline.data import fetch
+from pipeline.data import formats
 from pipeline.data.text import normalize
 from pipeline.data.vocab import Vocab
 from pipeline.decoding.translator import Translator
@@ -199,7 +199,7 @@ def test_raw_lines_survive_download_decoding_and_the_line_files(record_property,
         # download's policy: CRLF ends a line (so one CR before an LF goes), a leading BOM goes
         expected = [line.removesuffix("\r") for line in lines]
         expected[0] = expected[0].removeprefix("\ufeff")
-        assert fetch.decode_lines("".join(line + "\n" for line in lines).encode(), "f") == expected
+        assert formats.text_lines("".join(line + "\n" for line in lines).encode(), "f") == expected
 
     raw_line = TEXT.map(lambda s: s.replace("\n", ""))
     run_cases(record_property, "raw line files", st.lists(raw_line, min_size=1, max_size=8), check, 200)

@@ -7,7 +7,7 @@ import re
 import pytest
 import yaml
 
-from pipeline.data import corpora, fetch
+from pipeline.data import corpora, fetch, formats
 from pipeline.errors import UserError
 from tests.helpers import M30K
 
@@ -51,7 +51,7 @@ def test_every_entry_matches_the_mirror(mirror):
             path = fetch.mirror_path(mirror, side.url)
             covered.add(path.relative_to(mirror).as_posix())
             assert fetch.sha256_file(path) == side.sha256, side.url
-            assert len(fetch.decode_lines(path.read_bytes(), side.url)) == named.lines, side.url
+            assert len(formats.text_lines(path.read_bytes(), side.url)) == named.lines, side.url
     assert covered == listed  # every file in the mirror is named by some set
 
 

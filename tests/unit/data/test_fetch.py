@@ -1,4 +1,4 @@
-"""Fetching a corpus file: local path, mirror or network (retries, partial downloads), its sha256, its lines.
+"""Fetching a corpus file: local path, mirror or network (retries, partial downloads), its sha256.
 
 Most tests go through download.download, the one caller, with a bitext that names the file.
 """
@@ -183,28 +183,3 @@ def test_invalid_utf8_names_the_file_and_line(tmp_path):
     with pytest.raises(UserError) as e:
         download.download(bitext(sides(src, tgt)), tmp_path / "raw")
     assert src in e.value.message and "line 3" in e.value.message
-
-
-def test_bom_crlf_and_cr_line_endings():
-    assert fetch.decode_lines("\ufeffa\r\nb\r\n".encode(), "f") == ["a", "b"]
-    assert fetch.decode_lines(b"a\rb\rc", "f") == ["a", "b", "c"]  # an old Mac file
-    assert fetch.decode_lines(b"a\rx\nb\n", "f") == ["a\rx", "b"]  # a stray CR is no line end
-    assert fetch.decode_lines(gzip.compress("\ufeffä\r\n".encode()), "f") == ["ä"]
-
-
-def test_lines_split_on_lf_only():
-    text = "a\x1cb\x85c\u2028d\u2029e\x0bf\x0cg\nh\n"
-    assert fetch.decode_lines(text.encode(), "f") == ["a\x1cb\x85c\u2028d\u2029e\x0bf\x0cg", "h"]
-
-
-def test_empty_lines_are_lines_but_an_empty_file_is_an_error(tmp_path):
-    assert fetch.decode_lines(b"\n\n", "f") == ["", ""]
-    assert fetch.decode_lines(b"a\n\nb", "f") == ["a", "", "b"]
-    for empty in (b"", "\ufeff".encode(), gzip.compress(b"")):
-        with pytest.raises(UserError, match="f: the file is empty"):
-            fetch.decode_lines(empty, "f")
-
-
-def test_corrupt_gzip_is_refused():
-    with pytest.raises(UserError, match="corrupt or truncated gzip"):
-        fetch.decode_lines(gzip.compress(b"a\n" * 100)[:-10], "f")
