@@ -1,24 +1,48 @@
-"""Turning a fetched corpus file into line-aligned text: compression, archives, text and TSV.
+"""Turning a fetched corpus file into line-aligned text: compression, archives and five formats.
 
 `decompress` undoes gzip, xz or bzip2, known by magic bytes, never by name;
 `archive_member` reads one file out of a tar (plain or compressed) or a zip.
-`text_lines` applies the decoding policy of docs/corpus-decoding.md (one side
-per file); `tsv_pairs` reads two columns of one tab-separated file. Every
-problem with a file is a UserError that names it and says what to do.
+The formats (FORMATS; `guess_format` names one from a file name):
+- text: `text_lines`, one side per file, under the decoding policy;
+- tsv: `tsv_pairs`, two columns of one tab-separated file;
+- tmx: `tmx_pairs`, a translation memory (TMX 1.1 to 1.4);
+- sgm: `sgm_lines`, one side of a WMT test set before 2021;
+- xml: `wmt_xml_pairs`, a WMT test set from 2021 on (both sides in one file).
+What each keeps, skips and refuses: docs/corpus-decoding.md. Every problem with
+a file is a UserError that names it and says what to do.
 """
 
 from __future__ import annotations
 
 import bz2
 import gzip
+import html
 import io
 import lzma
+import re
 import tarfile
 import zipfile
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import PurePosixPath
+from typing import NoReturn
+from xml.etree import ElementTree as ET
 
 from pipeline.errors import UserError
+
+FORMATS = ("text", "tsv", "tmx", "sgm", "xml")
+
+_FORMAT_SUFFIXES = {".tsv": "tsv", ".tmx": "tmx", ".sgm": "sgm", ".xml": "xml"}
+_COMPRESSION_SUFFIXES = (".gz", ".xz", ".bz2")
+
+
+def guess_format(name: str) -> str:
+    """The format a file (or archive member) name suggests, compression suffixes aside: `text` if none."""
+    base = name.lower()
+    while base.endswith(_COMPRESSION_SUFFIXES):
+        base = base.rsplit(".", 1)[0]
+    return _FORMAT_SUFFIXES.get(PurePosixPath(base).suffix, "text")
+
 
 # --- compression and archives ----------------------------------------------------------
 
@@ -168,4 +192,153 @@ def tsv_pairs(data: bytes, name: str, columns: tuple[int, int] = (0, 1)) -> tupl
             )
         src.append(fields[columns[0]])
         tgt.append(fields[columns[1]])
+    return src, tgt
+
+
+# --- markup: SGM, TMX, WMT XML ---------------------------------------------------------
+
+_SEG = re.compile(r"<seg(?:\s[^>]*)?>(.*?)</seg>", re.IGNORECASE)
+_SEG_OPEN = re.compile(r"<seg[\s>]", re.IGNORECASE)
+_XML_SPACE = re.compile(r"[ \t\r\n]+")
+
+
+def _one_line(text: str) -> str:
+    """A segment on one line: each run of XML white space (a line break too) one space, none at the ends."""
+    return _XML_SPACE.sub(" ", text).strip(" ")
+
+
+def sgm_lines(data: bytes, name: str) -> list[str]:
+    """The text of every <seg> of a WMT SGM file, in file order, HTML entities unescaped."""
+    # SGM is not always well-formed XML (bare & and <), so it is read a line at a time, as sacrebleu does.
+    segs = []
+    for number, line in enumerate(text_lines(data, name), 1):
+        found = _SEG.findall(line)
+        if len(found) != len(_SEG_OPEN.findall(line)):
+            raise UserError(f"{name}: line {number}: a <seg> with no </seg> on the same line; fix the file")
+        segs += [_one_line(html.unescape(seg)) for seg in found]
+    if not segs:
+        raise UserError(f"{name}: no <seg> in the file: not an SGM test set; check the source or its format")
+    return segs
+
+
+_XML_LANG = "{http://www.w3.org/XML/1998/namespace}lang"
+# TMX's inline codes: their content is the original document's markup (an HTML tag, an RTF code),
+# not the sentence's text, and goes, with any <sub> inside it. <hi> and anything else stay.
+_CODES = {"bpt", "ept", "it", "ph", "ut"}
+
+
+def _local(tag: str) -> str:
+    return tag.rsplit("}", 1)[-1]
+
+
+def _primary(lang: str) -> str:
+    """A language tag's primary subtag, lower case: de-DE, DE and de_AT are all de."""
+    return re.split(r"[-_]", lang.strip(), maxsplit=1)[0].lower()
+
+
+# ElementTree fetches no external entity (it refuses one as undefined) and expat >= 2.4.1 caps entity
+# expansion (billion laughs): the Python docs' "XML vulnerabilities" table. So no defusedxml.
+def _elements(data: bytes, name: str, tag: str) -> Iterator[ET.Element]:
+    """Each complete `tag` element of the XML `data`, dropped from the tree once used (bounded memory)."""
+    open_elements: list[ET.Element] = []
+    try:
+        for event, element in ET.iterparse(io.BytesIO(data), events=("start", "end")):
+            if event == "start":
+                open_elements.append(element)
+                continue
+            open_elements.pop()
+            if _local(element.tag) == tag:
+                yield element
+                if open_elements:
+                    open_elements[-1].remove(element)
+    except ET.ParseError as e:
+        line, column = e.position
+        reason = str(e).split(": line ", 1)[0]
+        raise UserError(
+            f"{name}: not well-formed XML at line {line}, column {column + 1} ({reason}); "
+            "fetch it again or fix the file"
+        ) from e
+
+
+def _seg_text(element: ET.Element) -> str:
+    """A TMX <seg>'s (or <hi>'s) text: its own, its children's but codes', and every child's tail."""
+    parts = [element.text or ""]
+    for child in element:
+        if _local(child.tag) not in _CODES:
+            parts.append(_seg_text(child))
+        parts.append(child.tail or "")
+    return "".join(parts)
+
+
+def _tu_segs(tu: ET.Element) -> dict[str, ET.Element]:
+    """A <tu>'s <seg> per primary language: the first <tuv> of each language with a <seg>."""
+    segs: dict[str, ET.Element] = {}
+    for tuv in tu:
+        lang = tuv.get(_XML_LANG) or tuv.get("lang")  # TMX 1.4 xml:lang, TMX 1.1 lang
+        seg = next((child for child in tuv if _local(child.tag) == "seg"), None)
+        if _local(tuv.tag) == "tuv" and lang and seg is not None:
+            segs.setdefault(_primary(lang), seg)
+    return segs
+
+
+def tmx_pairs(data: bytes, name: str, src_lang: str, tgt_lang: str) -> tuple[list[str], list[str], int]:
+    """The (src, tgt) segments of every <tu> that has both languages, and how many <tu> lacked one."""
+    want_src, want_tgt = _primary(src_lang), _primary(tgt_lang)
+    src: list[str] = []
+    tgt: list[str] = []
+    seen: set[str] = set()  # every language met, for the error if none is the pair
+    skipped = 0
+    for tu in _elements(decompress(data, name), name, "tu"):
+        segs = _tu_segs(tu)
+        seen.update(segs)
+        if want_src in segs and want_tgt in segs:
+            src.append(_one_line(_seg_text(segs[want_src])))
+            tgt.append(_one_line(_seg_text(segs[want_tgt])))
+        else:
+            skipped += 1
+        tu.clear()
+    if not src:
+        _refuse_languages(name, "<tu>", src_lang, tgt_lang, seen)
+    return src, tgt, skipped
+
+
+def _refuse_languages(name: str, unit: str, src_lang: str, tgt_lang: str, seen: set[str]) -> NoReturn:
+    found = ", ".join(sorted(seen)) or "none"
+    raise UserError(
+        f"{name}: no {unit} holds both {src_lang} and {tgt_lang} (languages found: {found}); "
+        "check data.src_lang and data.tgt_lang, or the file"
+    )
+
+
+def _doc_sides(doc: ET.Element) -> dict[str, dict[str, str]]:
+    """A WMT <doc>'s segments by seg id, per primary language: its <src> and each <ref>, first one wins."""
+    sides: dict[str, dict[str, str]] = {}
+    for side in doc:
+        lang = side.get("lang")
+        if _local(side.tag) in ("src", "ref") and lang and _primary(lang) not in sides:
+            segs = (seg for seg in side.iter() if _local(seg.tag) == "seg")
+            sides[_primary(lang)] = {seg.get("id", ""): _one_line("".join(seg.itertext())) for seg in segs}
+    return sides
+
+
+def wmt_xml_pairs(data: bytes, name: str, src_lang: str, tgt_lang: str) -> tuple[list[str], list[str]]:
+    """The (src, tgt) segments of a WMT 2021+ XML test set, paired by seg id within each <doc>."""
+    want_src, want_tgt = _primary(src_lang), _primary(tgt_lang)
+    src: list[str] = []
+    tgt: list[str] = []
+    seen: set[str] = set()
+    for doc in _elements(decompress(data, name), name, "doc"):
+        sides = {} if "testsuite" in doc.attrib else _doc_sides(doc)  # test suites have no refs
+        seen.update(sides)
+        if want_src in sides and want_tgt in sides:
+            # in the order of the doc's first side (its <src>), so that either direction gives one order
+            first = next(lang for lang in sides if lang in (want_src, want_tgt))
+            for seg_id in sides[first]:
+                text, other = sides[want_src].get(seg_id), sides[want_tgt].get(seg_id)
+                if text and other:  # as sacrebleu: a segment with no reference is no test
+                    src.append(text)
+                    tgt.append(other)
+        doc.clear()
+    if not src:
+        _refuse_languages(name, "<doc>", src_lang, tgt_lang, seen)
     return src, tgt

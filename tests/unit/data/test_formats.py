@@ -1,4 +1,4 @@
-"""A fetched file into line-aligned text: compression, archives, and the formats text and TSV.
+"""A fetched file into line-aligned text: compression, archives, and the formats text, TSV, TMX, SGM, WMT XML.
 
 Every input is a small file built here; nothing comes from the network.
 """
@@ -42,6 +42,28 @@ def message(call, *args) -> str:
     with pytest.raises(UserError) as e:
         call(*args)
     return e.value.message
+
+
+# --- guess_format -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("train.de", "text"),
+        ("train.de.gz", "text"),
+        ("https://example.org/corpus/pairs.tsv", "tsv"),
+        ("pairs.TSV.xz", "tsv"),
+        ("memory.tmx.gz.bz2", "tmx"),
+        ("sgm/newstest2019-deen-src.de.sgm", "sgm"),
+        ("test/newstest2021.de-en.xml", "xml"),
+        ("corpus.tgz", "text"),
+        ("README", "text"),
+    ],
+)
+def test_guess_format_reads_the_suffix_under_any_compression(name, expected):
+    assert formats.guess_format(name) == expected
+    assert expected in formats.FORMATS
 
 
 # --- decompress -------------------------------------------------------------------------
@@ -204,3 +226,168 @@ def test_a_column_past_the_fields_is_refused():
         "fix the columns"
     )
     assert "no column -1" in message(formats.tsv_pairs, b"a\tb\n", "p.tsv", (-1, 0))
+
+
+# --- tmx_pairs --------------------------------------------------------------------------
+
+TMX = """<?xml version="1.0" encoding="UTF-8"?>
+<tmx version="1.4">
+  <header srclang="en" datatype="plaintext" segtype="sentence" adminlang="en" o-tmf="x" creationtool="t"
+          creationtoolversion="1"/>
+  <body>
+    <tu tuid="1">
+      <prop type="x-domain">news</prop>
+      <tuv xml:lang="en-GB"><seg>The <hi>big</hi> dog &amp; the cat.</seg></tuv>
+      <tuv xml:lang="DE"><seg>Der <bpt i="1">&lt;b&gt;</bpt>große<ept i="1">&lt;/b&gt;</ept> Hund
+          und die Katze.</seg></tuv>
+      <tuv xml:lang="fr"><seg>Le grand chien et le chat.</seg></tuv>
+    </tu>
+    <tu tuid="2">
+      <tuv xml:lang="en"><seg>Only English.</seg></tuv>
+      <tuv xml:lang="fr"><seg>Seulement français.</seg></tuv>
+    </tu>
+    <tu tuid="3">
+      <note xml:lang="de">A note is no tuv.</note>
+      <tuv xml:lang="de_AT"><seg>Click<ph x="1">&lt;img src="a.png"/&gt;</ph>here.</seg></tuv>
+      <tuv xml:lang="de-DE"><seg>A second German variant: not taken.</seg></tuv>
+      <tuv xml:lang="en-us"><seg>Click <ph x="1"><sub>alt text</sub></ph>here.</seg></tuv>
+    </tu>
+  </body>
+</tmx>
+""".encode()
+
+
+def test_tmx_pairs_two_of_three_languages_either_way_and_counts_the_tu_lacking_one():
+    de = ["Der große Hund und die Katze.", "Clickhere."]
+    en = ["The big dog & the cat.", "Click here."]
+    assert formats.tmx_pairs(TMX, "m.tmx", "de", "en") == (de, en, 1)
+    assert formats.tmx_pairs(gzip.compress(TMX), "m.tmx.gz", "EN-gb", "de") == (en, de, 1)
+    assert formats.tmx_pairs(TMX, "m.tmx", "en", "fr") == (
+        ["The big dog & the cat.", "Only English."],
+        ["Le grand chien et le chat.", "Seulement français."],
+        1,
+    )
+
+
+def test_tmx_1_1_lang_attribute():
+    data = b'<tmx version="1.1"><body><tu><tuv lang="DE-CH"><seg>Hallo</seg></tuv>' + (
+        b'<tuv lang="EN"><seg>Hello</seg></tuv></tu></body></tmx>'
+    )
+    assert formats.tmx_pairs(data, "old.tmx", "de", "en") == (["Hallo"], ["Hello"], 0)
+
+
+def test_a_tmx_without_the_pair_names_the_languages_it_has():
+    assert message(formats.tmx_pairs, TMX, "m.tmx", "de", "cs") == (
+        "m.tmx: no <tu> holds both de and cs (languages found: de, en, fr); "
+        "check data.src_lang and data.tgt_lang, or the file"
+    )
+
+
+def test_malformed_xml_names_the_file_line_and_column():
+    broken = TMX.replace(b'</seg></tuv>\n      <tuv xml:lang="fr">', b'</tuv>\n      <tuv xml:lang="fr">', 1)
+    text = message(formats.tmx_pairs, broken, "m.tmx", "de", "en")
+    assert text == (
+        "m.tmx: not well-formed XML at line 10, column 27 (mismatched tag); fetch it again or fix the file"
+    )
+
+
+def test_an_external_entity_is_refused_not_fetched(tmp_path):
+    secret = tmp_path / "secret"
+    secret.write_text("secret")
+    data = (
+        f'<!DOCTYPE tmx [<!ENTITY e SYSTEM "file://{secret}">]>'
+        '<tmx><body><tu><tuv xml:lang="de"><seg>&e;</seg></tuv><tuv xml:lang="en"><seg>x</seg></tuv></tu>'
+        "</body></tmx>"
+    ).encode()
+    assert "m.tmx: not well-formed XML at line 1" in message(formats.tmx_pairs, data, "m.tmx", "de", "en")
+
+
+# --- sgm_lines --------------------------------------------------------------------------
+
+SGM = b"""<refset setid="newstest2019" srclang="any" trglang="en">
+<doc sysid="ref" docid="abc.1" genre="news" origlang="de">
+<p>
+<seg id="1">Tom &amp; Jerry say &quot;hi&quot; &#8211; twice.</seg>
+<seg id="2"> Spaces  inside\tstay as one. </seg>
+</p>
+</doc>
+<doc sysid="ref" docid="abc.2" genre="news" origlang="de">
+<seg id="1">A &lt;b&gt; tag stays text.</seg><seg id="2">Two on one line.</seg>
+<seg id="3"></seg>
+</doc>
+</refset>
+"""
+
+
+def test_sgm_lines_are_the_segs_in_file_order_unescaped():
+    assert formats.sgm_lines(SGM, "ref.sgm") == [
+        'Tom & Jerry say "hi" – twice.',
+        "Spaces inside stay as one.",
+        "A <b> tag stays text.",
+        "Two on one line.",
+        "",
+    ]
+
+
+def test_an_sgm_seg_left_open_names_the_line():
+    data = b'<doc>\n<seg id="1">one</seg>\n<seg id="2">two\nlines</seg>\n</doc>\n'
+    assert message(formats.sgm_lines, data, "s.sgm") == (
+        "s.sgm: line 3: a <seg> with no </seg> on the same line; fix the file"
+    )
+
+
+def test_a_file_with_no_seg_is_no_sgm():
+    assert message(formats.sgm_lines, b"plain text\n", "s.sgm").startswith("s.sgm: no <seg> in the file")
+
+
+# --- wmt_xml_pairs ----------------------------------------------------------------------
+
+WMT_XML = b"""<?xml version='1.0' encoding='utf-8'?>
+<dataset id="generaltest2022">
+  <collection id="general">
+    <doc id="news.1" origlang="de">
+      <src lang="de"><p><seg id="1">Erster Satz.</seg><seg id="2">Zweiter
+        Satz.</seg></p><p><seg id="3">Ohne Referenz.</seg></p></src>
+      <ref lang="en" translator="A"><p><seg id="2">Second sentence.</seg><seg id="1">First sentence.</seg></p>
+        <p><seg id="3"></seg></p></ref>
+      <ref lang="en" translator="B"><p><seg id="1">The first.</seg><seg id="2">The second.</seg></p>
+        <p><seg id="3">Not taken: A is first.</seg></p></ref>
+      <hyp lang="en" system="sys"><p><seg id="1">A system's output.</seg></p></hyp>
+    </doc>
+    <doc id="suite.1" origlang="de" testsuite="x">
+      <src lang="de"><p><seg id="1">Testsuite.</seg></p></src>
+    </doc>
+    <doc id="news.2" origlang="en">
+      <src lang="de"><p><seg id="1">Dritter Satz.</seg></p></src>
+      <ref lang="en-US" translator="A"><p><seg id="1">Third sentence.</seg></p></ref>
+    </doc>
+    <doc id="news.3" origlang="de">
+      <src lang="de"><p><seg id="1">Kein Englisch.</seg></p></src>
+    </doc>
+  </collection>
+</dataset>
+"""
+
+
+def test_wmt_xml_pairs_segments_by_id_within_each_doc_from_the_first_reference():
+    assert formats.wmt_xml_pairs(WMT_XML, "t.xml", "de", "en") == (
+        ["Erster Satz.", "Zweiter Satz.", "Dritter Satz."],
+        ["First sentence.", "Second sentence.", "Third sentence."],
+    )
+
+
+def test_wmt_xml_read_in_the_reverse_direction():
+    assert formats.wmt_xml_pairs(gzip.compress(WMT_XML), "t.xml.gz", "EN", "de") == (
+        ["First sentence.", "Second sentence.", "Third sentence."],
+        ["Erster Satz.", "Zweiter Satz.", "Dritter Satz."],
+    )
+
+
+def test_wmt_xml_without_the_pair_names_the_languages_it_has():
+    assert message(formats.wmt_xml_pairs, WMT_XML, "t.xml", "de", "fr") == (
+        "t.xml: no <doc> holds both de and fr (languages found: de, en); "
+        "check data.src_lang and data.tgt_lang, or the file"
+    )
+    assert "t.xml: not well-formed XML at line 1" in message(
+        formats.wmt_xml_pairs, b"<dataset", "t.xml", "de", "en"
+    )
