@@ -1,7 +1,8 @@
 """Typed, validated params: one frozen dataclass per section of params.yaml.
 
-Defaults live in params.yaml, nowhere else: every field here is required, so a
-key missing from the file is an error, as is a key the dataclass lacks. Params
+Defaults live in params.yaml, nowhere else: every field here is required (but
+a source spec's, data.sources.NAME), so a key missing from the file is an
+error, as is a key the dataclass lacks. Params
 are loaded once, at the CLI boundary (`load`), and refused there with a
 one-line message that names the key and what is allowed.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import types
 import typing
 from collections.abc import Mapping
@@ -22,32 +24,46 @@ import yaml
 from pipeline.errors import ParamsError, UserError
 from pipeline.tokens import N_SPECIAL
 
+SOURCE_FORMATS = ("auto", "text", "tsv", "tmx", "sgm", "xml")
 
-@dataclass(frozen=True)
-class SideFiles:
-    """One split of a user's bitext: a URL or local path per side, plain or .gz."""
-
-    src: str | None
-    tgt: str | None
-    src_sha256: str | None
-    tgt_sha256: str | None
+# A test set's name becomes a file name and a metric name (test.<name>.bleu): no dots, no slashes.
+SET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 
 
 @dataclass(frozen=True)
-class Bitext:
-    train: SideFiles
-    val: SideFiles
-    test: SideFiles
+class SourceSpec:
+    """A corpus source of the user's own (data.sources.NAME); its keys may be left out.
+
+    Exactly one of: `catalog` (a catalog set, e.g. to cap it with max_lines);
+    `src` and `tgt` (a file per side); `file` (one file holding both sides: TSV,
+    TMX or WMT XML). With `archive`, `src`/`tgt`/`file` are members of that
+    tar/tgz/zip. `format` auto reads the (member) name: .tsv .tmx .sgm .xml, else
+    text. `sha256` is the sum of `archive` or `file`; src_sha256/tgt_sha256 are
+    the per-side files'.
+    """
+
+    catalog: str | None = None
+    src: str | None = None
+    tgt: str | None = None
+    file: str | None = None
+    archive: str | None = None
+    format: Literal["auto", "text", "tsv", "tmx", "sgm", "xml"] = "auto"
+    columns: tuple[int, int] = (0, 1)
+    sha256: str | None = None
+    src_sha256: str | None = None
+    tgt_sha256: str | None = None
+    max_lines: int | None = None
 
 
 @dataclass(frozen=True)
 class DataParams:
-    corpus: Literal["multi30k", "bitext"]
     src_lang: str
     tgt_lang: str
     mirror: str | None
-    multi30k_test: Literal["test_2016_flickr", "test_2017_flickr", "test_2017_mscoco", "test_2018_flickr"]
-    bitext: Bitext
+    train: tuple[str, ...]
+    val: tuple[str, ...]
+    test: tuple[str, ...]
+    sources: dict[str, SourceSpec]
     heldout_seed: int
     heldout_val: int
     heldout_test: int
@@ -58,6 +74,7 @@ class CleanParams:
     max_words: int
     max_ratio: float
     dedupe: bool
+    decontaminate: bool
 
 
 @dataclass(frozen=True)
@@ -189,10 +206,12 @@ def _build(cls: type, raw: Any, where: str) -> Any:
     if unknown:
         key = _join(where, str(unknown[0]))
         raise ParamsError(f"{key}: unknown key; allowed keys here: {', '.join(names)}")
-    missing = [n for n in names if n not in raw]
+    # Only a source spec has keys that may be left out (dataclass defaults); the rest come from params.yaml.
+    optional = {f.name for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
+    missing = [n for n in names if n not in raw and n not in optional]
     if missing:
         raise ParamsError(f"{_join(where, missing[0])}: missing; every key must be set in params.yaml")
-    return cls(**{n: _coerce(hints[n], raw[n], _join(where, n)) for n in names})
+    return cls(**{n: _coerce(hints[n], raw[n], _join(where, n)) for n in names if n in raw})
 
 
 def _coerce(tp: Any, value: Any, key: str) -> Any:
@@ -210,6 +229,22 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
         if value not in allowed:
             raise ParamsError(f"{key}: got {_show(value)}; allowed: {' | '.join(map(str, allowed))}")
         return value
+    if origin is dict:
+        _, kind = typing.get_args(tp)
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise ParamsError(f"{key}: got {_show(value)}; expected a mapping of names")
+        return {str(k): _coerce(kind, v, _join(key, str(k))) for k, v in value.items()}
+    if origin is tuple and typing.get_args(tp)[1:] == (Ellipsis,):
+        kind = typing.get_args(tp)[0]
+        if isinstance(value, str):  # `-S data.test=name` sets one name, not a list
+            value = [value]
+        if value is None:
+            return ()
+        if not isinstance(value, (list, tuple)):
+            raise ParamsError(f"{key}: got {_show(value)}; expected a list")
+        return tuple(_coerce(kind, v, f"{key}[{i}]") for i, v in enumerate(value))
     if origin is tuple:
         kinds = typing.get_args(tp)
         if not isinstance(value, (list, tuple)) or len(value) != len(kinds):
@@ -246,22 +281,7 @@ def validate(p: Params) -> None:
     """Refuse values that are well-typed but invalid or inconsistent."""
     d, c, b, m, t, dec = p.data, p.clean, p.bpe, p.model, p.train, p.decode
 
-    _check(d.src_lang != d.tgt_lang, "data.tgt_lang", "must differ from data.src_lang")
-    if d.corpus == "bitext":
-        _check(
-            d.bitext.train.src is not None and d.bitext.train.tgt is not None,
-            "data.bitext.train",
-            "corpus: bitext needs src and tgt (a URL or a path) for train",
-        )
-        for split in ("val", "test"):
-            sides = getattr(d.bitext, split)
-            _check(
-                (sides.src is None) == (sides.tgt is None),
-                f"data.bitext.{split}",
-                "give both src and tgt, or neither (then it is held out of train)",
-            )
-    for name in ("heldout_val", "heldout_test"):
-        _check(getattr(d, name) >= 1, f"data.{name}", "must be at least 1")
+    validate_data(d)
 
     _check(c.max_words >= 1, "clean.max_words", "must be at least 1")
     _check(c.max_ratio >= 1.0, "clean.max_ratio", "must be at least 1.0")
@@ -321,6 +341,78 @@ def validate(p: Params) -> None:
     )
 
     check_decode(dec)
+
+
+def validate_data(d: DataParams) -> None:
+    """The data section: the splits' names, and each source spec's shape (names resolve in download)."""
+    _check(d.src_lang != d.tgt_lang, "data.tgt_lang", "must differ from data.src_lang")
+    _check(bool(d.train), "data.train", "needs at least one source (a catalog set or a data.sources name)")
+    for split in ("train", "val", "test"):
+        names = getattr(d, split)
+        for i, name in enumerate(names):
+            _check(name not in names[:i], f"data.{split}", f"{name} is listed twice")
+    for split in ("val", "test"):
+        for name in getattr(d, split):
+            _check(
+                name not in d.train,
+                f"data.{split}",
+                f"{name} is also in data.train; a set held out for {split} cannot be trained on",
+            )
+    for name in d.test:
+        _check(
+            bool(SET_NAME.match(name)) and name not in ("train", "val", "heldout"),
+            "data.test",
+            f"{name!r} cannot name a test set: use letters, digits, _ and - (it names files and metrics), "
+            "and not train, val or heldout",
+        )
+    for name, spec in d.sources.items():
+        _check_source(name, spec)
+    for name in ("heldout_val", "heldout_test"):
+        _check(getattr(d, name) >= 1, f"data.{name}", "must be at least 1")
+
+
+def _check_source(name: str, s: SourceSpec) -> None:
+    key = f"data.sources.{name}"
+    _check(bool(SET_NAME.match(name)), key, "a source name uses letters, digits, _ and - only")
+    kinds = [
+        k for k, given in (("catalog", s.catalog), ("src/tgt", s.src or s.tgt), ("file", s.file)) if given
+    ]
+    _check(
+        len(kinds) == 1,
+        key,
+        f"give exactly one of: catalog (a set name), src and tgt (a file per side), file (both sides in one "
+        f"TSV, TMX or XML file); got {' and '.join(kinds) or 'none'}",
+    )
+    if s.src or s.tgt:
+        _check(bool(s.src and s.tgt), key, "give both src and tgt")
+        _check(
+            s.format not in ("tsv", "tmx", "xml"), f"{key}.format", f"{s.format} holds both sides: use file"
+        )
+    if s.file:
+        _check(
+            s.format not in ("text", "sgm"), f"{key}.format", f"{s.format} holds one side: use src and tgt"
+        )
+    if s.catalog:
+        extra = [k for k in ("archive", "sha256", "src_sha256", "tgt_sha256") if getattr(s, k)]
+        _check(
+            not extra, key, f"{', '.join(extra)}: not with catalog (its files and sums are in the catalog)"
+        )
+    if s.archive or s.file:
+        _check(
+            not (s.src_sha256 or s.tgt_sha256),
+            key,
+            "src_sha256/tgt_sha256 are for separate files; give the sha256 of the archive or file as sha256",
+        )
+    else:
+        _check(
+            s.sha256 is None, f"{key}.sha256", "is the sum of archive or file; use src_sha256 and tgt_sha256"
+        )
+    _check(
+        min(s.columns) >= 0 and s.columns[0] != s.columns[1],
+        f"{key}.columns",
+        "two different columns, from 0",
+    )
+    _check(s.max_lines is None or s.max_lines >= 1, f"{key}.max_lines", "must be null (all) or at least 1")
 
 
 DECODE_KEYS = {f.name: f"decode.{f.name}" for f in dataclasses.fields(DecodeParams)}

@@ -28,7 +28,7 @@ from pipeline.data import corpora, fetch
 from pipeline.decoding.search import BANNED
 from pipeline.model import checkpoint
 from pipeline.model.transformer import Seq2SeqBase, build_model
-from pipeline.params import Bitext, BpeParams, DataParams, SideFiles
+from pipeline.params import BpeParams, DataParams, SourceSpec
 from pipeline.stages.bpe import train_bpe
 from pipeline.tokens import EOS, N_SPECIAL
 from pipeline.tracking import Tracker
@@ -36,7 +36,6 @@ from pipeline.training.state import Paths
 
 REPO = Path(__file__).resolve().parents[1]
 MIRROR = REPO.parent / "shared" / "corpora"
-DATA = Path(__file__).resolve().parent / "data"  # small files the tests read
 BASE = P.load(REPO / "params.yaml")
 
 
@@ -268,9 +267,6 @@ def make_ct2_model_dir(
 
 # --- corpus files, a fake mirror and a fake network, for the download and fetch tests ------
 
-NONE = SideFiles(None, None, None, None)
-
-
 M30K = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/"
 
 
@@ -284,20 +280,25 @@ def write(path: Path, data: bytes) -> str:
     return str(path)
 
 
-def sides(src: str, tgt: str, src_sha256: str | None = None, tgt_sha256: str | None = None) -> SideFiles:
-    return SideFiles(src, tgt, src_sha256, tgt_sha256)
+def sides(src: str, tgt: str, src_sha256: str | None = None, tgt_sha256: str | None = None) -> SourceSpec:
+    """A source of one file per side."""
+    return SourceSpec(src=src, tgt=tgt, src_sha256=src_sha256, tgt_sha256=tgt_sha256)
 
 
-def bitext(train: SideFiles, val: SideFiles = NONE, test: SideFiles = NONE, **changes) -> DataParams:
-    """DataParams for corpus: bitext, validated as params.load would."""
-    splits = Bitext(train, val, test)
-    data = dataclasses.replace(BASE.data, corpus="bitext", mirror=None, bitext=splits, **changes)
+def user_data(
+    train: SourceSpec, val: SourceSpec | None = None, test: SourceSpec | None = None, **changes
+) -> DataParams:
+    """DataParams whose splits are the user's sources c-train, c-val, c-test (none: held out), validated."""
+    specs = {"c-train": train, "c-val": val, "c-test": test}
+    sources = {name: spec for name, spec in specs.items() if spec is not None}
+    splits = {split: (f"c-{split}",) if f"c-{split}" in sources else () for split in ("train", "val", "test")}
+    data = dataclasses.replace(BASE.data, mirror=None, sources=sources, **{**splits, **changes})
     P.validate(dataclasses.replace(BASE, data=data))
     return data
 
 
-def numbered(tmp_path: Path, n: int, name: str = "c") -> SideFiles:
-    """A bitext split of n aligned lines 's{i}' / 't{i}'."""
+def numbered(tmp_path: Path, n: int, name: str = "c") -> SourceSpec:
+    """A source of n aligned lines 's{i}' / 't{i}'."""
     src = write(tmp_path / f"{name}.src", "".join(f"s{i}\n" for i in range(n)).encode())
     tgt = write(tmp_path / f"{name}.tgt", "".join(f"t{i}\n" for i in range(n)).encode())
     return sides(src, tgt)

@@ -3,8 +3,8 @@
 A set has one line-aligned file per language, each with its URL and sha256.
 A set serves either direction: `for_pair("en", "ru")` finds ru-en sets with
 their sides in en, ru order. A file whose URL is in the catalog is verified
-against its pinned sum wherever it is named (data.corpus multi30k, or a
-bitext URL).
+against its pinned sum wherever it is named (a catalog set in data.train,
+val or test, or a URL in data.sources).
 """
 
 from __future__ import annotations
@@ -72,8 +72,6 @@ SETS: dict[str, NamedSet] = load_catalog()
 
 # sha256 of every file this project knows by URL; fetch.py checks each fetched URL against it.
 PINNED_SHA256: dict[str, str] = {side.url: side.sha256 for s in SETS.values() for side in s.sides}
-
-MULTI30K_TESTS = tuple(name.removeprefix("multi30k-") for name in SETS if name.startswith("multi30k-test_"))
 
 
 def lookup(name: str) -> NamedSet:

@@ -103,3 +103,63 @@ def test_cli_refuses_bad_params_with_exit_2_and_no_traceback(tmp_path, raw):
         "Error: model.d_model: 250 is not divisible by model.n_heads=4"
     ]
     assert not out.exists()
+
+
+# --- the data section: splits as lists of names, the user's own sources ----------------
+
+
+def test_splits_are_lists_of_names_and_one_name_is_a_list_of_one(raw):
+    assert P.from_dict(raw).data.test[0] == "multi30k-test_2016_flickr"
+    raw["data"]["test"] = "newstest2018-deen"  # what `dvc exp run -S data.test=newstest2018-deen` sets
+    assert P.from_dict(raw).data.test == ("newstest2018-deen",)
+    raw["data"]["val"] = []
+    assert P.from_dict(raw).data.val == ()
+
+
+def test_a_source_spec_may_leave_out_keys_and_round_trips(raw):
+    raw["data"]["sources"] = {"ep": {"archive": "ep.tgz", "src": "ep/de", "tgt": "ep/en", "sha256": "a" * 64}}
+    raw["data"]["train"] = ["ep"]
+    data = P.from_dict(raw).data
+    spec = data.sources["ep"]
+    assert (spec.archive, spec.src, spec.format, spec.columns, spec.max_lines) == (
+        "ep.tgz",
+        "ep/de",
+        "auto",
+        (0, 1),
+        None,
+    )
+    assert P.from_dict(P.from_dict(raw).to_dict()).data == data
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"train": []}, "data.train: needs at least one source"),
+        ({"test": ["a", "a"]}, "data.test: a is listed twice"),
+        ({"test": ["multi30k-train"]}, "data.test: multi30k-train is also in data.train"),
+        ({"val": ["multi30k-train"]}, "data.val: multi30k-train is also in data.train"),
+        ({"test": ["news.2019"]}, "data.test: 'news.2019' cannot name a test set"),
+        ({"test": ["heldout"]}, "data.test: 'heldout' cannot name a test set"),
+        ({"sources": {"x": {}}}, "data.sources.x: give exactly one of: catalog"),
+        ({"sources": {"x": {"src": "a", "file": "b.tsv"}}}, "got src/tgt and file"),
+        ({"sources": {"x": {"src": "a"}}}, "data.sources.x: give both src and tgt"),
+        ({"sources": {"x": {"file": "a", "format": "text"}}}, "data.sources.x.format: text holds one side"),
+        (
+            {"sources": {"x": {"src": "a", "tgt": "b", "format": "tmx"}}},
+            "data.sources.x.format: tmx holds both",
+        ),
+        ({"sources": {"x": {"catalog": "multi30k-val", "sha256": "a" * 64}}}, "sha256: not with catalog"),
+        (
+            {"sources": {"x": {"src": "a", "tgt": "b", "sha256": "a" * 64}}},
+            "data.sources.x.sha256: is the sum of",
+        ),
+        ({"sources": {"x": {"file": "a.tsv", "columns": [1, 1]}}}, "data.sources.x.columns: two different"),
+        ({"sources": {"x": {"file": "a.tsv", "max_lines": 0}}}, "data.sources.x.max_lines: must be null"),
+        ({"sources": {"x": {"file": "a.tsv", "format": "csv"}}}, "data.sources.x.format: got 'csv'"),
+        ({"sources": {"x": {"file": "a.tsv", "typo": 1}}}, "data.sources.x.typo: unknown key"),
+        ({"sources": {"a b": {"file": "a.tsv"}}}, "data.sources.a b: a source name uses"),
+    ],
+)
+def test_bad_data_sections_are_refused_naming_the_key(raw, change, expected):
+    raw["data"].update(change)
+    assert expected in refused(raw)

@@ -31,7 +31,6 @@ def test_multi30k_has_every_split_in_every_language_it_exists_in():
         has_cs = split not in ("test_2017_flickr", "test_2017_mscoco")
         assert named.langs == ("de", "en", "fr", "cs") if has_cs else ("de", "en", "fr")
         assert named.side("en").url == f"{M30K}{split}.en.gz"
-    assert corpora.MULTI30K_TESTS == M30K_SPLITS[2:]
 
 
 def test_pinned_sums_are_the_catalogs_one_per_url():

@@ -1,6 +1,6 @@
 """Fetching a corpus file: local path, mirror or network (retries, partial downloads), its sha256.
 
-Most tests go through download.download, the one caller, with a bitext that names the file.
+Most tests go through download.download, the one caller, with a user source that names the file.
 """
 
 from __future__ import annotations
@@ -19,17 +19,20 @@ from pipeline.stages import download
 from tests.helpers import (
     BASE,
     M30K,
-    bitext,
     entries,
     fake_multi30k_mirror,
     numbered,
     serve,
     sha,
     sides,
+    user_data,
     write,
 )
 
 pytestmark = pytest.mark.usefixtures("offline")
+
+# Multi30k with the one test set fake_multi30k_mirror makes
+ONE_TEST = dataclasses.replace(BASE.data, test=("multi30k-test_2016_flickr",))
 
 
 class FakeResponse:
@@ -60,7 +63,7 @@ class FakeResponse:
 def test_sha256_mismatch_is_refused_and_leaves_nothing(tmp_path):
     train = numbered(tmp_path / "in", 5)
     wrong = "0" * 64
-    data = bitext(dataclasses.replace(train, tgt_sha256=wrong))
+    data = user_data(dataclasses.replace(train, tgt_sha256=wrong))
     out = tmp_path / "raw"
     with pytest.raises(UserError) as e:
         download.download(data, out)
@@ -70,7 +73,7 @@ def test_sha256_mismatch_is_refused_and_leaves_nothing(tmp_path):
 
 
 def test_missing_local_file_names_it(tmp_path):
-    data = bitext(sides(str(tmp_path / "nope.src"), str(tmp_path / "nope.tgt")))
+    data = user_data(sides(str(tmp_path / "nope.src"), str(tmp_path / "nope.tgt")))
     with pytest.raises(UserError, match=r"nope.src: no such file"):
         download.download(data, tmp_path / "raw")
 
@@ -91,7 +94,7 @@ def test_mirror_file_with_a_wrong_sum_is_refused(tmp_path, monkeypatch):
     bad.write_bytes(gzip.compress(b"tampered\n"))
     monkeypatch.setenv("CORPUS_MIRROR", str(tmp_path / "mirror"))
     with pytest.raises(UserError) as e:
-        download.download(dataclasses.replace(BASE.data, corpus="multi30k"), tmp_path / "raw")
+        download.download(ONE_TEST, tmp_path / "raw")
     assert f"{M30K}val.en.gz" in e.value.message and str(bad) in e.value.message
     assert corpora.PINNED_SHA256[f"{M30K}val.en.gz"] in e.value.message
     assert not (tmp_path / "raw").exists()
@@ -103,7 +106,7 @@ def test_mirror_missing_a_file_names_the_path_and_the_url(tmp_path, monkeypatch)
     missing.unlink()
     monkeypatch.setenv("CORPUS_MIRROR", str(tmp_path / "mirror"))
     with pytest.raises(UserError) as e:
-        download.download(dataclasses.replace(BASE.data, corpus="multi30k"), tmp_path / "raw")
+        download.download(ONE_TEST, tmp_path / "raw")
     assert str(missing) in e.value.message and f"{M30K}val.de.gz" in e.value.message
     assert not (tmp_path / "raw").exists()
 
@@ -114,7 +117,7 @@ def test_mirror_missing_a_file_names_the_path_and_the_url(tmp_path, monkeypatch)
 def test_network_failure_is_retried_with_backoff_then_explained(tmp_path, monkeypatch, offline):
     url = "https://example.org/corpus/train.src"
     asked = serve(monkeypatch, [urllib.error.URLError("name resolution failed")])
-    data = bitext(sides(url, "https://example.org/corpus/train.tgt"))
+    data = user_data(sides(url, "https://example.org/corpus/train.tgt"))
     with pytest.raises(UserError) as e:
         download.download(data, tmp_path / "raw")
     assert asked == [url] * 4
@@ -127,7 +130,7 @@ def test_http_404_is_not_retried(tmp_path, monkeypatch, offline):
     url = "https://example.org/corpus/train.src"
     asked = serve(monkeypatch, [urllib.error.HTTPError(url, 404, "Not Found", {}, None)])
     with pytest.raises(UserError, match="404"):
-        download.download(bitext(sides(url, url + "2")), tmp_path / "raw")
+        download.download(user_data(sides(url, url + "2")), tmp_path / "raw")
     assert asked == [url] and offline == []
 
 
@@ -142,12 +145,13 @@ def test_network_download_after_a_failed_try(tmp_path, monkeypatch, offline):
         ],
     )
     train = sides("https://example.org/s.gz", "https://example.org/t", src_sha256=sha(src))
-    data = bitext(train, numbered(tmp_path / "in", 1, "val"), numbered(tmp_path / "in", 1, "test"))
+    data = user_data(train, numbered(tmp_path / "in", 1, "val"), numbered(tmp_path / "in", 1, "test"))
     manifest = download.download(data, tmp_path / "raw")
     assert len(asked) == 3 and offline == [1.0]
     assert files.read_lines(tmp_path / "raw" / "train.src") == ["eins", "zwei"]
-    assert manifest["files"]["train.src"]["via"] == "network"
-    assert manifest["files"]["train.tgt"]["sha256"] == sha(tgt)
+    src_record, tgt_record = manifest["splits"]["train"][0]["files"]
+    assert src_record["via"] == "network"
+    assert tgt_record["sha256"] == sha(tgt)
 
 
 @pytest.mark.parametrize(
@@ -165,13 +169,14 @@ def test_partial_download_leaves_no_file(tmp_path, monkeypatch, response):
         fetch.download_url("https://example.org/x", scratch)
     assert entries(scratch) == set()  # every try's part file is gone
     with pytest.raises(UserError):
-        download.download(bitext(sides("https://example.org/x", "https://example.org/y")), tmp_path / "raw")
+        data = user_data(sides("https://example.org/x", "https://example.org/y"))
+        download.download(data, tmp_path / "raw")
     assert entries(tmp_path) == {"scratch"}
 
 
 def test_unsupported_scheme_is_refused(tmp_path):
     with pytest.raises(UserError, match="only http"):
-        download.download(bitext(sides("ftp://example.org/a", "ftp://example.org/b")), tmp_path / "raw")
+        download.download(user_data(sides("ftp://example.org/a", "ftp://example.org/b")), tmp_path / "raw")
 
 
 # --- decoding -------------------------------------------------------------------------
@@ -181,5 +186,5 @@ def test_invalid_utf8_names_the_file_and_line(tmp_path):
     src = write(tmp_path / "a.src", b"ok\r\nstill ok\r\nbad \xff byte\nok\n")
     tgt = write(tmp_path / "a.tgt", b"1\n2\n3\n4\n")
     with pytest.raises(UserError) as e:
-        download.download(bitext(sides(src, tgt)), tmp_path / "raw")
+        download.download(user_data(sides(src, tgt)), tmp_path / "raw")
     assert src in e.value.message and "line 3" in e.value.message
