@@ -238,33 +238,36 @@ def test_a_hostile_corpus_goes_through_every_data_stage_aligned(tmp_path):
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     raw_params = yaml.safe_load((REPO / "params.yaml").read_text(encoding="utf-8"))
-    raw_params["data"]["corpus"] = "bitext"
+    raw_params["data"].update(train=["hostile-train"], val=["hostile-val"], test=["hostile-test"])
+    raw_params["data"]["sources"] = {}
     for split, pairs in splits.items():
         src, tgt = corpus / f"{split}.de", corpus / f"{split}.en"
         write_side(src, [s for s, _ in pairs], bom=True, crlf=True)  # a Windows editor's file
         write_side(tgt, [t for _, t in pairs], bom=False, crlf=False)
-        raw_params["data"]["bitext"][split].update(src=str(src), tgt=str(tgt))
+        raw_params["data"]["sources"][f"hostile-{split}"] = {"src": str(src), "tgt": str(tgt)}
     params = P.from_dict(raw_params)
     params = dataclasses.replace(params, bpe=dataclasses.replace(params.bpe, vocab_size=300))
 
     raw, clean_dir, bpe_dir, bin_dir = (tmp_path / name for name in ("raw", "clean", "bpe", "bin"))
     manifest = download.download(params.data, raw)
+    stems = {"train": "train", "val": "val", "test": "test/hostile-test"}  # data/raw and data/clean layout
     for split, pairs in splits.items():
-        counts = [manifest["files"][f"{split}.{side}"]["lines"] for side in ("src", "tgt")]
-        assert counts == [len(pairs)] * 2
+        assert [s["lines"] for s in manifest["splits"][split]] == [len(pairs)]
         # every raw line is the line written: only the BOM and the line ends are gone (in the LF
         # file a CR that ends a line makes a CRLF, which download's policy takes as a line end)
-        assert files.read_lines(raw / f"{split}.src") == [s for s, _ in pairs]
+        assert files.read_lines(raw / f"{stems[split]}.src") == [s for s, _ in pairs]
         tgt = [t.removesuffix("\r") for _, t in pairs]
         tgt[0] = tgt[0].removeprefix("\ufeff")
-        assert files.read_lines(raw / f"{split}.tgt") == tgt
+        assert files.read_lines(raw / f"{stems[split]}.tgt") == tgt
 
     stats = clean.clean(params.clean, raw, clean_dir)
+    stats["test"] = stats["test"]["hostile-test"]
     for split, pairs in splits.items():
         s = stats[split]
         assert s["lines_in"] == len(pairs)
         assert s["lines_out"] == len(pairs) - sum(s["dropped"].values())
-        src, tgt = files.read_lines(clean_dir / f"{split}.src"), files.read_lines(clean_dir / f"{split}.tgt")
+        src = files.read_lines(clean_dir / f"{stems[split]}.src")
+        tgt = files.read_lines(clean_dir / f"{stems[split]}.tgt")
         assert len(src) == len(tgt) == s["lines_out"]
         assert all(marker(a) == marker(b) for a, b in zip(src, tgt) if marker(a) and marker(b))  # aligned
         for line in src + tgt:
@@ -275,12 +278,12 @@ def test_a_hostile_corpus_goes_through_every_data_stage_aligned(tmp_path):
     assert dropped["empty"] >= 2 and dropped["too_long"] >= 1
     for side in ("src", "tgt"):  # the dirt was counted, not just removed
         assert stats["train"]["normalized"][side]["control_chars"] > 0
-    assert files.read_lines(clean_dir / "test.src")[7].startswith("m7 wort wort")
+    assert files.read_lines(clean_dir / "test" / "hostile-test.src")[7].startswith("m7 wort wort")
     assert any(line.startswith("m11 aaa") for line in files.read_lines(clean_dir / "train.src"))
 
     bpe.train_bpe(params.bpe, clean_dir, bpe_dir)  # sentencepiece skips the 1 MB "word" when training
     meta = binarize.binarize(clean_dir, bpe_dir, bin_dir)
-    for split in splits:
+    for split in ("train", "val"):  # test sets are not binarized
         n = stats[split]["lines_out"]
         assert meta["splits"][split]["sentences"] == n
         data = ParallelData.load(bin_dir, split)

@@ -18,12 +18,14 @@ from pipeline.stages import clean
 from tests.helpers import REPO
 
 BASE = params.load(REPO / "params.yaml")
-CLEAN = dataclasses.replace(BASE.clean, max_words=5, max_ratio=3.0, dedupe=True)
-EVAL = {"val": (["v"], ["v"]), "test": (["t"], ["t"])}
+CLEAN = dataclasses.replace(BASE.clean, max_words=5, max_ratio=3.0, dedupe=True, decontaminate=True)
+EVAL = {"val": (["v"], ["v"]), "test/t": (["t"], ["t"])}
+NO_DROPS = dict.fromkeys(clean.DROP_REASONS, 0)
 
 
 def write_raw(raw: Path, splits: dict[str, tuple[list[str], list[str]]]) -> Path:
     for split, (src, tgt) in splits.items():
+        (raw / split).parent.mkdir(parents=True, exist_ok=True)
         files.write_lines(raw / f"{split}.src", src)
         files.write_lines(raw / f"{split}.tgt", tgt)
     return raw
@@ -48,7 +50,7 @@ def test_each_drop_reason_is_counted_by_the_first_rule_that_applies():
     src, tgt = zip(*pairs)
     out_src, out_tgt, stats = clean.clean_pairs(src, tgt, CLEAN, train=True)
     assert list(zip(out_src, out_tgt)) == [("ein Hund", "a dog"), ("ab", "abcdef"), ("ein Hund", "the dog")]
-    assert stats.dropped == {"empty": 3, "too_long": 1, "ratio": 2, "duplicate": 1}
+    assert stats.dropped == {**NO_DROPS, "empty": 3, "too_long": 1, "ratio": 2, "duplicate": 1}
     assert (stats.lines_in, stats.lines_out) == (10, 3)
 
 
@@ -65,7 +67,7 @@ def test_dedupe_keeps_the_first_and_can_be_turned_off():
 
 def test_a_pair_dropped_for_another_reason_is_not_remembered_as_seen():
     src, _, stats = clean.clean_pairs(["a", "a"], ["abcdefgh", "abcdefgh"], CLEAN, train=True)
-    assert src == [] and stats.dropped == {"empty": 0, "too_long": 0, "ratio": 2, "duplicate": 0}
+    assert src == [] and stats.dropped == {**NO_DROPS, "ratio": 2}
 
 
 def test_eval_splits_are_normalized_but_never_filtered():
@@ -85,13 +87,13 @@ def test_a_one_megabyte_line_is_dropped_from_train_and_kept_in_test(tmp_path):
         {
             "train": (["kurz", huge], ["short", "long"]),
             "val": (["v"], ["v"]),
-            "test": ([huge, "kurz"], ["long", "short"]),
+            "test/t": ([huge, "klein"], ["long", "small"]),
         },
     )
     stats = clean.clean(CLEAN, raw, tmp_path / "clean")
     assert stats["train"]["dropped"]["too_long"] == 1
     assert files.read_lines(tmp_path / "clean" / "train.src") == ["kurz"]
-    test_src = files.read_lines(tmp_path / "clean" / "test.src")
+    test_src = files.read_lines(tmp_path / "clean" / "test" / "t.src")
     assert len(test_src) == 2 and test_src[0] == huge.strip()
 
 
@@ -104,7 +106,8 @@ def test_clean_writes_every_split_and_its_stats(tmp_path):
         {
             "train": (["Ein  Hund", "", "Ein Hund", "Zwei Katzen"], ["A dog", "x", "A dog", "Two cats"]),
             "val": (["", "Cafe\u0301"], ["", "caf\u00e9"]),
-            "test": (["a\tb", "", "c"], ["A", "B", ""]),
+            "test/one": (["a\tb", "", "c"], ["A", "B", ""]),
+            "test/two": (["d"], ["D"]),
         },
     )
     out = tmp_path / "clean"
@@ -113,29 +116,38 @@ def test_clean_writes_every_split_and_its_stats(tmp_path):
     assert files.read_lines(out / "train.src") == ["Ein Hund", "Zwei Katzen"]
     assert files.read_lines(out / "train.tgt") == ["A dog", "Two cats"]
     assert files.read_lines(out / "val.src") == ["", "Café"]  # the empty line stays
-    assert files.read_lines(out / "test.src") == ["a b", "", "c"]
-    assert files.read_lines(out / "test.tgt") == ["A", "B", ""]
+    assert files.read_lines(out / "test" / "one.src") == ["a b", "", "c"]
+    assert files.read_lines(out / "test" / "one.tgt") == ["A", "B", ""]
+    assert files.read_lines(out / "test" / "two.tgt") == ["D"]
 
     assert json.loads((out / "stats.json").read_text(encoding="utf-8")) == stats
     assert stats["train"] == {
         "lines_in": 4,
         "lines_out": 2,
-        "dropped": {"empty": 1, "too_long": 0, "ratio": 0, "duplicate": 1},
+        "dropped": {**NO_DROPS, "empty": 1, "duplicate": 1},
         "normalized": {
             "src": {"control_chars": 0, "nfc": 0, "whitespace": 1},
             "tgt": {"control_chars": 0, "nfc": 0, "whitespace": 0},
         },
+        # no manifest.json in raw: the split is one source
+        "sources": {
+            "train": {"lines_in": 4, "lines_out": 2, "dropped": {**NO_DROPS, "empty": 1, "duplicate": 1}}
+        },
     }
     assert stats["val"]["lines_in"] == stats["val"]["lines_out"] == 2
     assert stats["val"]["normalized"]["src"]["nfc"] == 1
-    assert stats["test"]["lines_out"] == 3 and stats["test"]["normalized"]["src"]["control_chars"] == 1
+    assert sorted(stats["test"]) == ["one", "two"]
+    assert (
+        stats["test"]["one"]["lines_out"] == 3
+        and stats["test"]["one"]["normalized"]["src"]["control_chars"] == 1
+    )
     assert stats["unicode_version"] == unicodedata.unidata_version
     assert sorted(p.name for p in tmp_path.iterdir()) == ["clean", "raw"]  # no temporaries left
 
 
 def test_nothing_left_of_train_is_an_error_and_writes_nothing(tmp_path):
     raw = write_raw(tmp_path / "raw", {"train": (["", "a"], ["x", "abcdefgh"]), **EVAL})
-    counts = r"\(empty 1, too_long 0, ratio 1, duplicate 0\)"
+    counts = r"\(empty 1, heldout_overlap 0, too_long 0, ratio 1, duplicate 0\)"
     with pytest.raises(UserError, match=rf"dropped all 2 training pairs {counts}"):
         clean.clean(CLEAN, raw, tmp_path / "clean")
     assert not (tmp_path / "clean").exists()
@@ -143,11 +155,12 @@ def test_nothing_left_of_train_is_an_error_and_writes_nothing(tmp_path):
 
 def test_missing_or_misaligned_raw_files_are_user_errors(tmp_path):
     raw = write_raw(tmp_path / "raw", {"train": (["a"], ["b"]), "val": (["v"], ["v"])})
-    with pytest.raises(UserError, match=r"test.src: no such file; run the download stage"):
+    with pytest.raises(UserError, match=r"test/: no test set .*run the download stage"):
         clean.clean(CLEAN, raw, tmp_path / "clean")
-    write_raw(raw, {"test": (["a", "b"], ["c"])})
-    with pytest.raises(UserError, match=r"test.src has 2 lines but .*test.tgt has 1"):
+    write_raw(raw, {"test/x": (["a", "b"], ["c"])})
+    with pytest.raises(UserError, match=r"test/x.src has 2 lines but .*test/x.tgt has 1"):
         clean.clean(CLEAN, raw, tmp_path / "clean")
+    assert not (tmp_path / "clean").exists()
 
 
 def test_command(tmp_path):
@@ -166,14 +179,53 @@ def test_command(tmp_path):
     assert result.stderr.strip() == f"Error: {missing}: no such file; run the download stage first"
 
 
-def test_real_sized_corpus_is_fast(tmp_path):
-    """29,000 pairs, as Multi30k's train, clean in well under the couple of seconds allowed."""
-    import time
+# --- decontamination and per-source counts ------------------------------------------
 
-    src = [f"Ein  Mann\tin einem roten Hemd fährt Fahrrad Nummer {i} ." for i in range(29_000)]
-    tgt = [f"A man in a red shirt rides bicycle number {i} ." for i in range(29_000)]
-    text._control_table()  # built once per process; not what this measures
-    start = time.perf_counter()
-    out_src, _, stats = clean.clean_pairs(src, tgt, BASE.clean, train=True)
-    assert time.perf_counter() - start < 2.0
-    assert len(out_src) == 29_000 and stats.normalized["src"].control_chars == 29_000
+
+def manifest(raw: Path, sources: dict[str, int]) -> None:
+    """The download manifest's train sources (names and line counts), all clean reads of it."""
+    train = [{"name": name, "lines": n} for name, n in sources.items()]
+    files.write_json(raw / "manifest.json", {"splits": {"train": train}})
+
+
+def test_training_pairs_repeating_a_val_or_test_side_are_dropped_and_counted_per_source(tmp_path):
+    raw = write_raw(
+        tmp_path / "raw",
+        {
+            "train": (
+                ["Ein Hund", "zwei  Katzen", "drei", "vier", "fünf", "Hallo"],
+                ["A dog", "two cats", "three", "Four birds", "five", "Hi"],
+            ),
+            "val": (["Hallo"], ["Hello"]),  # src of the last pair
+            "test/a": (["zwei Katzen"], ["2 cats"]),  # src once normalized
+            "test/b": (["x"], ["Four  birds"]),  # tgt once normalized
+        },
+    )
+    manifest(raw, {"news": 2, "web": 4})
+    stats = clean.clean(CLEAN, raw, tmp_path / "clean")
+    assert files.read_lines(tmp_path / "clean" / "train.src") == ["Ein Hund", "drei", "fünf"]
+    assert files.read_lines(tmp_path / "clean" / "train.tgt") == ["A dog", "three", "five"]
+    assert stats["train"]["dropped"]["heldout_overlap"] == 3
+    assert stats["train"]["sources"] == {
+        "news": {"lines_in": 2, "lines_out": 1, "dropped": {**NO_DROPS, "heldout_overlap": 1}},
+        "web": {"lines_in": 4, "lines_out": 2, "dropped": {**NO_DROPS, "heldout_overlap": 2}},
+    }
+    off = dataclasses.replace(CLEAN, decontaminate=False)
+    stats = clean.clean(off, raw, tmp_path / "clean2")
+    assert len(files.read_lines(tmp_path / "clean2" / "train.src")) == 6
+    assert stats["train"]["dropped"]["heldout_overlap"] == 0
+
+
+def test_an_empty_line_of_a_test_set_does_not_drop_training_pairs(tmp_path):
+    raw = write_raw(
+        tmp_path / "raw", {"train": (["a", "b"], ["A", "B"]), "val": ([""], [""]), "test/t": (["c"], [""])}
+    )
+    stats = clean.clean(CLEAN, raw, tmp_path / "clean")
+    assert stats["train"]["lines_out"] == 2
+
+
+def test_a_manifest_that_disagrees_with_the_train_file_is_a_user_error(tmp_path):
+    raw = write_raw(tmp_path / "raw", {"train": (["a", "b"], ["A", "B"]), **EVAL})
+    manifest(raw, {"news": 3})
+    with pytest.raises(UserError, match=r"manifest.json counts 3 training lines but .*train.src has 2"):
+        clean.clean(CLEAN, raw, tmp_path / "clean")
