@@ -1,4 +1,4 @@
-"""Stage binarize: subword ids of every split and side, as flat arrays on disk.
+"""Stage binarize: subword ids of the train and val splits, each side, as flat arrays on disk.
 
 Output (one directory, written atomically), per split and side:
   {split}.{side}.bin  all sentences' ids end to end (little-endian uint16 when
@@ -27,7 +27,7 @@ from pipeline.data.vocab import Vocab
 from pipeline.errors import UserError
 from pipeline.files import atomic_path, write_json
 
-SPLITS = ("train", "val", "test")
+SPLITS = ("train", "val")  # not the test sets: decode reads them as text, nothing trains on them
 SIDES = ("src", "tgt")
 # Lines encoded per step: bounds memory to one chunk's Python lists, whatever the corpus size.
 CHUNK_LINES = 10_000

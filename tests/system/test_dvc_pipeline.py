@@ -13,6 +13,7 @@ import random
 import shutil
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -40,10 +41,28 @@ def write_corpus(folder: Path, n: int, seed: int) -> tuple[Path, Path]:
     return folder / "corpus.de", folder / "corpus.en"
 
 
-def tiny_params(src: Path, tgt: Path) -> dict:
+TEST_SETS = ("plain", "tabbed")  # two test sets, the second a TSV inside a tgz
+
+
+def test_set_files(folder: Path) -> dict:
+    """data.sources entries of the two test sets: plain text per side, and a TSV member of a tgz."""
+    src, tgt = write_corpus(folder / "plain", n=30, seed=1)
+    other_src, other_tgt = write_corpus(folder / "tabbed", n=25, seed=2)
+    rows = zip(other_src.read_text().splitlines(), other_tgt.read_text().splitlines())
+    tsv = folder / "tabbed" / "sets.tsv"
+    tsv.write_text("".join(f"{s}\t{t}\n" for s, t in rows), encoding="utf-8")
+    with tarfile.open(folder / "tabbed.tgz", "w:gz") as tar:
+        tar.add(tsv, arcname="sets/tabbed.tsv")
+    return {
+        "plain": {"src": str(src), "tgt": str(tgt)},
+        "tabbed": {"archive": str(folder / "tabbed.tgz"), "file": "sets/tabbed.tsv"},
+    }
+
+
+def tiny_params(src: Path, tgt: Path, tests: dict) -> dict:
     raw = yaml.safe_load((REPO / "params.yaml").read_text())
-    raw["data"].update(corpus="bitext", heldout_val=40, heldout_test=40)
-    raw["data"]["bitext"]["train"].update(src=str(src), tgt=str(tgt))
+    raw["data"].update(train=["synthetic"], val=[], test=list(TEST_SETS), heldout_val=40)
+    raw["data"]["sources"] = {"synthetic": {"src": str(src), "tgt": str(tgt)}, **tests}
     raw["bpe"]["vocab_size"] = 60
     raw["model"].update(d_model=32, n_heads=2, d_ff=64, n_layers=1, dropout=0.0, attention_dropout=0.0)
     raw["train"].update(
@@ -73,7 +92,8 @@ def repo(tmp_path_factory) -> Path:
             (root / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(REPO / name, root / name)
     src, tgt = write_corpus(root.parent / "corpus", n=600, seed=0)
-    (root / "params.yaml").write_text(yaml.safe_dump(tiny_params(src, tgt), sort_keys=False))
+    tests = test_set_files(root.parent / "tests")
+    (root / "params.yaml").write_text(yaml.safe_dump(tiny_params(src, tgt, tests), sort_keys=False))
     for stale in ("dvc.lock", "reports"):
         shutil.rmtree(root / stale, ignore_errors=True) if (root / stale).is_dir() else (root / stale).unlink(
             missing_ok=True
@@ -86,7 +106,7 @@ def repo(tmp_path_factory) -> Path:
 
 
 def test_every_stage_wrote_its_outputs(repo):
-    for split in ("train", "val", "test"):
+    for split in ("train", "val"):
         for side in ("src", "tgt"):
             assert (repo / f"data/raw/{split}.{side}").is_file()
             assert (repo / f"data/clean/{split}.{side}").is_file()
@@ -94,9 +114,13 @@ def test_every_stage_wrote_its_outputs(repo):
     assert (repo / "data/bpe/spm.model").is_file()
     assert (repo / "data/model/model.pt").is_file() and (repo / "data/model/spm.model").is_file()
     assert json.loads((repo / "data/clean/stats.json").read_text())
-    for split in ("val", "test"):
-        hyps = (repo / f"data/decode/{split}.hyp").read_text().splitlines()
-        assert len(hyps) == len((repo / f"data/raw/{split}.src").read_text().splitlines()) == 40
+    sizes = {"val": 40, "test/plain": 30, "test/tabbed": 25}
+    for stem, n in sizes.items():
+        hyps = (repo / f"data/decode/{stem}.hyp").read_text().splitlines()
+        assert len(hyps) == len((repo / f"data/raw/{stem}.src").read_text().splitlines()) == n
+    manifest = json.loads((repo / "data/raw/manifest.json").read_text())
+    assert [s["name"] for s in manifest["splits"]["test"]] == list(TEST_SETS)
+    assert manifest["splits"]["test"][1]["format"] == "tsv"
     report = (repo / "reports/report.md").read_text()
     assert "BLEU" in report
     assert any((repo / "reports/figures").glob("*.png"))
@@ -105,10 +129,12 @@ def test_every_stage_wrote_its_outputs(repo):
 
 def test_metrics_hold_finite_scores(repo):
     metrics = json.loads((repo / "reports/metrics.json").read_text())
-    for split in ("val", "test"):
+    assert sorted(metrics["test"]) == sorted(TEST_SETS)
+    for scores in (metrics["val"], *metrics["test"].values()):
         for name in ("bleu", "chrf", "ter"):
-            assert math.isfinite(metrics[split][name])
-        assert metrics[split]["signature"]["bleu"].startswith("nrefs:1")
+            assert math.isfinite(scores[name])
+        assert scores["signature"]["bleu"].startswith("nrefs:1")
+    assert metrics["test"]["tabbed"]["n_lines"] == 25
 
 
 def test_the_run_is_in_mlflow(repo):
@@ -119,6 +145,7 @@ def test_the_run_is_in_mlflow(repo):
     run_info = mlflow.MlflowClient(run_file["tracking_uri"]).get_run(run_file["run_id"])
     assert run_info.data.params["model.d_model"] == "32"
     assert "train_loss" in run_info.data.metrics
+    assert {f"test.{name}.bleu" for name in TEST_SETS} <= set(run_info.data.metrics)
 
 
 def test_experiment_changes_a_model_param_and_shows_scores(repo):
@@ -134,4 +161,4 @@ def test_experiment_changes_a_model_param_and_shows_scores(repo):
     data = experiments[0]["revs"][0]["data"]
     assert data["params"]["params.yaml"]["data"]["model"]["n_layers"] == 2
     scores = data["metrics"]["reports/metrics.json"]["data"]
-    assert math.isfinite(scores["test"]["bleu"])
+    assert all(math.isfinite(scores["test"][name]["bleu"]) for name in TEST_SETS)
