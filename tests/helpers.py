@@ -7,6 +7,7 @@ import dataclasses
 import gzip
 import hashlib
 import io
+import json
 import os
 import random
 import signal
@@ -25,6 +26,7 @@ import yaml
 
 from pipeline import params as P
 from pipeline.data import corpora, fetch
+from pipeline.data.batching import ParallelData
 from pipeline.decoding.search import BANNED
 from pipeline.model import checkpoint
 from pipeline.model.transformer import Seq2SeqBase, build_model
@@ -118,6 +120,24 @@ def make_corpus(
         write_side(root / "bin" / f"{split}.src", src)
         write_side(root / "bin" / f"{split}.tgt", tgt)
     return Paths(root / "bin", root / "bpe", root / "model", root / "checkpoints", root / "log")
+
+
+def reshard(bin_dir: Path, out: Path, lines: int) -> Path:
+    """A copy of bin_dir's train and val splits in shards of `lines` sentences, listed in meta.json."""
+    out.mkdir(parents=True)
+    shards: dict[str, list[dict[str, int]]] = {}
+    for split in ("train", "val"):
+        data = ParallelData.load(bin_dir, split)
+        starts = range(0, len(data), lines)
+        shards[split] = [{"sentences": min(lines, len(data) - a)} for a in starts]
+        for k, a in enumerate(starts):
+            for side, array in (("src", data.src), ("tgt", data.tgt)):
+                write_side(
+                    out / f"{split}.{side}.{k:05d}",
+                    [array[i].tolist() for i in range(a, min(a + lines, len(data)))],
+                )
+    (out / "meta.json").write_text(json.dumps({"shards": shards}), encoding="utf-8")
+    return out
 
 
 def tiny_raw(model: dict | None = None, **train) -> dict:

@@ -1,4 +1,4 @@
-"""Training data: memory-mapped token arrays, token-budget batches, padded tensors.
+"""Training data: memory-mapped token arrays in shards, source weights, token-budget batches, padded tensors.
 
 Shapes: B sentences in a batch, S source length, T target length (both
 including the EOS or BOS that is added here; the stored ids have neither).
@@ -6,6 +6,7 @@ including the EOS or BOS that is added here; the stored ids have neither).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -22,44 +23,89 @@ _BLOCK = 1 << 16  # sentences per block where a per-sentence Python loop needs a
 
 
 class TokenArray:
-    """Sentences of one {split}.{side}.bin/.idx pair; only the index is in memory."""
+    """Sentences of one split's side: one or more shards, each a .bin/.idx pair, memory-mapped.
 
-    def __init__(self, prefix: str | Path) -> None:
-        self.prefix = Path(prefix)
-        bin_path, idx_path = Path(f"{self.prefix}.bin"), Path(f"{self.prefix}.idx")
-        for path in (bin_path, idx_path):
-            if not path.is_file():
-                raise UserError(f"{path}: missing; run the binarize stage (`python -m pipeline binarize`)")
-        self.offsets = np.fromfile(idx_path, dtype="<i8")  # (n+1,)
-        n_tokens = int(self.offsets[-1]) if len(self.offsets) else -1
-        n_bytes = bin_path.stat().st_size
-        itemsize = n_bytes // n_tokens if n_tokens > 0 else 2
-        if n_tokens < 0 or self.offsets[0] != 0 or itemsize not in _DTYPES or itemsize * n_tokens != n_bytes:
-            raise UserError(f"{self.prefix}.bin/.idx: sizes do not match (corrupt?); rerun binarize")
-        # np.memmap cannot map an empty file; an empty array reads the same.
-        self.tokens = (
-            np.memmap(bin_path, dtype=_DTYPES[itemsize], mode="r")
-            if n_tokens > 0
-            else np.zeros(0, dtype=_DTYPES[itemsize])
-        )
-        self.lengths = np.diff(self.offsets).astype(np.int32)  # (n,): half the bytes of int64
+    Only the per-sentence lengths (int32) are built in memory; ids and offsets stay
+    in the mapped files, so a corpus larger than RAM reads with memory flat.
+    """
+
+    def __init__(self, prefix: str | Path | Sequence[str | Path]) -> None:
+        prefixes = [prefix] if isinstance(prefix, (str, Path)) else list(prefix)
+        self.prefixes = [Path(p) for p in prefixes]
+        self._shards = [_open_shard(p) for p in self.prefixes]
+        counts = [len(offsets) - 1 for _, offsets in self._shards]
+        self._starts = np.zeros(len(counts) + 1, dtype=np.int64)  # sentence id of each shard's first
+        np.cumsum(counts, out=self._starts[1:])
+        lengths = [np.diff(offsets).astype(np.int32) for _, offsets in self._shards]
+        self.lengths = np.concatenate(lengths) if lengths else np.zeros(0, np.int32)  # (n,)
 
     def __len__(self) -> int:
         return len(self.lengths)
+
+    @property
+    def shards(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Each shard's (ids, offsets) arrays, memory-mapped."""
+        return list(self._shards)
 
     def __getitem__(self, i: int) -> np.ndarray:
         """Sentence i's ids, a read-only view into the mapped file."""
         if not -len(self) <= i < len(self):
             raise IndexError(f"sentence {i} out of range for {len(self)} sentences")
         i %= len(self)
-        return self.tokens[self.offsets[i] : self.offsets[i + 1]]
+        if len(self._shards) == 1:
+            tokens, offsets = self._shards[0]
+            return tokens[offsets[i] : offsets[i + 1]]
+        shard = int(np.searchsorted(self._starts, i, side="right")) - 1
+        tokens, offsets = self._shards[shard]
+        j = i - int(self._starts[shard])
+        return tokens[offsets[j] : offsets[j + 1]]
 
-    # A pickled np.memmap carries its whole content; send only the path and reopen.
+    # A pickled np.memmap carries its whole content; send only the paths and reopen.
     def __getstate__(self) -> dict:
-        return {"prefix": self.prefix}
+        return {"prefixes": self.prefixes}
 
     def __setstate__(self, state: dict) -> None:
-        TokenArray.__init__(self, state["prefix"])  # the class's own: self.__init__ could be a subclass's
+        TokenArray.__init__(self, state["prefixes"])  # the class's own: self.__init__ could be a subclass's
+
+
+def _open_shard(prefix: Path) -> tuple[np.ndarray, np.ndarray]:
+    """A shard's (ids, offsets), both mapped read-only; offsets has n+1 entries from 0."""
+    bin_path, idx_path = Path(f"{prefix}.bin"), Path(f"{prefix}.idx")
+    for path in (bin_path, idx_path):
+        if not path.is_file():
+            raise UserError(f"{path}: missing; run the binarize stage (`python -m pipeline binarize`)")
+    idx_bytes = idx_path.stat().st_size
+    if idx_bytes < 8 or idx_bytes % 8:
+        raise UserError(f"{idx_path}: not an index of int64 offsets (corrupt?); rerun binarize")
+    offsets = np.memmap(idx_path, dtype="<i8", mode="r")
+    n_tokens, n_bytes = int(offsets[-1]), bin_path.stat().st_size
+    itemsize = n_bytes // n_tokens if n_tokens > 0 else 2
+    if n_tokens < 0 or offsets[0] != 0 or itemsize not in _DTYPES or itemsize * n_tokens != n_bytes:
+        raise UserError(f"{prefix}.bin/.idx: sizes do not match (corrupt?); rerun binarize")
+    # np.memmap cannot map an empty file; an empty array reads the same.
+    tokens = (
+        np.memmap(bin_path, dtype=_DTYPES[itemsize], mode="r")
+        if n_tokens > 0
+        else np.zeros(0, dtype=_DTYPES[itemsize])
+    )
+    return tokens, offsets
+
+
+def shard_prefixes(bin_dir: Path, split: str, side: str) -> list[Path]:
+    """The shards of a split's side, as binarize's meta.json lists them ({split}.{side} without one)."""
+    meta = bin_dir / "meta.json"
+    if meta.is_file():
+        shards = json.loads(meta.read_text(encoding="utf-8")).get("shards", {}).get(split)
+        if shards is not None:
+            return [bin_dir / f"{split}.{side}.{k:05d}" for k in range(len(shards))]
+    return [bin_dir / f"{split}.{side}"]
+
+
+def train_sources(bin_dir: Path) -> list[tuple[str, int]]:
+    """The train split's sources in order with their sentence counts, as binarize's meta.json lists them."""
+    meta = bin_dir / "meta.json"
+    sources = json.loads(meta.read_text(encoding="utf-8")).get("sources") if meta.is_file() else None
+    return [(s["name"], s["sentences"]) for s in sources] if sources else []
 
 
 @dataclass
@@ -72,7 +118,7 @@ class ParallelData:
     @classmethod
     def load(cls, bin_dir: str | Path, split: str) -> ParallelData:
         bin_dir = Path(bin_dir)
-        data = cls(TokenArray(bin_dir / f"{split}.src"), TokenArray(bin_dir / f"{split}.tgt"))
+        data = cls(*(TokenArray(shard_prefixes(bin_dir, split, side)) for side in ("src", "tgt")))
         if len(data.src) != len(data.tgt):
             raise UserError(
                 f"{bin_dir}: {split}.src has {len(data.src)} sentences but {split}.tgt has "
@@ -82,6 +128,39 @@ class ParallelData:
 
     def __len__(self) -> int:
         return len(self.src)
+
+
+# --- source weights ---------------------------------------------------------------
+
+
+def source_factors(sizes: Sequence[int], weights: Sequence[float], temperature: float) -> list[float]:
+    """How many times each source's pairs are drawn per epoch (1.0 each: natural proportions).
+
+    Temperature first: source k's share of the epoch becomes p_k ∝ (n_k / N)^(1/T) (T=1
+    keeps n_k / N; larger T flattens towards equal shares), the epoch keeping N pairs;
+    then its weight multiplies what it draws. Factor k = weight_k * N * p_k / n_k.
+    """
+    total = sum(sizes)
+    shares = [(n / total) ** (1.0 / temperature) if n else 0.0 for n in sizes]
+    norm = sum(shares)
+    return [w * total * (p / norm) / n if n else 0.0 for n, w, p in zip(sizes, weights, shares)]
+
+
+def draw_sources(sizes: Sequence[int], factors: Sequence[float], seed: int, epoch: int) -> np.ndarray:
+    """Sentence ids of one epoch: source k (the k-th run of sizes[k] ids) drawn round(factor_k * n_k) times.
+
+    A factor of 2.5 takes every pair twice and a seeded half once more; 0.3 a seeded
+    30% without repeats. Sorted ids; the same for the same (seed, epoch).
+    """
+    rng = np.random.default_rng([seed, epoch, 0x5EED])
+    parts, start = [], 0
+    for n, factor in zip(sizes, factors):
+        draws = round(factor * n)
+        whole, rest = divmod(draws, n) if n else (0, 0)
+        ids = np.arange(start, start + n, dtype=np.int64)
+        parts += [ids] * whole + [np.sort(rng.choice(ids, size=rest, replace=False))]
+        start += n
+    return np.sort(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
 
 
 # --- batching ------------------------------------------------------------------

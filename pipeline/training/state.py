@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import random
 import shutil
 from collections.abc import Callable
@@ -23,6 +24,7 @@ import torch
 
 from pipeline import params as P
 from pipeline import sources
+from pipeline.data.batching import shard_prefixes
 from pipeline.data.vocab import Vocab
 from pipeline.errors import UserError
 from pipeline.model import checkpoint
@@ -167,8 +169,9 @@ def code_fingerprint() -> dict[str, str]:
 def data_fingerprint(bin_dir: Path, vocab: Vocab) -> str:
     """sha256 of the sentence offsets and the subword models: changes when the data does."""
     digest = hashlib.sha256()
-    for path in [bin_dir / f"{s}.{side}.idx" for s in ("train", "val") for side in ("src", "tgt")]:
-        digest.update(path.read_bytes())
+    for split, side in itertools.product(("train", "val"), ("src", "tgt")):
+        for prefix in shard_prefixes(bin_dir, split, side):
+            digest.update(Path(f"{prefix}.idx").read_bytes())
     for path in vocab.model_files():
         digest.update(path.read_bytes())
     return digest.hexdigest()

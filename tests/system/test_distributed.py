@@ -23,7 +23,7 @@ from pipeline import params as P
 from pipeline.data.batching import ParallelData, token_batches
 from pipeline.model import checkpoint
 from pipeline.stages.train import train
-from tests.helpers import REPO, make_corpus, read_tsv, tiny_raw
+from tests.helpers import REPO, make_corpus, read_tsv, reshard, tiny_raw
 
 pytestmark = pytest.mark.slow
 
@@ -85,6 +85,9 @@ def test_two_processes_equal_one_on_the_combined_batches(tmp_path):
     data = ParallelData.load(corpus.bin_dir, "train")
     n_batches = len(token_batches(data.src.lengths, data.tgt.lengths, 64, shuffle=True, seed=1, epoch=1))
     assert 2 * STEPS <= n_batches, "the comparison must stay inside epoch 1"
+    # ... and the ranks read the corpus in shards of 40 sentences (the last shorter), memory-mapped
+    sharded = reshard(corpus.bin_dir, tmp_path / "sharded", 40)
+    assert len(list(sharded.glob("train.src.*.bin"))) == 4
     params_file = tmp_path / "params.yaml"
     params_file.write_text(yaml.safe_dump(tiny_raw(model, update_freq=1, **settings)), encoding="utf-8")
     out = tmp_path / "two"
@@ -93,7 +96,7 @@ def test_two_processes_equal_one_on_the_combined_batches(tmp_path):
         "--params",
         str(params_file),
         "--bin",
-        str(corpus.bin_dir),
+        str(sharded),
         "--bpe",
         str(corpus.bpe_dir),
         "--out",

@@ -18,8 +18,10 @@ from pipeline.data.batching import (
     TokenArray,
     collate,
     collate_src,
+    draw_sources,
     epoch_batches,
     shard,
+    source_factors,
     token_batches,
 )
 from pipeline.errors import UserError
@@ -49,7 +51,8 @@ def data(tmp_path: Path) -> ParallelData:
 
 def test_token_array_is_memory_mapped_and_reads_sentences(data: ParallelData) -> None:
     array = data.src
-    assert isinstance(array.tokens, np.memmap) and array.tokens.filename is not None
+    ((ids, offsets),) = array.shards
+    assert isinstance(ids, np.memmap) and ids.filename is not None and isinstance(offsets, np.memmap)
     assert len(array) == len(SRC) and array.lengths.tolist() == [len(s) for s in SRC]
     assert [array[i].tolist() for i in range(len(array))] == SRC
     assert array[-1].tolist() == SRC[-1]
@@ -63,7 +66,7 @@ def test_token_array_pickles_as_its_path(tmp_path: Path) -> None:
     blob = pickle.dumps(array)
     assert len(blob) < 1000  # the 200 kB of tokens are not copied
     copy = pickle.loads(blob)
-    assert isinstance(copy.tokens, np.memmap) and copy[99].tolist() == [7] * 1000
+    assert isinstance(copy.shards[0][0], np.memmap) and copy[99].tolist() == [7] * 1000
 
 
 def test_token_array_int32_empty_and_corrupt(tmp_path: Path) -> None:
@@ -211,3 +214,29 @@ def test_batch_to_moves_tensors_only(data: ParallelData) -> None:
     assert moved.src.device.type == moved.tgt_in.device.type == moved.tgt_out.device.type == "meta"
     assert moved.n_src_tokens == batch.n_src_tokens and moved.indices is batch.indices
     assert batch.src.device.type == "cpu"  # the original is untouched
+
+
+# --- source weights ------------------------------------------------------------------
+
+
+def test_source_factors_natural_weighted_and_tempered() -> None:
+    assert source_factors([300, 100], [1.0, 1.0], 1.0) == pytest.approx([1.0, 1.0])
+    assert source_factors([300, 100], [1.0, 2.0], 1.0) == pytest.approx([1.0, 2.0])
+    # T -> large: equal shares of the same 400 pairs, i.e. 200 each
+    assert source_factors([300, 100], [1.0, 1.0], 1e9) == pytest.approx([200 / 300, 200 / 100])
+    # T = 2: shares ∝ sqrt(0.75), sqrt(0.25)
+    shares = np.sqrt([0.75, 0.25]) / np.sqrt([0.75, 0.25]).sum()
+    assert source_factors([300, 100], [1.0, 1.0], 2.0) == pytest.approx((400 * shares / [300, 100]).tolist())
+    assert source_factors([0, 10], [1.0, 1.0], 1.0) == [0.0, 1.0]
+
+
+def test_draw_sources_draws_whole_copies_and_a_seeded_rest() -> None:
+    sizes, factors = [10, 20, 5], [2.5, 0.3, 0.0]
+    ids = draw_sources(sizes, factors, seed=1, epoch=3)
+    counts = np.bincount(ids, minlength=35)
+    assert counts[:10].sum() == 25 and set(counts[:10].tolist()) == {2, 3}  # each twice, 5 of them thrice
+    assert counts[10:30].sum() == 6 and set(counts[10:30].tolist()) <= {0, 1}  # 30%, no repeats
+    assert counts[30:].sum() == 0
+    assert np.array_equal(ids, draw_sources(sizes, factors, seed=1, epoch=3))  # reproducible
+    assert not np.array_equal(ids, draw_sources(sizes, factors, seed=1, epoch=4))  # other epoch, other draws
+    assert np.array_equal(draw_sources([4, 3], [1.0, 1.0], 1, 1), np.arange(7))  # natural: every id once

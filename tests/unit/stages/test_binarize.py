@@ -5,7 +5,13 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import os
 import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -13,12 +19,13 @@ import pytest
 from click.testing import CliRunner
 
 from pipeline import tokens
-from pipeline.data.batching import TokenArray
+from pipeline.data.batching import ParallelData
 from pipeline.data.vocab import Vocab
 from pipeline.errors import UserError
 from pipeline.params import BpeParams
 from pipeline.stages import binarize as binarize_stage
 from pipeline.stages.bpe import train_bpe
+from tests.helpers import REPO
 
 SPLITS, SIDES = ("train", "val"), ("src", "tgt")  # test sets are not binarized: nothing trains on them
 DE = "der die das ein hund katze mann läuft springt über straße weiß".split()
@@ -67,12 +74,12 @@ def test_ids_on_disk_equal_the_encoders_output(corpus: Path) -> None:
     for split in SPLITS:
         for side in SIDES:
             expected = encoders[side](read_lines(corpus / "clean" / f"{split}.{side}"))
-            offsets = np.fromfile(out / f"{split}.{side}.idx", dtype="<i8")
-            flat = np.fromfile(out / f"{split}.{side}.bin", dtype="<u2")
+            offsets = np.fromfile(out / f"{split}.{side}.00000.idx", dtype="<i8")
+            flat = np.fromfile(out / f"{split}.{side}.00000.bin", dtype="<u2")
             assert len(offsets) == len(expected) + 1 and offsets[0] == 0
             assert np.all(np.diff(offsets) >= 0) and offsets[-1] == len(flat)
             assert [flat[a:b].tolist() for a, b in itertools.pairwise(offsets)] == expected
-            array = TokenArray(out / f"{split}.{side}")
+            array = ParallelData.load(out, split).src if side == "src" else ParallelData.load(out, split).tgt
             assert [array[i].tolist() for i in range(len(array))] == expected
 
 
@@ -94,7 +101,9 @@ def test_meta_json_counts(corpus: Path) -> None:
             assert stats[f"{side}_max_len"] == max(map(len, ids))
             assert stats[f"{side}_unk"] == sum(seq.count(tokens.UNK) for seq in ids)
     assert meta["splits"]["val"]["tgt_unk"] >= 1 and meta["splits"]["train"]["tgt_unk"] == 0
-    assert TokenArray(out / "val.src").lengths[3] == 0  # an empty line stays a (zero-length) sentence
+    assert ParallelData.load(out, "val").src.lengths[3] == 0  # an empty line stays a (zero-length) sentence
+    assert meta["shards"] == {split: [{"sentences": meta["splits"][split]["sentences"]}] for split in SPLITS}
+    assert meta["sources"] == [{"name": "train", "sentences": 250}]  # no clean stats.json: one source
 
 
 def test_output_is_the_same_whatever_the_chunk_size(corpus: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -115,8 +124,8 @@ def test_int32_output_reads_back(corpus: Path, monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(binarize_stage, "token_dtype", lambda size: np.dtype("<i4"))
     meta = binarize_stage.binarize(corpus / "clean", corpus / "bpe", corpus / "bin32")
     assert meta["dtype"] == "int32"
-    array = TokenArray(corpus / "bin32/train.src")
-    assert array.tokens.dtype == np.int32
+    array = ParallelData.load(corpus / "bin32", "train").src
+    assert array.shards[0][0].dtype == np.int32
     (expected,) = Vocab.load(corpus / "bpe").encode_src(read_lines(corpus / "clean/train.src")[:1])
     assert array[0].tolist() == expected
 
@@ -135,3 +144,83 @@ def test_misaligned_sides_are_refused_and_nothing_is_written(corpus: Path, tmp_p
     (clean / "val.src").unlink()
     with pytest.raises(UserError, match=r"val.src: missing"):
         binarize_stage.binarize(clean, corpus / "bpe", tmp_path / "bin")
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_shards_are_the_same_for_any_number_of_workers_and_read_back_as_one(
+    corpus: Path, workers: int
+) -> None:
+    out = corpus / f"sharded{workers}"
+    meta = binarize_stage.binarize(corpus / "clean", corpus / "bpe", out, workers=workers, shard_lines=60)
+    assert [s["sentences"] for s in meta["shards"]["train"]] == [60, 60, 60, 60, 10]
+    assert sorted(p.name for p in out.glob("train.src.*.bin")) == [f"train.src.{k:05d}.bin" for k in range(5)]
+    whole = binarize_stage.binarize(corpus / "clean", corpus / "bpe", corpus / f"whole{workers}", workers=1)
+    assert meta["splits"] == whole["splits"]
+    sharded, single = ParallelData.load(out, "train"), ParallelData.load(corpus / f"whole{workers}", "train")
+    assert sharded.src.lengths.tolist() == single.src.lengths.tolist()
+    assert [sharded.tgt[i].tolist() for i in range(len(sharded))] == [
+        single.tgt[i].tolist() for i in range(250)
+    ]
+    reference = corpus / "sharded1"
+    for path in sorted(reference.iterdir()):
+        assert path.read_bytes() == (out / path.name).read_bytes(), path.name
+
+
+def test_a_failing_worker_fails_the_stage_with_its_error(corpus: Path, tmp_path: Path) -> None:
+    clean = tmp_path / "clean"
+    shutil.copytree(corpus / "clean", clean)
+    (clean / "val.tgt").write_bytes(b"\xff\xfe not utf-8\n" * 23)
+    with pytest.raises(UserError, match=r"val.tgt: not UTF-8 .*rerun the clean stage"):
+        binarize_stage.binarize(clean, corpus / "bpe", tmp_path / "bin", workers=2)
+    assert not (tmp_path / "bin").exists()
+
+
+def test_train_sources_come_from_clean_stats(corpus: Path, tmp_path: Path) -> None:
+    clean = tmp_path / "clean"
+    shutil.copytree(corpus / "clean", clean)
+    sources = {"a": {"lines_out": 200}, "b": {"lines_out": 50}}
+    (clean / "stats.json").write_text(json.dumps({"train": {"sources": sources}}), encoding="utf-8")
+    meta = binarize_stage.binarize(clean, corpus / "bpe", tmp_path / "bin")
+    assert meta["sources"] == [{"name": "a", "sentences": 200}, {"name": "b", "sentences": 50}]
+    sources["b"]["lines_out"] = 51
+    (clean / "stats.json").write_text(json.dumps({"train": {"sources": sources}}), encoding="utf-8")
+    with pytest.raises(UserError, match="counts other training lines"):
+        binarize_stage.binarize(clean, corpus / "bpe", tmp_path / "bin2")
+
+
+CTRL_C = """
+import os, sys, time
+from pathlib import Path
+from pipeline.stages import binarize
+
+encode = binarize._encode_shard
+def slow(shard):  # each worker notes its pid, then takes far longer than the test waits
+    Path(sys.argv[3], str(os.getpid())).touch()
+    time.sleep(60)
+    return encode(shard)
+binarize._encode_shard = slow
+binarize.binarize(Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[4]), workers=2)
+"""
+
+
+def test_ctrl_c_stops_the_workers_and_keeps_the_previous_output(corpus: Path, tmp_path: Path) -> None:
+    out = run_command(corpus, "previous")
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    args = [sys.executable, "-c", CTRL_C, str(corpus / "clean"), str(corpus / "bpe"), str(pids), str(out)]
+    proc = subprocess.Popen(args, cwd=REPO, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while len(list(pids.iterdir())) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert len(list(pids.iterdir())) == 2, "the workers never started"
+    started = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert time.monotonic() - started < 10, "Ctrl-C waited for the workers' shards"
+    assert proc.returncode != 0 and "KeyboardInterrupt" in err
+    for pid in (int(p.name) for p in pids.iterdir()):
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)  # gone, not orphaned
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert sorted(p.name for p in out.parent.iterdir() if p.name.startswith(".previous")) == []
