@@ -121,6 +121,8 @@ class TrainParams:
     compile: bool
     seed: int
     max_tokens: int
+    source_weights: dict[str, float]
+    source_temperature: float
     update_freq: int
     optimizer: Literal["adam", "adamw"]
     lr: float
@@ -315,6 +317,9 @@ def validate(p: Params) -> None:
     )
 
     _check(t.max_tokens >= 1, "train.max_tokens", "must be at least 1")
+    for name, weight in t.source_weights.items():
+        _check(weight >= 0, f"train.source_weights.{name}", "must be non-negative (0: leave the source out)")
+    _check(t.source_temperature > 0, "train.source_temperature", "must be positive (1: natural proportions)")
     _check(t.update_freq >= 1, "train.update_freq", "must be at least 1")
     _check(t.lr > 0, "train.lr", "must be positive")
     _check(all(0.0 <= x < 1.0 for x in t.betas), "train.betas", "each must be within [0, 1)")

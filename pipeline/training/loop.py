@@ -14,6 +14,8 @@ import os
 import shutil
 import sys
 import time
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -65,6 +67,46 @@ def fitting_sentences(data: ParallelData, cfg: P.ModelParams) -> np.ndarray:
     return np.flatnonzero(ok)
 
 
+@dataclass(frozen=True)
+class SourceDraws:
+    """How many pairs each train source gives an epoch (train.source_weights, train.source_temperature)."""
+
+    names: tuple[str, ...]
+    sizes: tuple[int, ...]
+    factors: tuple[float, ...]
+
+    @classmethod
+    def plan(cls, bin_dir: Path, n_train: int, t: P.TrainParams) -> SourceDraws:
+        listed = batching.train_sources(bin_dir) or [("train", n_train)]
+        names = tuple(name for name, _ in listed)
+        unknown = sorted(set(t.source_weights) - set(names))
+        if unknown:
+            raise UserError(
+                f"train.source_weights: no train source named {', '.join(unknown)}; "
+                f"the train sources are {', '.join(names)}"
+            )
+        sizes = tuple(n for _, n in listed)
+        weights = [t.source_weights.get(name, 1.0) for name in names]
+        factors = tuple(batching.source_factors(sizes, weights, t.source_temperature))
+        return cls(names, sizes, factors)
+
+    @property
+    def natural(self) -> bool:
+        return all(math.isclose(f, 1.0) for f in self.factors)
+
+    def epoch_ids(self, fitting: np.ndarray, seed: int, epoch: int) -> np.ndarray:
+        """The fitting sentences an epoch trains on: all of them, or each source's draws (seeded by epoch)."""
+        if self.natural:
+            return fitting
+        drawn = batching.draw_sources(self.sizes, self.factors, seed, epoch)
+        fits = np.zeros(sum(self.sizes), dtype=bool)
+        fits[fitting] = True
+        return drawn[fits[drawn]]
+
+    def drawn_per_epoch(self) -> dict[str, int]:
+        return {name: round(f * n) for name, n, f in zip(self.names, self.sizes, self.factors)}
+
+
 class Trainer:
     """Data, model and run state of one run; `run()` trains, `finish()` writes the outputs."""
 
@@ -80,6 +122,7 @@ class Trainer:
         self.train_data = ParallelData.load(paths.bin_dir, "train")
         self.val_data = ParallelData.load(paths.bin_dir, "val")
         self.train_ids = self._fitting(self.train_data, "train")
+        self.sources = SourceDraws.plan(paths.bin_dir, len(self.train_data), t)
         self.val_ids = self._fitting(self.val_data, "val")
         model = build_model(params.model, self.vocab.src_size, self.vocab.tgt_size).to(self.device)
         self.update = UpdateStep(params, model, self.device, dist)
@@ -132,7 +175,7 @@ class Trainer:
             epoch=epoch,
             rank=d.rank,
             world_size=d.world_size,
-            ids=self.train_ids,
+            ids=self.sources.epoch_ids(self.train_ids, t.seed, epoch),
         )
 
     # --- the loop ---
@@ -384,6 +427,7 @@ class Trainer:
             "averaged": averaged,
             "skipped_updates": p.skipped,
             "world_size": self.dist.world_size,
+            "pairs_drawn_per_epoch": self.sources.drawn_per_epoch(),
         }
 
     # --- MLflow ---

@@ -368,6 +368,38 @@ def test_epoch_batches_are_token_batches_of_the_fitting_sentences(tmp_path):
         assert np.sort(np.concatenate(batches)).tolist() == ids.tolist()
 
 
+def test_source_weights_decide_each_sources_draws_per_epoch(tmp_path):
+    paths = make_corpus(tmp_path, n_train=60, lengths=(2, 8))
+    meta = (
+        json.loads((paths.bin_dir / "meta.json").read_text())
+        if (paths.bin_dir / "meta.json").is_file()
+        else {}
+    )
+    meta["sources"] = [{"name": "news", "sentences": 40}, {"name": "web", "sentences": 20}]
+    (paths.bin_dir / "meta.json").write_text(json.dumps(meta))
+    natural = Trainer(tiny_params(), paths)
+    assert natural.sources.natural and natural.sources.drawn_per_epoch() == {"news": 40, "web": 20}
+    every = np.sort(np.concatenate(natural.epoch_batches(1)))
+    assert every.tolist() == natural.train_ids.tolist()  # the default: every fitting pair once, as before
+
+    weighted = Trainer(tiny_params(source_weights={"web": 2.5}), paths)
+    assert weighted.sources.drawn_per_epoch() == {"news": 40, "web": 50}
+    for epoch in (1, 2):
+        drawn = np.concatenate(weighted.epoch_batches(epoch))
+        counts = np.bincount(drawn, minlength=60)
+        assert counts[:40].tolist() == [1] * 40 and counts[40:].sum() == 50
+        assert set(counts[40:].tolist()) == {2, 3}
+    assert weighted.summary(0)["pairs_drawn_per_epoch"] == {"news": 40, "web": 50}
+
+    flat = Trainer(tiny_params(source_temperature=100.0), paths)
+    assert flat.sources.drawn_per_epoch() == {"news": 30, "web": 30}  # nearly equal shares of 60
+
+    with pytest.raises(
+        UserError, match=r"train.source_weights: no train source named blog; the train sources are news, web"
+    ):
+        Trainer(tiny_params(source_weights={"blog": 2.0}), paths)
+
+
 def test_validation_leaves_every_rng_as_it_found_it(tmp_path, monkeypatch):
     trainer = Trainer(tiny_params(val_bleu=True), make_corpus(tmp_path, n_train=20))
     real_val_loss = trainer.val_loss
