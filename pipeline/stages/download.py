@@ -100,11 +100,12 @@ def download(data: DataParams, out: Path) -> dict[str, Any]:
     val = _concat([pairs for pairs, _ in read["val"]]) if read["val"] else None
     tests = {record["name"]: pairs for pairs, record in read["test"]}
     heldout = _hold_out(data, train, splits["train"], val, tests)
+    held: dict[str, Pairs] = heldout["pairs"] if heldout else {}
     if val is None:
-        val = heldout["pairs"]["val"]
+        val = held["val"]
         splits["val"] = [_heldout_record(len(val.src))]
     if not tests:
-        tests = {HELDOUT: heldout["pairs"]["test"]}
+        tests = {HELDOUT: held["test"]}
         splits["test"] = [_heldout_record(len(tests[HELDOUT].src))]
     manifest = {
         "src_lang": data.src_lang,
@@ -196,7 +197,7 @@ def _from_spec(name: str, spec: SourceSpec, key: str) -> SourcePlan:
             FileRef("tgt", Source(spec.tgt, f"{key}.tgt", _check_sha(spec.tgt_sha256, f"{key}.tgt_sha256"))),
         )
         named_by = [spec.src, spec.tgt]
-    fmt = spec.format
+    fmt: str = spec.format
     if fmt == "auto":
         guessed = {formats.guess_format(str(n)) for n in named_by}
         fmt = guessed.pop() if len(guessed) == 1 else "text"
