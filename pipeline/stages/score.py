@@ -1,9 +1,12 @@
-"""Stage `score`: sacreBLEU BLEU, chrF and TER of the decoded splits, with signatures and 95% intervals.
+"""Stage `score`: sacreBLEU BLEU, chrF and TER of val and of each test set, with signatures and 95% intervals.
 
-The metrics are pipeline/reporting/metrics.py. The final scores, the
-hypotheses and the sha256 of the references they were scored against also go
-to the training run in MLflow, so `python -m pipeline compare` can test runs
-against each other later (pipeline/reporting/hypotheses.py finds them).
+Hypotheses are data/decode/val.hyp and test/<name>.hyp, references the same
+paths in data/raw (.tgt); reports/metrics.json is {"val": {...}, "test":
+{"<name>": {...}}}, so DVC shows `test.<name>.bleu`. The metrics are
+pipeline/reporting/metrics.py. The scores go to the training run in MLflow too
+(`dev_*` for val, `test.<name>.*`), with the hypotheses (decode/<key>.hyp) and
+the sha256 of their references (tags refs_sha256.val, refs_sha256.test.<name>),
+so `python -m pipeline compare` can test runs later (reporting/hypotheses.py).
 """
 
 from __future__ import annotations
@@ -16,7 +19,16 @@ import click
 
 from pipeline import files
 from pipeline.errors import UserError
-from pipeline.reporting.hypotheses import HYPS_ARTIFACT_DIR, REFS_TAG
+from pipeline.reporting.hypotheses import (
+    HYPS_ARTIFACT_DIR,
+    TEST_DIR,
+    VAL,
+    label,
+    metrics_of,
+    refs_tag,
+    set_keys,
+    testset_of,
+)
 from pipeline.reporting.metrics import (
     BOOTSTRAP_RESAMPLES,
     BOOTSTRAP_SEED,
@@ -25,10 +37,7 @@ from pipeline.reporting.metrics import (
 )
 from pipeline.tracking import RUN_FILE, Tracker
 
-SPLITS = ("val", "test")
-# MLflow names of the final scores: "dev" for val, so they never mix with the
-# per-validation val_* curves that training logs under its own names.
-MLFLOW_SPLIT_NAMES = {"val": "dev", "test": "test"}
+SCORE_NAMES = ("bleu", "chrf", "ter")
 
 
 def score(
@@ -39,67 +48,92 @@ def score(
     bootstrap: int = BOOTSTRAP_RESAMPLES,
     seed: int = BOOTSTRAP_SEED,
 ) -> dict[str, Any]:
-    """Score every split with a hypothesis file; write `out` atomically and return the scores.
+    """Score val and every test set with a hypothesis file; write `out` atomically and return the scores.
 
-    Per split: bleu, chrf, ter, n_lines, signature; then ci95 (bleu and chrf),
+    Per set: bleu, chrf, ter, n_lines, signature; then ci95 (bleu and chrf),
     bootstrap (its resamples and seed) and refs_sha256.
     """
-    results: dict[str, Any] = {}
-    for split in SPLITS:
-        hyp_path = decode_dir / f"{split}.hyp"
-        if not hyp_path.is_file():
-            continue
-        ref_path = refs_dir / f"{split}.tgt"
-        if not ref_path.is_file():
-            raise UserError(f"{ref_path}: no such file, needed to score {hyp_path}; run the download stage")
-        hyps, refs = files.read_lines(hyp_path), files.read_lines(ref_path)
-        if len(hyps) != len(refs):
-            raise UserError(
-                f"{hyp_path} has {len(hyps)} lines but {ref_path} has {len(refs)}; "
-                "they must be line-aligned: rerun decode for this data (dvc repro decode)"
-            )
-        if not hyps:
-            raise UserError(f"{hyp_path} and {ref_path} are empty; nothing to score")
-        results[split] = {
-            **corpus_scores(hyps, refs),
-            **confidence_intervals(hyps, refs, bootstrap, seed),
-            "refs_sha256": sha256(ref_path),
-        }
-    if not results:
+    keys = set_keys(decode_dir, ".hyp")
+    if not keys:
         raise UserError(
-            f"no hypotheses in {decode_dir} (expected {' or '.join(s + '.hyp' for s in SPLITS)}); "
+            f"no hypotheses in {decode_dir} (expected val.hyp or {TEST_DIR}/<name>.hyp); "
             "run the decode stage first"
         )
+    results: dict[str, Any] = {}
+    for key in keys:
+        scores = score_set(decode_dir / f"{key}.hyp", refs_dir / f"{key}.tgt", bootstrap, seed)
+        name = testset_of(key)
+        if name is None:
+            results[VAL] = scores
+        else:
+            results.setdefault(TEST_DIR, {})[name] = scores
     files.write_json(out, results)
     if model_dir is not None:
         log_final_scores(model_dir / RUN_FILE, results, decode_dir)
     return results
 
 
+def score_set(hyp_path: Path, ref_path: Path, bootstrap: int, seed: int) -> dict[str, Any]:
+    """One set's scores, intervals and references' sha256; UserError if the files do not line up."""
+    if not ref_path.is_file():
+        raise UserError(f"{ref_path}: no such file, needed to score {hyp_path}; run the download stage")
+    hyps, refs = files.read_lines(hyp_path), files.read_lines(ref_path)
+    if len(hyps) != len(refs):
+        raise UserError(
+            f"{hyp_path} has {len(hyps)} lines but {ref_path} has {len(refs)}; "
+            "they must be line-aligned: rerun decode for this data (dvc repro decode)"
+        )
+    if not hyps:
+        raise UserError(f"{hyp_path} and {ref_path} are empty; nothing to score")
+    return {
+        **corpus_scores(hyps, refs),
+        **confidence_intervals(hyps, refs, bootstrap, seed),
+        "refs_sha256": sha256(ref_path),
+    }
+
+
 def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def log_final_scores(run_file: Path, results: dict[str, Any], decode_dir: Path | None = None) -> None:
-    """Add the scores to the training run as final metrics (test_bleu, dev_chrf, ...); best effort.
+def mlflow_metric(key: str, name: str) -> str:
+    """The MLflow name of a final score: dev_bleu for val (never mixed with training's val_* curves),
+    test.<name>.bleu for a test set (the same string as its DVC metric)."""
+    test = testset_of(key)
+    return f"dev_{name}" if test is None else f"{TEST_DIR}.{test}.{name}"
 
-    With `decode_dir`, each scored split's hypotheses go along as artifacts
-    (decode/<split>.hyp) and its references' sha256 as a tag (refs_sha256.<split>).
+
+def log_final_scores(run_file: Path, results: dict[str, Any], decode_dir: Path | None = None) -> None:
+    """Add the scores to the training run as final metrics (dev_bleu, test.<name>.bleu, ...); best effort.
+
+    With `decode_dir`, each scored set's hypotheses go along as artifacts
+    (decode/val.hyp, decode/test/<name>.hyp) and its references' sha256 as a tag.
     """
+    by_key = metrics_of(results)
     # No offline dir: the model dir is another stage's output and must not change here.
     with Tracker.from_run_file(run_file) as tracker:
-        metrics = {
-            f"{MLFLOW_SPLIT_NAMES[split]}_{name}": scores[name]
-            for split, scores in results.items()
-            for name in ("bleu", "chrf", "ter")
-        }
+        metrics = {mlflow_metric(k, n): s[n] for k, s in by_key.items() for n in SCORE_NAMES}
         tracker.log_metrics(metrics, step=0)
-        signatures = next(iter(results.values()))["signature"]
+        signatures = next(iter(by_key.values()))["signature"]
         tracker.set_tags({f"sacrebleu.{name}": sig for name, sig in signatures.items()})
-        tracker.set_tags({REFS_TAG.format(split=split): s["refs_sha256"] for split, s in results.items()})
+        tracker.set_tags({refs_tag(k): s["refs_sha256"] for k, s in by_key.items()})
         if decode_dir is not None:
-            for split in results:
-                tracker.log_artifact(decode_dir / f"{split}.hyp", HYPS_ARTIFACT_DIR)
+            for key in by_key:
+                folder = HYPS_ARTIFACT_DIR if key == VAL else f"{HYPS_ARTIFACT_DIR}/{TEST_DIR}"
+                tracker.log_artifact(decode_dir / f"{key}.hyp", folder)
+
+
+def summary_lines(results: dict[str, Any]) -> list[str]:
+    """One line per set: val first, then each test set."""
+    lines = []
+    for key, s in metrics_of(results).items():
+        bleu_ci, chrf_ci = s["ci95"]["bleu"], s["ci95"]["chrf"]
+        lines.append(
+            f"{label(key)}: BLEU {s['bleu']:.2f} [{bleu_ci[0]:.2f}, {bleu_ci[1]:.2f}]  "
+            f"chrF {s['chrf']:.2f} [{chrf_ci[0]:.2f}, {chrf_ci[1]:.2f}]  TER {s['ter']:.2f}  "
+            f"({s['n_lines']} lines)"
+        )
+    return lines
 
 
 @click.command("score")
@@ -108,14 +142,14 @@ def log_final_scores(run_file: Path, results: dict[str, Any], decode_dir: Path |
     "decode_dir",
     type=click.Path(file_okay=False, path_type=Path),
     required=True,
-    help="Directory with {val,test}.hyp (the decode stage's output).",
+    help="Directory with val.hyp and test/<name>.hyp (the decode stage's output).",
 )
 @click.option(
     "--refs",
     "refs_dir",
     type=click.Path(file_okay=False, path_type=Path),
     required=True,
-    help="Directory with the references {val,test}.tgt (data/raw).",
+    help="Directory with the references val.tgt and test/<name>.tgt (data/raw).",
 )
 @click.option(
     "--out",
@@ -147,12 +181,7 @@ def log_final_scores(run_file: Path, results: dict[str, Any], decode_dir: Path |
 def command(
     decode_dir: Path, refs_dir: Path, out: Path, model_dir: Path | None, bootstrap: int, seed: int
 ) -> None:
-    """Score decoded splits with sacreBLEU (BLEU, chrF, TER; 95% intervals of BLEU and chrF)."""
+    """Score val and each test set with sacreBLEU (BLEU, chrF, TER; 95% intervals of BLEU and chrF)."""
     results = score(decode_dir, refs_dir, out, model_dir, bootstrap, seed)
-    for split, s in results.items():
-        bleu_ci, chrf_ci = s["ci95"]["bleu"], s["ci95"]["chrf"]
-        click.echo(
-            f"{split}: BLEU {s['bleu']:.2f} [{bleu_ci[0]:.2f}, {bleu_ci[1]:.2f}]  "
-            f"chrF {s['chrf']:.2f} [{chrf_ci[0]:.2f}, {chrf_ci[1]:.2f}]  TER {s['ter']:.2f}  "
-            f"({s['n_lines']} lines)"
-        )
+    for line in summary_lines(results):
+        click.echo(line)

@@ -1,4 +1,4 @@
-"""Stage decode: aligned hypotheses for val and test, stats, and errors, on a tiny random model."""
+"""Stage decode: aligned hypotheses for val and each test set, stats, and errors, on a tiny random model."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from tests.helpers import REPO, make_model_dir
 
 VAL = ["ein hund läuft", "", "die katze springt über die straße", "   ", "der mann"]
 TEST = ["das kind", "eine frau läuft über die straße", ""]
+TESTS = {"set-b": TEST, "set_a": ["ein mann", "die frau springt"]}  # decoded sorted by name
 
 
 def setup(tmp_path: Path, **decode: object) -> list[str]:
@@ -26,8 +27,9 @@ def setup(tmp_path: Path, **decode: object) -> list[str]:
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw), encoding="utf-8")
     clean = tmp_path / "clean"
     clean.mkdir()
-    for split, lines in (("val", VAL), ("test", TEST)):
-        (clean / f"{split}.src").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    (clean / "test").mkdir()
+    for stem, lines in (("val", VAL), *((f"test/{n}", t) for n, t in TESTS.items())):
+        (clean / f"{stem}.src").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     return [
         "--params",
         str(tmp_path / "params.yaml"),
@@ -53,16 +55,20 @@ def test_decode_writes_aligned_hypotheses_and_stats(tmp_path: Path) -> None:
     out = tmp_path / "decode"
     settings = P.load(tmp_path / "params.yaml").decode
     translator = Translator.from_dir(tmp_path / "model", device="cpu", settings=settings)
-    for split, lines in (("val", VAL), ("test", TEST)):
-        hyps = read(out / f"{split}.hyp")
+    for stem, lines in (("val", VAL), *((f"test/{n}", t) for n, t in TESTS.items())):
+        hyps = read(out / f"{stem}.hyp")
         assert len(hyps) == len(lines)
         assert hyps == translator.translate(lines)  # the same code path as the translate command
         assert all(h == "" for h, src in zip(hyps, lines) if not src.strip())
     assert not (out / "val.nbest").exists()
     stats = json.loads((out / "stats.json").read_text(encoding="utf-8"))
     assert stats["device"] == "cpu" and stats["decode"]["beam"] == 3
-    assert stats["val"]["sentences"] == len(VAL) and stats["test"]["sentences"] == len(TEST)
+    assert list(stats["test"]) == ["set-b", "set_a"]  # sorted by file name
+    assert stats["val"]["sentences"] == len(VAL) and stats["test"]["set-b"]["sentences"] == len(TEST)
+    assert stats["test"]["set_a"]["sentences"] == 2
     assert stats["val"]["truncated"] == 0 and stats["val"]["tokens_per_s"] > 0
+    lines = [line for line in result.output.splitlines() if " sentences in " in line]  # one per set
+    assert [line.split(":")[0] for line in lines] == ["val", "test/set-b", "test/set_a"]
 
 
 def test_decode_uses_params_yaml_not_the_models_settings(tmp_path: Path) -> None:
@@ -75,16 +81,22 @@ def test_decode_uses_params_yaml_not_the_models_settings(tmp_path: Path) -> None
 def test_decode_with_n_best_also_writes_nbest_lists(tmp_path: Path) -> None:
     args = setup(tmp_path, n_best=2)
     assert CliRunner().invoke(decode_stage.command, args).exit_code == 0
-    rows = read(tmp_path / "decode" / "test.nbest")
+    rows = read(tmp_path / "decode" / "test" / "set-b.nbest")
     assert [int(r.split(" ||| ")[0]) for r in rows] == [0, 0, 1, 1, 2]
-    hyps = read(tmp_path / "decode" / "test.hyp")
+    assert (tmp_path / "decode" / "val.nbest").is_file()
+    hyps = read(tmp_path / "decode" / "test" / "set-b.hyp")
     assert [r.split(" ||| ")[1] for r in rows[::2]] == hyps  # the first of each list is the 1-best
 
 
 def test_decode_without_clean_output_says_which_stage_to_run(tmp_path: Path) -> None:
     args = setup(tmp_path)
-    (tmp_path / "clean" / "test.src").unlink()
+    for path in (tmp_path / "clean" / "test").iterdir():
+        path.unlink()
     result = CliRunner().invoke(decode_stage.command, args)
     assert result.exit_code == 1
-    assert "test.src: missing; run the clean stage first" in result.output
+    assert "no test sets (<name>.src) in it; run the clean stage first" in result.output
+    (tmp_path / "clean" / "test").rmdir()
+    (tmp_path / "clean" / "val.src").unlink()
+    result = CliRunner().invoke(decode_stage.command, args)
+    assert result.exit_code == 1 and "val.src: missing; run the clean stage first" in result.output
     assert not (tmp_path / "decode").exists()

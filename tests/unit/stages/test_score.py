@@ -29,24 +29,28 @@ HYPS = [
 ]
 
 
-def make_split(tmp_path: Path, split: str, hyps: list[str], refs: list[str]) -> tuple[Path, Path]:
+def make_split(tmp_path: Path, key: str, hyps: list[str], refs: list[str]) -> tuple[Path, Path]:
+    """decode/<key>.hyp and raw/<key>.tgt, key "val" or "test/<name>"; returns (decode, raw)."""
     decode, raw = tmp_path / "decode", tmp_path / "raw"
-    files.write_lines(decode / f"{split}.hyp", hyps)
-    files.write_lines(raw / f"{split}.tgt", refs)
+    files.write_lines(decode / f"{key}.hyp", hyps)
+    files.write_lines(raw / f"{key}.tgt", refs)
     return decode, raw
 
 
+T = "test/t1"  # a test set named t1
+
+
 def test_perfect_hypotheses_score_100_100_0(tmp_path: Path) -> None:
-    decode, raw = make_split(tmp_path, "test", REFS, REFS)
+    decode, raw = make_split(tmp_path, T, REFS, REFS)
     result = score.score(decode, raw, tmp_path / "metrics.json")
-    assert result["test"]["bleu"] == 100.0
-    assert result["test"]["chrf"] == 100.0
-    assert result["test"]["ter"] == 0.0
+    assert result["test"]["t1"]["bleu"] == 100.0
+    assert result["test"]["t1"]["chrf"] == 100.0
+    assert result["test"]["t1"]["ter"] == 0.0
 
 
 def test_scores_match_sacrebleu_rounded(tmp_path: Path) -> None:
-    decode, raw = make_split(tmp_path, "test", HYPS, REFS)
-    result = score.score(decode, raw, tmp_path / "metrics.json")["test"]
+    decode, raw = make_split(tmp_path, T, HYPS, REFS)
+    result = score.score(decode, raw, tmp_path / "metrics.json")["test"]["t1"]
     assert result["bleu"] == round(BLEU().corpus_score(HYPS, [REFS]).score, 2)
     assert result["chrf"] == round(CHRF().corpus_score(HYPS, [REFS]).score, 2)
     assert result["ter"] == round(TER().corpus_score(HYPS, [REFS]).score, 2)
@@ -54,8 +58,8 @@ def test_scores_match_sacrebleu_rounded(tmp_path: Path) -> None:
 
 
 def test_default_settings_are_cased_13a(tmp_path: Path) -> None:
-    decode, raw = make_split(tmp_path, "test", [r.upper() for r in REFS], REFS)
-    result = score.score(decode, raw, tmp_path / "metrics.json")["test"]
+    decode, raw = make_split(tmp_path, T, [r.upper() for r in REFS], REFS)
+    result = score.score(decode, raw, tmp_path / "metrics.json")["test"]["t1"]
     assert result["bleu"] < 5  # cased: upper-cased hypotheses share almost nothing
     sig = result["signature"]
     assert "case:mixed" in sig["bleu"] and "tok:13a" in sig["bleu"] and "nrefs:1" in sig["bleu"]
@@ -64,11 +68,11 @@ def test_default_settings_are_cased_13a(tmp_path: Path) -> None:
 
 
 def test_line_count_mismatch_names_both_files(tmp_path: Path) -> None:
-    decode, raw = make_split(tmp_path, "test", HYPS[:3], REFS)
+    decode, raw = make_split(tmp_path, T, HYPS[:3], REFS)
     with pytest.raises(UserError) as err:
         score.score(decode, raw, tmp_path / "metrics.json")
     message = err.value.message
-    assert str(decode / "test.hyp") in message and str(raw / "test.tgt") in message
+    assert str(decode / "test" / "t1.hyp") in message and str(raw / "test" / "t1.tgt") in message
     assert "3 lines" in message and "has 4" in message
     assert not (tmp_path / "metrics.json").exists()
 
@@ -79,30 +83,51 @@ def test_no_hypotheses_is_a_user_error(tmp_path: Path) -> None:
         score.score(tmp_path / "decode", tmp_path / "raw", tmp_path / "metrics.json")
 
 
-def test_cli_writes_json_for_each_split_present(tmp_path: Path) -> None:
+def test_cli_writes_json_for_val_and_each_test_set(tmp_path: Path) -> None:
     make_split(tmp_path, "val", REFS, REFS)
-    decode, raw = make_split(tmp_path, "test", HYPS, REFS)
+    make_split(tmp_path, "test/t2", HYPS[:2], REFS[:2])
+    decode, raw = make_split(tmp_path, T, HYPS, REFS)
     out = tmp_path / "reports" / "metrics.json"
     result = CliRunner().invoke(
         score.command, ["--decode", str(decode), "--refs", str(raw), "--out", str(out)]
     )
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text())
-    assert set(data) == {"val", "test"}
-    for split in data.values():
-        # The keys of old stay as they were (DVC metrics and the report read them); the new ones are added.
-        old, new = {"bleu", "chrf", "ter", "n_lines", "signature"}, {"ci95", "bootstrap", "refs_sha256"}
-        assert set(split) == old | new
-        assert set(split["signature"]) == {"bleu", "chrf", "ter"}
-        assert all("version:" in s for s in split["signature"].values())
-        assert all(v == round(v, 2) for v in (split["bleu"], split["chrf"], split["ter"]))
+    assert set(data) == {"val", "test"} and list(data["test"]) == ["t1", "t2"]
+    for scores in (data["val"], *data["test"].values()):
+        assert set(scores) == {
+            "bleu",
+            "chrf",
+            "ter",
+            "n_lines",
+            "signature",
+            "ci95",
+            "bootstrap",
+            "refs_sha256",
+        }
+        assert set(scores["signature"]) == {"bleu", "chrf", "ter"}
+        assert all("version:" in s for s in scores["signature"].values())
+        assert all(v == round(v, 2) for v in (scores["bleu"], scores["chrf"], scores["ter"]))
     assert data["val"]["bleu"] == 100.0 and data["val"]["ci95"]["bleu"] == [100.0, 100.0]
-    assert f"test: BLEU {data['test']['bleu']:.2f} [" in result.output
+    assert data["test"]["t2"]["n_lines"] == 2
+    lines = result.output.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["val", "t1", "t2"]  # one line per set
+    assert lines[1].startswith(f"t1: BLEU {data['test']['t1']['bleu']:.2f} [")
     assert list(out.parent.iterdir()) == [out]  # atomic write leaves no temporary behind
 
 
+def test_a_test_set_without_references_names_both_files(tmp_path: Path) -> None:
+    decode, raw = make_split(tmp_path, T, HYPS, REFS)
+    files.write_lines(decode / "test" / "t9.hyp", HYPS)
+    with pytest.raises(UserError) as err:
+        score.score(decode, raw, tmp_path / "metrics.json")
+    assert f"{raw / 'test' / 't9.tgt'}: no such file, needed to score {decode / 'test' / 't9.hyp'}" in (
+        err.value.message
+    )
+
+
 def test_cli_mismatch_exits_1_with_one_line(tmp_path: Path) -> None:
-    decode, raw = make_split(tmp_path, "test", HYPS, REFS[:2])
+    decode, raw = make_split(tmp_path, T, HYPS, REFS[:2])
     result = CliRunner().invoke(
         score.command, ["--decode", str(decode), "--refs", str(raw), "--out", str(tmp_path / "m.json")]
     )
@@ -117,50 +142,55 @@ def test_scores_go_to_the_training_run(tmp_path: Path, monkeypatch: pytest.Monke
     from pipeline.tracking import Tracker
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
-    params = {"data": {"corpus": "multi30k", "src_lang": "de", "tgt_lang": "en"}}
+    params = {"data": {"src_lang": "de", "tgt_lang": "en"}}
     with Tracker.start(params, "score-test", "train") as run:
         run.save_run_file(tmp_path / "model" / "mlflow_run.json")
-    decode, raw = make_split(tmp_path, "test", HYPS, REFS)
+    make_split(tmp_path, "val", REFS, REFS)
+    decode, raw = make_split(tmp_path, T, HYPS, REFS)
     result = score.score(decode, raw, tmp_path / "metrics.json", model_dir=tmp_path / "model")
     client = MlflowClient(run.tracking_uri)
     logged = client.get_run(run.run_id).data
-    assert logged.metrics["test_bleu"] == result["test"]["bleu"]
-    assert logged.metrics["test_ter"] == result["test"]["ter"]
-    assert logged.tags["sacrebleu.bleu"] == result["test"]["signature"]["bleu"]
+    assert logged.metrics["test.t1.bleu"] == result["test"]["t1"]["bleu"]
+    assert logged.metrics["test.t1.ter"] == result["test"]["t1"]["ter"]
+    assert logged.metrics["dev_bleu"] == 100.0 and "dev_chrf" in logged.metrics
+    assert logged.tags["sacrebleu.bleu"] == result["test"]["t1"]["signature"]["bleu"]
     # What `compare` needs later: the hypotheses, and which references they were scored against.
-    assert logged.tags["refs_sha256.test"] == hashlib.sha256((raw / "test.tgt").read_bytes()).hexdigest()
-    assert [a.path for a in client.list_artifacts(run.run_id, "decode")] == ["decode/test.hyp"]
-    local = client.download_artifacts(run.run_id, "decode/test.hyp", str(tmp_path / "back"))
+    sha = hashlib.sha256((raw / "test" / "t1.tgt").read_bytes()).hexdigest()
+    assert logged.tags["refs_sha256.test.t1"] == sha
+    assert logged.tags["refs_sha256.val"] == hashlib.sha256((raw / "val.tgt").read_bytes()).hexdigest()
+    assert [a.path for a in client.list_artifacts(run.run_id, "decode/test")] == ["decode/test/t1.hyp"]
+    assert "decode/val.hyp" in [a.path for a in client.list_artifacts(run.run_id, "decode")]
+    local = client.download_artifacts(run.run_id, "decode/test/t1.hyp", str(tmp_path / "back"))
     assert files.read_lines(local) == HYPS
 
 
 def test_missing_run_file_is_fine(tmp_path: Path) -> None:
-    decode, raw = make_split(tmp_path, "test", REFS, REFS)
+    decode, raw = make_split(tmp_path, T, REFS, REFS)
     result = score.score(decode, raw, tmp_path / "metrics.json", model_dir=tmp_path / "no-model")
-    assert result["test"]["bleu"] == 100.0
+    assert result["test"]["t1"]["bleu"] == 100.0
 
 
 def test_intervals_hold_the_scores_and_record_how_they_were_made(tmp_path: Path) -> None:
     refs = references(120)
-    decode, raw = make_split(tmp_path, "test", garble(refs, 0.3), refs)
-    result = score.score(decode, raw, tmp_path / "metrics.json", bootstrap=200, seed=42)["test"]
+    decode, raw = make_split(tmp_path, T, garble(refs, 0.3), refs)
+    result = score.score(decode, raw, tmp_path / "metrics.json", bootstrap=200, seed=42)["test"]["t1"]
     for name in ("bleu", "chrf"):
         low, high = result["ci95"][name]
         assert low < result[name] < high
     assert "ter" not in result["ci95"]
     assert result["bootstrap"] == {"n": 200, "seed": 42}
-    assert result["refs_sha256"] == hashlib.sha256((raw / "test.tgt").read_bytes()).hexdigest()
-    assert json.loads((tmp_path / "metrics.json").read_text())["test"] == result
+    assert result["refs_sha256"] == hashlib.sha256((raw / "test" / "t1.tgt").read_bytes()).hexdigest()
+    assert json.loads((tmp_path / "metrics.json").read_text())["test"]["t1"] == result
 
 
 def test_same_input_same_intervals_and_the_cli_passes_resamples_and_seed(tmp_path: Path) -> None:
     refs = references(80)
-    decode, raw = make_split(tmp_path, "test", garble(refs, 0.3), refs)
+    decode, raw = make_split(tmp_path, T, garble(refs, 0.3), refs)
     outs = [tmp_path / f"m{i}.json" for i in range(3)]
     for out, seed in zip(outs, (7, 7, 8)):
         args = ["--decode", str(decode), "--refs", str(raw), "--out", str(out), "--bootstrap", "150"]
         result = CliRunner().invoke(score.command, [*args, "--seed", str(seed)])
         assert result.exit_code == 0, result.output
-    first, again, other = (json.loads(o.read_text())["test"] for o in outs)
+    first, again, other = (json.loads(o.read_text())["test"]["t1"] for o in outs)
     assert first == again and first["bootstrap"] == {"n": 150, "seed": 7}
     assert other["ci95"] != first["ci95"] and other["bleu"] == first["bleu"]
