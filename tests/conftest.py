@@ -19,6 +19,7 @@ from pipeline.data import fetch
 from pipeline.decoding.translator import Translator
 from tests.helpers import (
     COMMIT,
+    DECODE_SETS,
     DECODE_STAGE,
     MIRROR,
     REPO,
@@ -124,13 +125,14 @@ def dvc_repo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list]:
 @pytest.fixture(scope="session")
 def decode_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real git + DVC repo whose stand-in decode stage (helpers.DECODE_STAGE) caches data/decode, with
-    references in data/raw; the baseline commit `main` garbles half the words (decode.noise 0.5, train.seed
-    1), experiment `better` a fifth, `reseeded` half with train.seed 2 (made once per session)."""
+    references in data/raw (val, test sets flickr and mscoco: helpers.DECODE_SETS); the baseline commit
+    `main` garbles half the words (decode.noise 0.5, train.seed 1), experiment `better` a fifth,
+    `reseeded` half with train.seed 2 (made once per session)."""
     root = tmp_path_factory.mktemp("decoderepo")
     (root / "params.yaml").write_text(yaml.safe_dump({"decode": {"noise": 0.5}, "train": {"seed": 1}}))
     (root / "decode.py").write_text(DECODE_STAGE)
-    for split, n in (("val", 60), ("test", 300)):
-        files.write_lines(root / "data" / "raw" / f"{split}.tgt", references(n, seed=len(split)))
+    for key, n in DECODE_SETS:
+        files.write_lines(root / "data" / "raw" / f"{key}.tgt", references(n, seed=len(key)))
     stage = {
         "cmd": f"{sys.executable} decode.py",
         "deps": ["decode.py", "data/raw"],

@@ -386,15 +386,22 @@ def table_rows(text: str) -> list[list[str]]:
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
 
+# Two test sets, as score.py names their metrics in MLflow (test.<name>.<score>).
+SWEEP_TESTS = ("multi30k-test_2016_flickr", "multi30k-test_2017_mscoco")
+T16, T17 = (f"test.{name}" for name in SWEEP_TESTS)
+
 # A small sweep: (DVC experiment, params changed, final metrics or None for a run that failed).
 SWEEP = [
     (
         "exp-two",
         {"model": {"n_layers": 2}},
         {
-            "test_bleu": 30.55,
-            "test_chrf": 52.5,
-            "test_ter": 58.0,
+            f"{T16}.bleu": 30.55,
+            f"{T16}.chrf": 52.5,
+            f"{T16}.ter": 58.0,
+            f"{T17}.bleu": 24.0,
+            f"{T17}.chrf": 47.0,
+            f"{T17}.ter": 63.0,
             "dev_bleu": 29.5,
             "dev_chrf": 51.0,
             "dev_ter": 59.0,
@@ -407,9 +414,12 @@ SWEEP = [
         "exp-four",
         {"model": {"n_layers": 4, "dropout": 0.3}},
         {
-            "test_bleu": 35.25,
-            "test_chrf": 57.0,
-            "test_ter": 52.5,
+            f"{T16}.bleu": 35.25,
+            f"{T16}.chrf": 57.0,
+            f"{T16}.ter": 52.5,
+            f"{T17}.bleu": 26.5,
+            f"{T17}.chrf": 49.0,
+            f"{T17}.ter": 61.0,
             "dev_bleu": 34.0,
             "dev_chrf": 56.0,
             "dev_ter": 53.0,
@@ -443,38 +453,49 @@ def log_run(name: str, change: dict, final: dict | None, experiment: str = "nmt"
     return run.run_id
 
 
+# A stand-in score stage for conftest's dvc_repo: metrics.json as the score stage writes it, two test sets.
 SCORE_STAGE = """\
 import json, os, yaml
 p = yaml.safe_load(open("params.yaml"))
 layers, lr = p["model"]["n_layers"], p["train"]["lr"]
 os.makedirs("reports/train", exist_ok=True)
 bleu = round(20 + 3 * layers - 1000 * lr, 2)
-json.dump({"val": {"bleu": bleu - 1, "chrf": 50.0, "ter": 60.0, "n_lines": 10},
-           "test": {"bleu": bleu, "chrf": 51.0, "ter": 59.5, "n_lines": 10}},
+json.dump({"val": {"bleu": bleu - 1, "chrf": 50.0, "ter": 60.0, "n_lines": 10, "ci95": {"bleu": [1, 2]}},
+           "test": {"flickr": {"bleu": bleu, "chrf": 51.0, "ter": 59.5, "n_lines": 10},
+                    "mscoco": {"bleu": bleu - 5, "chrf": 45.0, "ter": 65.0, "n_lines": 10}}},
           open("reports/metrics.json", "w"))
 json.dump({"n_params": 1000 * layers, "train_seconds": 60.0 * layers, "tokens_per_s": 100.0 / layers},
           open("reports/train/summary.json", "w"))
 """
 
 
-# A stand-in decode stage for conftest's decode_repo: hypotheses are the references with a share
-# (decode.noise) of their words garbled, seeded by train.seed; metrics.json records the references' sha256.
+# A stand-in decode stage for conftest's decode_repo: hypotheses of val and of each test set in
+# data/raw/test/ are the references with a share (decode.noise) of their words garbled, seeded by
+# train.seed; metrics.json ({"val": ..., "test": {name: ...}}) records the references' sha256.
 DECODE_STAGE = """\
 import hashlib, json, os, random, yaml
 p = yaml.safe_load(open("params.yaml"))
 noise, seed = p["decode"]["noise"], p["train"]["seed"]
-os.makedirs("data/decode", exist_ok=True)
+os.makedirs("data/decode/test", exist_ok=True)
 os.makedirs("reports", exist_ok=True)
-metrics = {}
-for split in ("val", "test"):
-    raw = open(f"data/raw/{split}.tgt", "rb").read()
+metrics = {"test": {}}
+names = sorted(f[:-4] for f in os.listdir("data/raw/test") if f.endswith(".tgt"))
+for stem in ["val", *(f"test/{n}" for n in names)]:
+    raw = open(f"data/raw/{stem}.tgt", "rb").read()
     rng = random.Random(seed)
     refs = raw.decode("utf-8").splitlines()
     hyps = [" ".join("xyz" if rng.random() < noise else w for w in r.split()) for r in refs]
-    open(f"data/decode/{split}.hyp", "w", encoding="utf-8").write("".join(h + "\\n" for h in hyps))
-    metrics[split] = {"n_lines": len(hyps), "refs_sha256": hashlib.sha256(raw).hexdigest()}
+    open(f"data/decode/{stem}.hyp", "w", encoding="utf-8").write("".join(h + "\\n" for h in hyps))
+    scores = {"n_lines": len(hyps), "refs_sha256": hashlib.sha256(raw).hexdigest()}
+    if stem == "val":
+        metrics["val"] = scores
+    else:
+        metrics["test"][stem[5:]] = scores
 json.dump(metrics, open("reports/metrics.json", "w"))
 """
+
+# decode_repo's sets: (key, lines).
+DECODE_SETS = (("val", 60), ("test/flickr", 300), ("test/mscoco", 80))
 
 
 def dvc(args: list[str], cwd: Path) -> str:

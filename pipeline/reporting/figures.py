@@ -72,8 +72,8 @@ def _power_of_ten(value: float) -> int:
     return math.floor(math.log10(abs(value)))
 
 
-def plot_bleu_by_length(rows: list[dict[str, Any]], path: Path) -> None:
-    """Bar chart of BLEU per source-length bucket, each bar labelled with its BLEU and line count."""
+def plot_bleu_by_length(rows: list[dict[str, Any]], path: Path, test_set: str = "test") -> None:
+    """Bar chart of BLEU per source-length bucket of `test_set`, each bar labelled with its BLEU and lines."""
     fig, ax = plt.subplots(figsize=(6, 3.5))
     labels = [r["bucket"] for r in rows]
     values = [r["bleu"] if r["bleu"] is not None else 0.0 for r in rows]
@@ -91,7 +91,7 @@ def plot_bleu_by_length(rows: list[dict[str, Any]], path: Path) -> None:
         )
     ax.set_xlabel("source length (words)")
     ax.set_ylabel("BLEU")
-    ax.set_title("Test BLEU by source length")
+    ax.set_title(f"BLEU by source length: {test_set}")
     ax.set_ylim(0, max([*values, 1.0]) * 1.25)
     ax.spines[["top", "right"]].set_visible(False)
     fig.tight_layout()

@@ -169,7 +169,8 @@ def from_dvc(rev: str, repo: Path) -> RunHypotheses:
             f"{rev!r} is not an MLflow run id, a DVC experiment or a git revision of {repo} ({_short(e)}); "
             "`dvc exp show` and `python -m pipeline experiments` list them"
         ) from None
-    hyps, problems = {}, []
+    hyps: dict[str, list[str]] = {}
+    problems: list[str] = []
     for key, path in _dvc_hyp_paths(fs, problems).items():
         try:
             if fs.exists(path):

@@ -1,10 +1,12 @@
 """The report page: `render_report` is a pure function of `ReportInputs`, one Markdown section each.
 
-Sections, in order: scores with their sacreBLEU signatures, the experiments
-table (this run marked), training, BLEU by source length, sample translations,
-cross-attention heatmaps, what cleaning dropped, and every param. Tables are
-made here (pandas' `to_markdown` needs tabulate, which the project does not
-depend on).
+Sections, in order: scores of val and of each test set with their sacreBLEU
+signatures, the experiments table (this run marked), training, BLEU by source
+length, sample translations and cross-attention heatmaps (these three on the
+first test set), the data (sources from data/raw/manifest.json, what cleaning
+dropped per source and reason from data/clean/stats.json), and every param.
+Tables are made here (pandas' `to_markdown` needs tabulate, which the project
+does not depend on).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any, NamedTuple
 import pandas as pd
 
 from pipeline import params as P
+from pipeline.reporting.hypotheses import VAL, key_of, label, metrics_of, testset_of
 from pipeline.reporting.runs import group_seeds
 from pipeline.reporting.tables import experiments_markdown, fmt, fmt_hms, fmt_score, markdown_table
 
@@ -22,6 +25,8 @@ N_SAMPLES = 3
 MIN_SAMPLE_WORDS = 4  # chrF of very short sentences says little; keep them out of best/worst
 HEATMAP_WORDS = (5, 15)  # source words of the heatmap sentences: enough context, still legible cells
 SCORE_NAMES = {"bleu": "BLEU", "chrf": "chrF", "ter": "TER"}
+# data/clean/stats.json's drop reasons, in the order the clean stage applies them.
+DROP_REASONS = ("empty", "heldout_overlap", "too_long", "ratio", "duplicate")
 
 EXPERIMENTS_SHOWN = 15  # table rows in the report (plus this run if lower); the command lists all
 
@@ -38,7 +43,7 @@ class Sample:
 
 
 class SplitLines(NamedTuple):
-    """The test split's sources, references and hypotheses, line-aligned."""
+    """A test set's sources, references and hypotheses, line-aligned."""
 
     srcs: list[str]
     refs: list[str]
@@ -50,9 +55,12 @@ class ReportInputs:
     """Everything the page shows, already read and computed."""
 
     params: dict[str, Any]
-    metrics: dict[str, Any]
+    metrics: dict[str, Any]  # reports/metrics.json: {"val": {...}, "test": {"<name>": {...}}}
     summary: dict[str, Any] | None = None
     clean_stats: dict[str, Any] | None = None
+    manifest: dict[str, Any] | None = None  # data/raw/manifest.json
+    test_sets: list[str] = field(default_factory=list)  # names in data.test order
+    analysed: str | None = None  # the test set of the lengths, samples and heatmaps: the first
     length_rows: list[dict[str, Any]] = field(default_factory=list)
     samples: dict[str, list[Sample]] = field(default_factory=dict)  # best, worst, first
     figures: dict[str, str] = field(default_factory=dict)  # curves, length, compare -> link from the page
@@ -65,46 +73,58 @@ class ReportInputs:
 
 def render_report(inputs: ReportInputs) -> str:
     """The whole report page as Markdown."""
+    shown = inputs.analysed or "test"
     sections = [
         _title(inputs),
-        _scores(inputs.metrics),
+        _scores(inputs.metrics, inputs.test_sets),
         _experiments(inputs),
         _training(inputs.summary, inputs.figures.get("curves")),
-        _lengths(inputs.length_rows, inputs.figures.get("length")),
-        _samples(inputs.samples),
-        _attention(inputs.heatmaps, inputs.heatmaps_note),
-        _cleaning(inputs.clean_stats),
+        _lengths(inputs.length_rows, inputs.figures.get("length"), shown),
+        _samples(inputs.samples, shown),
+        _attention(inputs.heatmaps, inputs.heatmaps_note, shown),
+        _data(inputs.manifest, inputs.clean_stats),
         _params(inputs.params),
     ]
     return "\n\n".join(s.strip() for s in sections) + "\n"
 
 
 def _title(inputs: ReportInputs) -> str:
-    data = inputs.params.get("data", {})
+    data = inputs.manifest or inputs.params.get("data", {})
     pair = f"{data.get('src_lang', '?')}→{data.get('tgt_lang', '?')}"
-    corpus = data.get("corpus", "?")
-    if corpus == "multi30k" and data.get("multi30k_test"):
-        corpus = f"multi30k, test set {data['multi30k_test']}"
-    lines = [f"# Translation report: {pair} ({corpus})"]
+    train = ", ".join(_source_names(inputs.manifest, inputs.params, "train"))
+    lines = [f"# Translation report: {pair}" + (f" ({train})" if train else "")]
     if inputs.run_id:
         lines.append(f"\nMLflow run: `{inputs.run_id}`")
     return "\n".join(lines)
 
 
-def _scores(metrics: dict[str, Any]) -> str:
-    splits = [s for s in ("val", "test") if s in metrics] + [s for s in metrics if s not in ("val", "test")]
+def _source_names(manifest: dict[str, Any] | None, params: dict[str, Any], split: str) -> list[str]:
+    """The names of a split's sources: from the raw manifest, else from params data.<split> if a list."""
+    if manifest is not None:
+        return [str(e.get("name")) for e in (manifest.get("splits") or {}).get(split) or []]
+    listed = params.get("data", {}).get(split)
+    return [str(n) for n in listed] if isinstance(listed, (list, tuple)) else []
+
+
+def _scores(metrics: dict[str, Any], test_sets: list[str]) -> str:
+    by_key = metrics_of(metrics)
+    order = [VAL, *(key_of(n) for n in test_sets)]
+    keys = [k for k in order if k in by_key] + [k for k in by_key if k not in order]
     rows = [
-        [split, *(_score_cell(metrics[split], m) for m in SCORE_NAMES), fmt(metrics[split].get("n_lines"))]
-        for split in splits
+        [label(k), *(_score_cell(by_key[k], m) for m in SCORE_NAMES), fmt(by_key[k].get("n_lines"))]
+        for k in keys
     ]
-    out = ["## Scores", "", markdown_table(["split", *SCORE_NAMES.values(), "lines"], rows, "lrrrr")]
-    bootstraps = {_bootstrap_text(metrics[s]["bootstrap"]) for s in splits if "bootstrap" in metrics[s]}
+    out = ["## Scores", "", markdown_table(["set", *SCORE_NAMES.values(), "lines"], rows, "lrrrr")]
+    tests = [label(k) for k in keys if testset_of(k) is not None]
+    if tests:
+        out += ["", f"val, then the {len(tests)} test set(s) of data.test, each scored on its own."]
+    bootstraps = {_bootstrap_text(by_key[k]["bootstrap"]) for k in keys if "bootstrap" in by_key[k]}
     if bootstraps:
         how = "; ".join(sorted(bootstraps))
         out += ["", f"In parentheses: the 95% confidence interval, by sacreBLEU's bootstrap ({how})."]
     signatures: dict[str, list[str]] = {}
-    for split in splits:
-        for metric, sig in metrics[split].get("signature", {}).items():
+    for key in keys:
+        for metric, sig in by_key[key].get("signature", {}).items():
             if sig not in signatures.setdefault(metric, []):
                 signatures[metric].append(sig)
     if signatures:
@@ -168,7 +188,8 @@ def _experiments(inputs: ReportInputs) -> str:
     if frame.empty:
         return "\n".join([*out, f"No runs in the MLflow experiment `{experiment}` yet."])
     out += [
-        f"Runs of the MLflow experiment `{experiment}` when this report was made, best test BLEU first, "
+        f"Runs of the MLflow experiment `{experiment}` when this report was made, best first by BLEU on "
+        "their first test set, "
         "named by their DVC experiment if they have one; the columns after commit are the params that "
         "differ between runs. `python -m pipeline experiments` lists the runs now.",
         "",
@@ -180,7 +201,7 @@ def _experiments(inputs: ReportInputs) -> str:
     return "\n".join(out)
 
 
-def _lengths(rows: list[dict[str, Any]], chart: str | None) -> str:
+def _lengths(rows: list[dict[str, Any]], chart: str | None, test_set: str) -> str:
     if not rows:
         return "## BLEU by source length\n\nNo test translations to analyse."
     table = markdown_table(
@@ -188,21 +209,26 @@ def _lengths(rows: list[dict[str, Any]], chart: str | None) -> str:
         [[r["bucket"], fmt(r["n_lines"]), fmt_score(r["bleu"])] for r in rows],
         "lrr",
     )
-    out = ["## BLEU by source length (test)", "", table]
+    out = [f"## BLEU by source length ({test_set})", "", _first_set_note(test_set), "", table]
     if chart:
         out += ["", f"![BLEU by source length]({chart})"]
     return "\n".join(out)
 
 
-def _samples(samples: dict[str, list[Sample]]) -> str:
+def _first_set_note(test_set: str) -> str:
+    return f"On the first test set, {test_set}."
+
+
+def _samples(samples: dict[str, list[Sample]], test_set: str) -> str:
     titles = {
         "best": f"Best {N_SAMPLES} by sentence chrF (references of {MIN_SAMPLE_WORDS}+ words)",
         "worst": f"Worst {N_SAMPLES} by sentence chrF (references of {MIN_SAMPLE_WORDS}+ words)",
-        "first": f"First {N_SAMPLES} lines of test",
+        "first": f"First {N_SAMPLES} lines of {test_set}",
     }
-    out = ["## Sample translations (test)"]
+    out = [f"## Sample translations ({test_set})"]
     if not any(samples.values()):
-        return out[0] + "\n\nNo test translations to show."
+        return "## Sample translations\n\nNo test translations to show."
+    out += ["", _first_set_note(test_set)]
     for kind, title in titles.items():
         rows = [[s.line, fmt(s.chrf, 1), s.src, s.ref, s.hyp] for s in samples.get(kind, [])]
         if rows:
@@ -211,24 +237,89 @@ def _samples(samples: dict[str, list[Sample]]) -> str:
     return "\n".join(out)
 
 
-def _attention(heatmaps: list[tuple[str, str]], note: str | None) -> str:
-    out = ["## Cross-attention (test)", ""]
+def _attention(heatmaps: list[tuple[str, str]], note: str | None, test_set: str) -> str:
+    out = [f"## Cross-attention ({test_set})", ""]
     if not heatmaps:
         return "\n".join([*out, note or "No attention heatmaps."])
     out.append(
-        "Decoder-to-encoder attention while translating the first test sentences of "
-        f"{HEATMAP_WORDS[0]}-{HEATMAP_WORDS[1]} words (the same in every run), one panel per decoder "
-        "layer: a row per output piece (the last one predicts the end), a column per source piece."
+        f"Decoder-to-encoder attention while translating the first sentences of {test_set} (the first "
+        f"test set) of {HEATMAP_WORDS[0]}-{HEATMAP_WORDS[1]} words (the same in every run), one panel per "
+        "decoder layer: a row per output piece (the last one predicts the end), a column per source piece."
     )
     for caption, link in heatmaps:
         out += ["", f"![{caption}]({link})"]
     return "\n".join(out)
 
 
-def _cleaning(stats: dict[str, Any] | None) -> str:
+def _data(manifest: dict[str, Any] | None, stats: dict[str, Any] | None) -> str:
+    out = ["## Data", ""]
+    if manifest is None:
+        out.append("No download manifest (data/raw/manifest.json) was found.")
+    else:
+        out += ["Sources, as downloaded (data/raw/manifest.json):", "", sources_table(manifest)]
+        heldout = manifest.get("heldout")
+        if heldout:
+            out += ["", f"Held out of the training data: {_plain(heldout)}."]
+    out += ["", "### Cleaning", ""]
     if not stats:
-        return "## Data cleaning\n\nNo cleaning statistics were found."
-    return "## Data cleaning\n\n" + stats_table(stats)
+        out.append("No cleaning statistics were found.")
+    elif isinstance(stats.get("train"), dict) and "lines_in" in stats["train"]:
+        out += [
+            "Lines in and out of the clean stage (data/clean/stats.json), and the pairs dropped per reason. "
+            "heldout_overlap: training pairs whose source or target occurs in a val or test set "
+            "(decontamination).",
+            "",
+            cleaning_table(stats),
+        ]
+    else:
+        out.append(stats_table(stats))
+    return "\n".join(out)
+
+
+def sources_table(manifest: dict[str, Any]) -> str:
+    """A row per source of each split: its name, lines kept and where it came from."""
+    rows = []
+    for split, entries in (manifest.get("splits") or {}).items():
+        for entry in entries or []:
+            origin = (
+                "catalog"
+                if entry.get("catalog")
+                else ", ".join(str(f.get("source")) for f in entry.get("files") or [])
+            )
+            rows.append([split, entry.get("name"), fmt(entry.get("lines")), origin or "–"])
+    return markdown_table(["split", "source", "lines", "from"], rows, "llrl")
+
+
+def cleaning_table(stats: dict[str, Any]) -> str:
+    """Lines in, out and dropped per reason: each train source, train in all, val, each test set."""
+    train = stats.get("train") or {}
+    named = [(f"train: {n}", s) for n, s in (train.get("sources") or {}).items()]
+    named += [("train, all", train)]
+    if isinstance(stats.get("val"), dict):
+        named.append(("val", stats["val"]))
+    named += [(f"test: {n}", s) for n, s in (stats.get("test") or {}).items() if isinstance(s, dict)]
+    found = [r for s in (s for _, s in named) for r in (s.get("dropped") or {})]
+    reasons = [r for r in DROP_REASONS if r in found] + [
+        r for r in dict.fromkeys(found) if r not in DROP_REASONS
+    ]
+    rows = [
+        [
+            name,
+            fmt(s.get("lines_in")),
+            fmt(s.get("lines_out")),
+            *(fmt((s.get("dropped") or {}).get(r)) for r in reasons),
+        ]
+        for name, s in named
+    ]
+    header = ["", "lines in", "lines out", *(f"dropped: {r}" for r in reasons)]
+    return markdown_table(header, rows, "l" + "r" * (len(header) - 1))
+
+
+def _plain(value: Any) -> str:
+    """A small JSON value as `key value, ...` text."""
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {_plain(v)}" for k, v in value.items())
+    return fmt(value)
 
 
 def stats_table(stats: dict[str, Any]) -> str:

@@ -1,23 +1,25 @@
 """Experiment runs as one table: every run of the pipeline side by side, from MLflow or from `dvc exp show`.
 
-Both sources give one table shape: a row per run with `ID_COLUMNS`, then the
-params whose values differ between the rows (flat keys such as
-`model.n_layers`), then `METRIC_COLUMNS`; best test BLEU first.
+Both sources give one table shape: a row per run with `ID_COLUMNS`, the params
+that differ between the rows (flat keys such as `model.n_layers`), then the
+metrics: `test.<name>.bleu|chrf|ter` per test set found, `dev_*` for val,
+size and speed, and `primary_bleu` (BLEU on the run's first data.test set, the
+sort key: best first). An old run's single test set counts as `test`.
 
-- MLflow (`mlflow_table`): every run of the params' `tracking.experiment` in
-  the store `tracking.tracking_uri()` names. Safe inside a DVC stage, so the
-  report stage uses this one.
-- DVC (`dvc_table`, over the parsed output of `dvc exp show --json`): the
-  workspace, the baseline commit and its experiments, queued ones included.
-  `dvc exp show` waits for the repository lock that `dvc repro` and
-  `dvc exp run` hold while a stage runs, so only the `experiments` command,
-  run by a user, calls it; a stage must never.
+- MLflow (`mlflow_table`): every run of the params' `tracking.experiment`;
+  safe inside a DVC stage, so the report stage uses this one.
+- DVC (`dvc_table`, over `dvc exp show --json`): the workspace, the baseline
+  commit and its experiments, queued ones included. `dvc exp show` waits for
+  the lock `dvc repro` and `dvc exp run` hold while a stage runs, so only the
+  `experiments` command, run by a user, calls it; a stage must never.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import math
+import re
 import shutil
 import subprocess
 import sys
@@ -34,43 +36,75 @@ from pipeline.errors import UserError
 
 ID_COLUMNS = ("run", "dvc_exp", "commit", "status", "started", "id")
 
-# Names as train.py (n_params, train_seconds, tokens_per_s) and score.py
-# (test_*, dev_* for the val split) log them to MLflow.
-METRIC_COLUMNS = (
-    "test_bleu",
-    "test_chrf",
-    "test_ter",
-    "dev_bleu",
-    "dev_chrf",
-    "dev_ter",
-    "n_params",
-    "train_seconds",
-    "tokens_per_s",
-)
-
-SORT_BY = ("test_bleu", "dev_bleu")
+SCORE_NAMES = ("bleu", "chrf", "ter")
+# Names as train.py (n_params, train_seconds, tokens_per_s) and score.py (dev_* for the val set) log
+# them to MLflow; each test set's scores are test.<name>.<score>, in MLflow and in `dvc exp show` alike.
+FIXED_METRICS = ("dev_bleu", "dev_chrf", "dev_ter", "n_params", "train_seconds", "tokens_per_s")
+PRIMARY = "primary_bleu"  # BLEU on the run's first test set: the sort key
+_TEST_METRIC = re.compile(r"test\.([A-Za-z0-9][A-Za-z0-9_-]*)\.(bleu|chrf|ter)")
+LEGACY_TEST = "test"  # the name of an old run's one test set (metrics test_bleu, test.bleu)
+TEST_PARAM = "data.test"
 
 SEED_PARAM = "train.seed"
-# Columns group_seeds adds: each metric's standard deviation over the seeds, the run count, the run ids.
-SD_COLUMNS = tuple(f"{m}_sd" for m in METRIC_COLUMNS)
-GROUP_COLUMNS = (*SD_COLUMNS, "n_runs", "members")
-# Columns the experiments command adds with --baseline: test BLEU difference and paired p-value.
-BASELINE_COLUMNS = ("delta_bleu", "p_bleu")
-
-# `dvc exp show --json` metrics, flattened across the metrics files (metrics.json:
-# {split: {bleu, ...}}, train/summary.json: {n_params, ...}), to the MLflow names.
-DVC_METRICS = {
-    **{
-        f"{split}.{name}": f"{mlflow}_{name}"
-        for split, mlflow in (("test", "test"), ("val", "dev"))
-        for name in ("bleu", "chrf", "ter")
-    },
-    **{name: name for name in ("n_params", "train_seconds", "tokens_per_s")},
-}
+GROUP_COLUMNS = ("n_runs", "members")  # group_seeds adds these, after a <metric>_sd per metric
 
 DVC_STATES = {None: "finished", "success": "finished"}  # executor state -> status; others kept as is
 
 DVC_TIMEOUT_S = 300
+
+
+def test_column(name: str, score: str = "bleu") -> str:
+    return f"test.{name}.{score}"
+
+
+def delta_column(name: str) -> str:
+    """BLEU difference to a baseline on test set `name` (significance.against_baseline)."""
+    return f"delta.{name}"
+
+
+def p_column(name: str) -> str:
+    return f"p.{name}"
+
+
+def metric_name(key: str) -> str | None:
+    """The table's name of a metric as MLflow or flattened `dvc exp show` gives it, None if not shown.
+
+    val.bleu (DVC) is dev_bleu (MLflow); an old run's test_bleu (MLflow) or test.bleu (DVC) is
+    test.test.bleu; test.<name>.bleu and the FIXED_METRICS are themselves.
+    """
+    if key in FIXED_METRICS or _TEST_METRIC.fullmatch(key):
+        return key
+    split, _, score = (
+        key.replace("_", ".", 1).partition(".") if key.startswith("test_") else key.partition(".")
+    )
+    if score in SCORE_NAMES and split == "val":
+        return f"dev_{score}"
+    if score in SCORE_NAMES and split == "test":
+        return test_column(LEGACY_TEST, score)
+    return None
+
+
+def is_metric(column: str) -> bool:
+    return column in FIXED_METRICS or column == PRIMARY or _TEST_METRIC.fullmatch(column) is not None
+
+
+def metric_columns(frame: pd.DataFrame) -> list[str]:
+    return [c for c in frame.columns if is_metric(c)]
+
+
+def test_sets(frame: pd.DataFrame) -> list[str]:
+    """The test sets with a BLEU column, in column order."""
+    return [m.group(1) for c in frame.columns if (m := _TEST_METRIC.fullmatch(c)) and m.group(2) == "bleu"]
+
+
+def listed_tests(params: dict[str, str]) -> list[str]:
+    """A run's data.test param as a list of names ([] if absent or not a list)."""
+    text = params.get(TEST_PARAM)
+    try:
+        value = ast.literal_eval(text) if isinstance(text, str) else None
+    except (ValueError, SyntaxError):
+        return []
+    return [str(v) for v in value] if isinstance(value, (list, tuple)) else []
 
 
 class ExperimentsUnavailable(Exception):
@@ -92,33 +126,59 @@ class RunRecord:
 
 
 def table(records: Iterable[RunRecord]) -> pd.DataFrame:
-    """Runs as rows: ID_COLUMNS, the params that differ between runs, METRIC_COLUMNS; best BLEU first."""
+    """Runs as rows: ID_COLUMNS, the params that differ between runs, the metrics; best BLEU first."""
     records = list(records)
     varied = differing_params([r.params for r in records])
+    names = test_set_names(records)
+    metrics = [*(test_column(n, s) for n in names for s in SCORE_NAMES), *FIXED_METRICS, PRIMARY]
     rows = [
         {
             **{c: getattr(r, c) for c in ID_COLUMNS},
             **{k: r.params.get(k) for k in varied},
-            **{m: r.metrics.get(m, math.nan) for m in METRIC_COLUMNS},
+            **{m: r.metrics.get(m, math.nan) for m in metrics[:-1]},
+            PRIMARY: primary_bleu(r, names),
         }
         for r in records
     ]
-    frame = pd.DataFrame(rows, columns=[*ID_COLUMNS, *varied, *METRIC_COLUMNS])
-    frame[list(METRIC_COLUMNS)] = frame[list(METRIC_COLUMNS)].astype(float)
+    frame = pd.DataFrame(rows, columns=[*ID_COLUMNS, *varied, *metrics])
+    frame[metrics] = frame[metrics].astype(float)
     return best_first(frame)
 
 
+def test_set_names(records: list[RunRecord]) -> list[str]:
+    """The test sets any run was scored on: in the order the newest runs' data.test lists them, then the
+    rest by name."""
+    scored = {m.group(1) for r in records for k in r.metrics if (m := _TEST_METRIC.fullmatch(k))}
+    newest = sorted(records, key=lambda r: r.started or pd.Timestamp.min, reverse=True)
+    listed = [n for r in newest for n in listed_tests(r.params) if n in scored]
+    return list(dict.fromkeys([*listed, *sorted(scored)]))
+
+
+def primary_bleu(record: RunRecord, names: list[str]) -> float:
+    """BLEU on the first test set of the run's data.test that it was scored on, else on the first of
+    `names` it was scored on; NaN if none."""
+    for name in [*listed_tests(record.params), *names]:
+        if test_column(name) in record.metrics:
+            return record.metrics[test_column(name)]
+    return math.nan
+
+
 def best_first(frame: pd.DataFrame) -> pd.DataFrame:
-    """Best test BLEU first, then dev BLEU; newest first among equals and among runs without scores (last)."""
+    """Best primary_bleu first, then val BLEU; newest first among equals and among unscored runs (last)."""
     frame = frame.sort_values("started", ascending=False, na_position="last", kind="stable")
-    frame = frame.sort_values(list(SORT_BY), ascending=False, na_position="last", kind="stable")
+    frame = frame.sort_values([PRIMARY, "dev_bleu"], ascending=False, na_position="last", kind="stable")
     return frame.reset_index(drop=True)
+
+
+def is_derived(column: str) -> bool:
+    """A column group_seeds or against_baseline adds: <metric>_sd, n_runs, members, delta.<name>, p.<name>."""
+    sd = column.endswith("_sd") and is_metric(column[: -len("_sd")])
+    return sd or column in GROUP_COLUMNS or column.startswith(("delta.", "p."))
 
 
 def param_columns(frame: pd.DataFrame) -> list[str]:
     """The columns of a table() that hold params (the ones that differ between runs)."""
-    other = {*ID_COLUMNS, *METRIC_COLUMNS, *GROUP_COLUMNS, *BASELINE_COLUMNS}
-    return [c for c in frame.columns if c not in other]
+    return [c for c in frame.columns if c not in ID_COLUMNS and not is_metric(c) and not is_derived(c)]
 
 
 def group_seeds(frame: pd.DataFrame) -> pd.DataFrame:
@@ -133,26 +193,29 @@ def group_seeds(frame: pd.DataFrame) -> pd.DataFrame:
     groups: dict[tuple[Any, ...], list[int]] = {}
     for i, (status, *key) in enumerate(frame[["status", *keys]].itertuples(index=False)):
         groups.setdefault(tuple(key) if status == "finished" else ("unfinished", i), []).append(i)
-    rows = [_group_row(frame.iloc[members]) for members in groups.values()]
-    return best_first(pd.DataFrame(rows, columns=[*frame.columns, *GROUP_COLUMNS]))
+    metrics = metric_columns(frame)
+    rows = [_group_row(frame.iloc[members], metrics) for members in groups.values()]
+    sds = [f"{m}_sd" for m in metrics if m != PRIMARY]
+    return best_first(pd.DataFrame(rows, columns=[*frame.columns, *sds, *GROUP_COLUMNS]))
 
 
-def _group_row(runs: pd.DataFrame) -> dict[str, Any]:
+def _group_row(runs: pd.DataFrame, metrics: list[str]) -> dict[str, Any]:
     row = runs.iloc[0].to_dict()
-    row.update(
-        {sd: runs[m].std() if len(runs) > 1 else math.nan for m, sd in zip(METRIC_COLUMNS, SD_COLUMNS)}
-    )
+    row.update({f"{m}_sd": runs[m].std() if len(runs) > 1 else math.nan for m in metrics if m != PRIMARY})
     row.update({"n_runs": len(runs), "members": tuple(runs["id"])})
     if len(runs) == 1:
         return row
-    row.update({m: runs[m].mean() for m in METRIC_COLUMNS})
+    row.update({m: runs[m].mean() for m in metrics})
     labels = [e if isinstance(e, str) else r for e, r in zip(runs["dvc_exp"], runs["run"])]
     row.update({"run": ", ".join(labels), "dvc_exp": None})
     if SEED_PARAM in runs:
         row[SEED_PARAM] = ", ".join(sorted(map(str, runs[SEED_PARAM]), key=_seed_order))
-    if "delta_bleu" in runs:
+    for column in runs.columns:
         # A mean difference over seeds; one p-value per seed does not add up to one, so none is shown.
-        row.update({"delta_bleu": runs["delta_bleu"].mean(), "p_bleu": math.nan})
+        if column.startswith("delta."):
+            row[column] = runs[column].mean()
+        elif column.startswith("p."):
+            row[column] = math.nan
     return row
 
 
@@ -248,7 +311,7 @@ def _mlflow_record(run: Any) -> RunRecord:
         status=str(info.status).lower(),
         started=pd.Timestamp(info.start_time, unit="ms") if info.start_time else None,
         params={k: param_text(v) for k, v in data.params.items()},
-        metrics={k: float(v) for k, v in data.metrics.items() if k in METRIC_COLUMNS},
+        metrics={name: float(v) for k, v in data.metrics.items() if (name := metric_name(k)) is not None},
     )
 
 
@@ -284,8 +347,9 @@ def _dvc_record(
     metrics: dict[str, float] = {}
     for source in (data.get("metrics") or {}).values():  # one entry per metrics file
         for key, value in P.flatten((source or {}).get("data") or {}).items():
-            if key in DVC_METRICS and isinstance(value, (int, float)) and not isinstance(value, bool):
-                metrics[DVC_METRICS[key]] = float(value)
+            column = metric_name(key)
+            if column is not None and isinstance(value, (int, float)) and not isinstance(value, bool):
+                metrics[column] = float(value)
     stamp = data.get("timestamp")
     return RunRecord(
         run=name,

@@ -1,10 +1,11 @@
-"""Runs against a baseline, per test set: scores with 95% intervals, differences and paired p-values.
+"""Runs against a baseline, per test set (and val): scores with 95% intervals, differences, paired p-values.
 
-The references are the workspace's data/raw/<split>.tgt; a run is compared on
-a split only if it has hypotheses for it, line-aligned with those references,
-and (where the run recorded it) scored against references with the same
-sha256. Every run or split left out is named with the reason; the statistics
-are sacreBLEU's (reporting/metrics.py `paired_test`).
+The references are the workspace's data/raw/val.tgt and test/<name>.tgt (an
+old run's one test set, `test`, falls back to data/raw/test.tgt); a run is
+compared on a set only if it has hypotheses for it, line-aligned with those
+references, and (where the run recorded it) scored against references with the
+same sha256. Every run or set left out is named with the reason; the
+statistics are sacreBLEU's (reporting/metrics.py `paired_test`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,16 @@ import pandas as pd
 
 from pipeline import files
 from pipeline.errors import UserError
-from pipeline.reporting.hypotheses import SPLITS, WORKSPACE, RunHypotheses
+from pipeline.reporting import runs
+from pipeline.reporting.hypotheses import (
+    LEGACY_TEST,
+    WORKSPACE,
+    RunHypotheses,
+    key_of,
+    label,
+    ordered,
+    testset_of,
+)
 from pipeline.reporting.metrics import (
     AR_TRIALS,
     BOOTSTRAP_RESAMPLES,
@@ -34,11 +44,15 @@ METRIC_NAMES = {"bleu": "BLEU", "chrf": "chrF"}
 
 @dataclass(frozen=True)
 class SplitComparison:
-    """One test set: its line count and each compared run's scores, the baseline first."""
+    """One set (key val or test/<name>): its line count and each compared run's scores, the baseline first."""
 
     split: str
     n_lines: int
     scores: dict[str, dict[str, Compared]]
+
+    @property
+    def label(self) -> str:
+        return label(self.split)
 
 
 @dataclass(frozen=True)
@@ -60,48 +74,56 @@ def compare(
     seed: int = 12345,
     n: int | None = None,
 ) -> Comparison:
-    """Test each candidate against the baseline on every split they share; UserError if none is shared."""
+    """Test each candidate against the baseline on every set they share; UserError if none is shared."""
     n = n or (BOOTSTRAP_RESAMPLES if test == "bs" else AR_TRIALS)
     splits, skipped = [], []
-    for split in SPLITS:
-        runs = [r for r in (baseline, *candidates) if split in r.hyps]
-        if not runs:
-            continue
-        refs_path = refs_dir / f"{split}.tgt"
+    for key in ordered(k for r in (baseline, *candidates) for k in r.hyps):
+        name = label(key)
+        runs = [r for r in (baseline, *candidates) if key in r.hyps]
+        refs_path = references_path(refs_dir, key)
         if not refs_path.is_file():
-            skipped.append(f"{split}: no references at {refs_path} (run the download stage)")
+            skipped.append(f"{name}: no references at {refs_path} (run the download stage)")
             continue
         refs = files.read_lines(refs_path)
-        reasons = {r.name: why for r in runs if (why := unusable(r, split, refs, refs_path)) is not None}
-        if split not in baseline.hyps or baseline.name in reasons:
+        reasons = {r.name: why for r in runs if (why := unusable(r, key, refs, refs_path)) is not None}
+        if key not in baseline.hyps or baseline.name in reasons:
             why = reasons.get(baseline.name, "has no hypotheses for it")
-            skipped.append(f"{split}: the baseline {baseline.name} {why}")
+            skipped.append(f"{name}: the baseline {baseline.name} {why}")
             continue
-        skipped += [f"{split}: {name} {why}" for name, why in reasons.items()]
-        skipped += [f"{split}: {r.name} has no hypotheses for it" for r in candidates if split not in r.hyps]
-        systems = {r.name: r.hyps[split] for r in runs if r.name not in reasons}
+        skipped += [f"{name}: {run} {why}" for run, why in reasons.items()]
+        skipped += [f"{name}: {r.name} has no hypotheses for it" for r in candidates if key not in r.hyps]
+        systems = {r.name: r.hyps[key] for r in runs if r.name not in reasons}
         if len(systems) > 1:
-            splits.append(SplitComparison(split, len(refs), paired_test(systems, refs, test, seed, n)))
+            splits.append(SplitComparison(key, len(refs), paired_test(systems, refs, test, seed, n)))
     if not splits:
         raise UserError(
             "no test set to compare: "
-            + "; ".join(skipped or ["the runs share no split"])
+            + "; ".join(skipped or ["the runs share no set"])
             + ". Compare runs decoded and scored on this workspace's data/raw"
         )
     return Comparison(splits, skipped, test, n, seed)
 
 
-def unusable(run: RunHypotheses, split: str, refs: list[str], refs_path: Path) -> str | None:
-    """Why `run`'s hypotheses of `split` cannot be scored against `refs`, or None if they can."""
-    known = run.refs_sha256.get(split)
+def references_path(refs_dir: Path, key: str) -> Path:
+    """refs_dir/<key>.tgt; for the one test set of runs from before several (`test`), the old test.tgt
+    where the workspace has no test/test.tgt."""
+    path = refs_dir / f"{key}.tgt"
+    if key == key_of(LEGACY_TEST) and not path.is_file():
+        return refs_dir / f"{LEGACY_TEST}.tgt"
+    return path
+
+
+def unusable(run: RunHypotheses, key: str, refs: list[str], refs_path: Path) -> str | None:
+    """Why `run`'s hypotheses of set `key` cannot be scored against `refs`, or None if they can."""
+    known = run.refs_sha256.get(key)
     if known is not None and known != sha256_of(refs_path):
         return (
             f"was scored against other references (sha256 {known[:12]}…, not {refs_path}'s "
             f"{sha256_of(refs_path)[:12]}…); check out the data it used (git checkout, dvc checkout) "
             "to compare it"
         )
-    if len(run.hyps[split]) != len(refs):
-        return f"has {len(run.hyps[split])} lines of hypotheses but {refs_path} has {len(refs)}"
+    if len(run.hyps[key]) != len(refs):
+        return f"has {len(run.hyps[key])} lines of hypotheses but {refs_path} has {len(refs)}"
     return None
 
 
@@ -117,23 +139,28 @@ def against_baseline(
     test: str = "bs",
     seed: int = 12345,
 ) -> pd.DataFrame:
-    """An experiments table() with delta_bleu and p_bleu: test BLEU against the baseline's, paired test.
+    """An experiments table() with delta.<name> and p.<name> per test set: BLEU against the baseline's.
 
     A row's run is the one of `found` named by its id (`workspace` for the
-    workspace row); rows whose hypotheses were not found, or could not be
-    compared on test, keep NaN (shown as –). The baseline's own row gets 0 and no p.
+    workspace row); a test set's cells of rows whose hypotheses were not found,
+    or could not be compared on it, stay NaN (shown as –). The baseline's own
+    row gets 0 and no p. Only the test sets the baseline has get columns.
     """
-    frame = frame.assign(delta_bleu=math.nan, p_bleu=math.nan)
+    names = [n for k in baseline.hyps if (n := testset_of(k)) is not None]
+    frame = frame.assign(**{c: math.nan for n in names for c in (runs.delta_column(n), runs.p_column(n))})
     try:
         comparison = compare(baseline, found, refs_dir, test, seed)
     except UserError:
         return frame
-    scores = next((s.scores for s in comparison.splits if s.split == "test"), {})
-    for i, run_id in enumerate(frame["id"]):
-        compared = scores.get(run_id if isinstance(run_id, str) else WORKSPACE, {}).get("bleu")
-        if compared is not None:
-            frame.loc[i, "delta_bleu"] = compared.delta
-            frame.loc[i, "p_bleu"] = math.nan if compared.p_value is None else compared.p_value
+    for result in comparison.splits:
+        name = testset_of(result.split)
+        if name is None:
+            continue
+        for i, run_id in enumerate(frame["id"]):
+            compared = result.scores.get(run_id if isinstance(run_id, str) else WORKSPACE, {}).get("bleu")
+            if compared is not None:
+                frame.loc[i, runs.delta_column(name)] = compared.delta
+                frame.loc[i, runs.p_column(name)] = math.nan if compared.p_value is None else compared.p_value
     return frame
 
 
@@ -147,7 +174,7 @@ def comparison_markdown(comparison: Comparison) -> str:
     out = []
     for result in comparison.splits:
         out += [
-            f"## {result.split} ({result.n_lines:,} lines)",
+            f"## {result.label} ({result.n_lines:,} lines)",
             "",
             split_table(result),
             "",

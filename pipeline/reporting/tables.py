@@ -78,24 +78,24 @@ def fmt_hms(seconds: Any) -> str:
     return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
 
 
-# Columns of the experiments table after the params: (DataFrame column, header, format).
-# dev chrF and TER stay in the DataFrame and the command's CSV: the page has enough columns.
+# Columns of the experiments table after the test sets' BLEU: (DataFrame column, header, format).
+# Val chrF and TER stay in the DataFrame and the command's CSV: the page has enough columns.
 EXPERIMENT_METRICS = (
-    ("test_bleu", "test BLEU", fmt_score),
-    ("test_chrf", "chrF", fmt_score),
-    ("test_ter", "TER", fmt_score),
-    ("dev_bleu", "dev BLEU", fmt_score),
+    ("dev_bleu", "val BLEU", fmt_score),
     ("n_params", "parameters", fmt_whole),
     ("train_seconds", "train time", fmt_hms),
     ("tokens_per_s", "tokens/s", fmt_whole),
 )
+PREFIX_ENDS = "-_"  # a shared prefix of test-set names is cut after one of these
 
 
 def experiments_markdown(frame: pd.DataFrame, current: str | None = None, limit: int | None = None) -> str:
-    """An experiments table() as Markdown: rank, run, what differs, scores, size, speed; `current` marked.
+    """An experiments table() as Markdown: rank, run, what differs, BLEU per test set, val BLEU, size, speed.
 
-    Rows of runs.group_seeds show mean ± standard deviation and a count; with
-    runs.BASELINE_COLUMNS, a difference and p-value column follow test BLEU.
+    `current` is marked. With one test set its chrF and TER show too; with
+    several only BLEU (the CSV has the rest). Rows of runs.group_seeds show
+    mean ± standard deviation and a count; with against_baseline's columns,
+    each test set's BLEU is followed by (Δ, p).
     """
     if frame.empty:
         return "No runs yet."
@@ -103,25 +103,50 @@ def experiments_markdown(frame: pd.DataFrame, current: str | None = None, limit:
     shown = list(range(len(frame) if limit is None else min(limit, len(frame))))
     if mark is not None and mark not in shown:
         shown.append(mark)  # this run always shows, even below the limit
-    header, align = _experiment_columns(frame)
-    rows = [_experiment_row(frame, i, i == mark, header) for i in shown]
+    columns = _metric_columns(frame)
+    header, align = _experiment_columns(frame, columns)
+    rows = [_experiment_row(frame, i, i == mark, header, columns) for i in shown]
+    return markdown_table(header, rows, align) + _notes(frame, header, mark, current, len(shown))
+
+
+def _notes(frame: pd.DataFrame, header: list[str], mark: int | None, current: str | None, shown: int) -> str:
+    names = runs.test_sets(frame)
     notes = []
     if mark is not None:
-        notes.append(f"→ this report's run, {mark + 1} of {len(frame)} by test BLEU.")
+        notes.append(f"→ this report's run, {mark + 1} of {len(frame)} by BLEU on its first test set.")
     elif current:
         notes.append("This report's run is not among them (MLflow was unreachable while it trained?).")
+    prefix = common_prefix(names)
+    if prefix:
+        notes.append(f"Test sets named without their common prefix `{prefix}`.")
+    if len(names) > 1:
+        notes.append(
+            "chrF and TER per test set: `python -m pipeline experiments --out runs.csv`, or `compare`."
+        )
     if "n" in header:
         notes.append(
             "Runs that differ only in train.seed share a row: mean ± standard deviation over n runs."
         )
-    if "p" in header:
+    if any(c.startswith("delta.") for c in frame.columns):
         notes.append(
-            f"Δ BLEU and p: test BLEU against the baseline, paired test; * marks p < {SIGNIFICANCE_LEVEL}."
+            "In parentheses: BLEU difference to the baseline on that test set and the p-value of a paired "
+            f"test; * marks p < {SIGNIFICANCE_LEVEL}."
         )
-    if len(shown) < len(frame):
-        hidden = len(frame) - len(shown)
+    if shown < len(frame):
+        hidden = len(frame) - shown
         notes.append(f"{hidden} more runs not shown; `python -m pipeline experiments` lists all.")
-    return markdown_table(header, rows, align) + ("\n\n" + " ".join(notes) if notes else "")
+    return "\n\n" + " ".join(notes) if notes else ""
+
+
+def common_prefix(names: Sequence[str]) -> str:
+    """The prefix two or more test-set names share, up to and with its last - or _; "" if none."""
+    if len(names) < 2:
+        return ""
+    shared = min(names)  # the shortest-sorting name's prefix shared by all, character by character
+    while not all(n.startswith(shared) for n in names):
+        shared = shared[:-1]
+    cut = max(shared.rfind(c) for c in PREFIX_ENDS) + 1
+    return shared[:cut]
 
 
 def _marked_row(frame: pd.DataFrame, current: str | None) -> int | None:
@@ -134,25 +159,32 @@ def _marked_row(frame: pd.DataFrame, current: str | None) -> int | None:
 
 
 def _metric_columns(frame: pd.DataFrame) -> list[tuple[str, str, Any]]:
-    metrics = list(EXPERIMENT_METRICS)
-    if "p_bleu" in frame:
-        metrics[1:1] = [("delta_bleu", "Δ BLEU", fmt_delta), ("p_bleu", "p", fmt_p)]
-    return metrics
+    """(column, header, format) of the scores shown: BLEU per test set (chrF, TER with one), then the rest."""
+    names = runs.test_sets(frame)
+    prefix = common_prefix(names)
+    columns = [(runs.test_column(n), f"{n[len(prefix) :]} BLEU", fmt_score) for n in names]
+    if len(names) == 1:
+        columns += [
+            (runs.test_column(names[0], s), h, fmt_score) for s, h in (("chrf", "chrF"), ("ter", "TER"))
+        ]
+    return [*columns, *EXPERIMENT_METRICS]
 
 
-def _experiment_columns(frame: pd.DataFrame) -> tuple[list[str], str]:
+def _experiment_columns(frame: pd.DataFrame, columns: list[tuple[str, str, Any]]) -> tuple[list[str], str]:
     """Header and alignment; a status column only if some run did not finish, n only if seeds are grouped."""
     params = runs.param_columns(frame)
     status = ["status"] if (frame["status"] != "finished").any() else []
     n = ["n"] if "n_runs" in frame and (frame["n_runs"] > 1).any() else []
-    metrics = [h for _, h, _ in _metric_columns(frame)]
+    metrics = [h for _, h, _ in columns]
     header = ["#", "run", *n, "commit", *status, *params, *metrics]
     align = "rl" + "r" * len(n) + "l" + "l" * len(status)
     align += "".join("r" if _numeric(frame[p]) else "l" for p in params)
     return header, align + "r" * len(metrics)
 
 
-def _experiment_row(frame: pd.DataFrame, i: int, marked: bool, header: list[str]) -> list[str]:
+def _experiment_row(
+    frame: pd.DataFrame, i: int, marked: bool, header: list[str], columns: list[tuple[str, str, Any]]
+) -> list[str]:
     row = frame.iloc[i]
     return [
         f"→ {i + 1}" if marked else str(i + 1),
@@ -161,16 +193,24 @@ def _experiment_row(frame: pd.DataFrame, i: int, marked: bool, header: list[str]
         str(row["commit"])[:7] if isinstance(row["commit"], str) else "–",
         *([row["status"]] if "status" in header else []),
         *(fmt(row[p]) for p in runs.param_columns(frame)),
-        *(_metric_cell(row, column, fmt) for column, _, fmt in _metric_columns(frame)),
+        *(_metric_cell(row, column, fmt) for column, _, fmt in columns),
     ]
 
 
 def _metric_cell(row: pd.Series, column: str, format_value: Any) -> str:
-    """The value, with ± its standard deviation over seeds for a score of a grouped row."""
+    """The value, ± its standard deviation over seeds for a grouped row's score, (Δ, p) against a baseline."""
     text = str(format_value(row[column]))
     sd = row.get(f"{column}_sd")
     if format_value is fmt_score and isinstance(sd, float) and not math.isnan(sd):
         text += f" ± {fmt_score(sd)}"
+    if not (column.startswith("test.") and column.endswith(".bleu")):
+        return text
+    name = column.split(".")[1]
+    delta, p = row.get(runs.delta_column(name)), row.get(runs.p_column(name))
+    if isinstance(delta, float) and not math.isnan(delta):
+        text += f" ({fmt_delta(delta)}" + (
+            f", p {fmt_p(p)})" if isinstance(p, float) and not math.isnan(p) else ")"
+        )
     return text
 
 

@@ -3,7 +3,8 @@
 Not a DVC stage: a user runs it on finished runs, named by MLflow run id, DVC
 experiment name or git revision (pipeline/reporting/hypotheses.py finds their
 hypotheses), against the workspace's references; it prints a Markdown table
-per test set (pipeline/reporting/significance.py).
+for val and per test set they share, and names the sets it skipped and why
+(pipeline/reporting/significance.py).
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ def compare_runs(
     type=click.Path(file_okay=False, path_type=Path),
     default=Path("data/raw"),
     show_default=True,
-    help="Directory with the references {val,test}.tgt.",
+    help="Directory with the references val.tgt and test/<name>.tgt.",
 )
 def command(
     baseline: str, candidates: tuple[str, ...], test: str, n: int | None, seed: int, refs_dir: Path

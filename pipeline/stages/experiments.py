@@ -3,9 +3,10 @@
 The table itself is pipeline/reporting/runs.py (why only this command, never
 a stage, may call `dvc exp show`: it waits for the lock `dvc repro` holds).
 Runs that differ only in train.seed share a row (mean ± standard deviation,
-n); `--each-run` keeps them apart. `--baseline RUN` adds each run's test
-BLEU difference to RUN and a paired p-value, for the runs whose hypotheses
-can be found (pipeline/reporting/hypotheses.py); `compare` shows more.
+n); `--each-run` keeps them apart. A column per test set holds its BLEU.
+`--baseline RUN` adds, per test set, each run's BLEU difference to RUN and a
+paired p-value, for the runs whose hypotheses can be found
+(pipeline/reporting/hypotheses.py); `compare` shows more.
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ def with_baseline(
     test: str = "bs",
     seed: int = BOOTSTRAP_SEED,
 ) -> pd.DataFrame:
-    """The table with test BLEU difference and p-value against `baseline` for every run whose hypotheses
-    can be found (MLflow artifacts or DVC outputs); UserError if the baseline's cannot."""
+    """The table with BLEU difference and p-value against `baseline` per test set, for every run whose
+    hypotheses can be found (MLflow artifacts or DVC outputs); UserError if the baseline's cannot."""
     found = []
     for run_id in frame["id"]:
         try:
@@ -77,8 +78,8 @@ def write_table(frame: pd.DataFrame, out: Path) -> None:
 @click.option(
     "--baseline",
     default=None,
-    help="A run (MLflow run id, DVC experiment, git revision or workspace): add columns with each run's "
-    "test BLEU difference to it and the p-value of a paired test (python -m pipeline compare has more).",
+    help="A run (MLflow run id, DVC experiment, git revision or workspace): add each run's BLEU "
+    "difference to it per test set and the p-value of a paired test (python -m pipeline compare has more).",
 )
 @click.option(
     "--test",
@@ -93,7 +94,7 @@ def write_table(frame: pd.DataFrame, out: Path) -> None:
     type=click.Path(file_okay=False, path_type=Path),
     default=Path("data/raw"),
     show_default=True,
-    help="With --baseline: the directory with the references test.tgt.",
+    help="With --baseline: the directory with the references test/<name>.tgt.",
 )
 @click.option(
     "--each-run", is_flag=True, help="A row per run: do not group runs that differ only in train.seed."
@@ -108,7 +109,8 @@ def command(
     refs_dir: Path,
     each_run: bool,
 ) -> None:
-    """Compare experiments: a row per run (seeds grouped), the params that differ, scores, size and speed."""
+    """Compare experiments: a row per run (seeds grouped), the params that differ, BLEU per test set, size,
+    speed."""
     if source == "dvc":
         frame = dvc_table(dvc_exp_show(Path.cwd(), all_commits))
     else:

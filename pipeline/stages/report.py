@@ -1,8 +1,10 @@
 """Stage `report`: one Markdown page with scores, experiments, training, samples, attention, data, params.
 
 The page is rebuilt from scratch from the other stages' outputs each time: this
-module reads them and picks the samples; pipeline/reporting/page.py renders the
-page and pipeline/reporting/figures.py draws the figures.
+module reads them and picks the samples (BLEU by length, samples and heatmaps
+are of the first test set: data/raw/test/<name>.src|tgt, data/decode/test/
+<name>.hyp); pipeline/reporting/page.py renders the page and
+pipeline/reporting/figures.py draws the figures.
 
 The experiments table comes from MLflow, never from `dvc exp show`: this
 stage runs inside `dvc repro`/`dvc exp run`, which hold the repository lock
@@ -28,6 +30,7 @@ from pipeline import params as P
 from pipeline.errors import UserError
 from pipeline.reporting import runs as E
 from pipeline.reporting.figures import plot_bleu_by_length, plot_experiment_curves, plot_learning_curves
+from pipeline.reporting.hypotheses import TEST_DIR, set_keys, testset_of
 from pipeline.reporting.metrics import bleu_by_length, sentence_chrf
 from pipeline.reporting.page import (
     HEATMAP_WORDS,
@@ -46,6 +49,7 @@ LENGTH_BUCKETS = (10, 20, 30, 40)  # source words; fixed so reports of different
 CURVES_PNG = "learning_curves.png"
 LENGTH_PNG = "bleu_by_length.png"
 COMPARE_PNG = "experiments_val_bleu.png"
+MANIFEST = "manifest.json"  # the download stage's, in data/raw
 MODEL_FILE = "model.pt"  # checkpoint.MODEL_FILE, without importing torch for every report
 RUNS_COMPARED = 6  # curves in the comparison figure: this run and the best others
 HEATMAP_SENTENCES = 2
@@ -109,12 +113,19 @@ def read_json(path: Path, required: bool = False) -> dict[str, Any] | None:
         raise UserError(f"{path}: not valid JSON ({e}); rerun the stage that makes it") from e
 
 
-def load_test_split(raw_dir: Path, decode_dir: Path) -> SplitLines | None:
-    """The test split, line-aligned; None without test.hyp."""
-    hyp_path = decode_dir / "test.hyp"
+def test_set_order(manifest: dict[str, Any] | None, decode_dir: Path) -> list[str]:
+    """The test sets: in the raw manifest's (data.test's) order, then any other decoded one by name."""
+    listed = [str(e.get("name")) for e in ((manifest or {}).get("splits") or {}).get(TEST_DIR) or []]
+    decoded = [n for k in set_keys(decode_dir, ".hyp") if (n := testset_of(k)) is not None]
+    return list(dict.fromkeys([*listed, *decoded]))
+
+
+def load_test_set(raw_dir: Path, decode_dir: Path, name: str) -> SplitLines | None:
+    """Test set `name`, line-aligned; None without its hypotheses."""
+    hyp_path = decode_dir / TEST_DIR / f"{name}.hyp"
     if not hyp_path.is_file():
         return None
-    src_path, ref_path = raw_dir / "test.src", raw_dir / "test.tgt"
+    src_path, ref_path = raw_dir / TEST_DIR / f"{name}.src", raw_dir / TEST_DIR / f"{name}.tgt"
     for path in (src_path, ref_path):
         if not path.is_file():
             raise UserError(f"{path}: no such file; run the download stage")
@@ -140,7 +151,10 @@ def build_report(
 ) -> str:
     """Read the stage outputs, draw the figures, write the page; returns its Markdown."""
     steps, valid = read_tsv(train_log / "steps.tsv"), read_tsv(train_log / "valid.tsv")
-    test = load_test_split(raw_dir, decode_dir)
+    manifest = read_json(raw_dir / MANIFEST)
+    test_sets = test_set_order(manifest, decode_dir)
+    first = test_sets[0] if test_sets else None
+    test = load_test_set(raw_dir, decode_dir, first) if first is not None else None
     length_rows = bleu_by_length(test.srcs, test.hyps, test.refs, LENGTH_BUCKETS) if test else []
     samples = select_samples(test.srcs, test.refs, test.hyps) if test else {}
 
@@ -156,13 +170,15 @@ def build_report(
     with files.atomic_path(figures_dir) as tmp:  # the whole folder, so no stale figure survives
         tmp.mkdir()
         plot_learning_curves(steps, valid, tmp / CURVES_PNG)
-        if length_rows:
-            plot_bleu_by_length(length_rows, tmp / LENGTH_PNG)
+        if length_rows and first is not None:
+            plot_bleu_by_length(length_rows, tmp / LENGTH_PNG, first)
             figures["length"] = link(LENGTH_PNG)
         if len(compared) > 1:
             plot_experiment_curves(compared, _label(runs, run_id), tmp / COMPARE_PNG)
             figures["compare"] = link(COMPARE_PNG)
-        heatmaps, heatmaps_note = draw_heatmaps(model_dir, test.srcs if test else [], tmp, params.decode)
+        heatmaps, heatmaps_note = draw_heatmaps(
+            model_dir, test.srcs if test else [], tmp, params.decode, first or TEST_DIR
+        )
         heatmaps = [(caption, link(name)) for caption, name in heatmaps]
 
     inputs = ReportInputs(
@@ -170,6 +186,9 @@ def build_report(
         metrics=read_json(metrics_path, required=True) or {},
         summary=read_json(train_log / "summary.json"),
         clean_stats=read_json(clean_stats),
+        manifest=manifest,
+        test_sets=test_sets,
+        analysed=first if test else None,
         length_rows=length_rows,
         samples=samples,
         figures=figures,
@@ -226,8 +245,10 @@ def draw_heatmaps(
     sources: Sequence[str],
     figures_dir: Path,
     decode: P.DecodeParams | None = None,
+    test_set: str = TEST_DIR,
 ) -> tuple[list[tuple[str, str]], str | None]:
-    """Cross-attention PNGs of fixed test sentences into `figures_dir`: ([(caption, file name)], why none)."""
+    """Cross-attention PNGs of fixed sentences of `test_set` (its `sources`) into `figures_dir`:
+    ([(caption, file name)], why none)."""
     if importlib.util.find_spec("pipeline.decoding.heatmaps") is None:
         return [], "No attention heatmaps: this version has no pipeline/decoding/heatmaps.py."
     if model_dir is None or not (model_dir / MODEL_FILE).is_file():
@@ -235,7 +256,7 @@ def draw_heatmaps(
     lines = heatmap_lines(sources)
     if not lines:
         low, high = HEATMAP_WORDS
-        return [], f"No attention heatmaps: no test sentence has {low}-{high} words."
+        return [], f"No attention heatmaps: no sentence of {test_set} has {low}-{high} words."
     # Imported here: torch and the model load only when there is a model to draw.
     from pipeline.decoding import heatmaps
     from pipeline.decoding.translator import Translator
@@ -246,7 +267,7 @@ def draw_heatmaps(
         paths = heatmaps.plot_cross_attention(translator, [sources[i - 1] for i in lines], figures_dir)
     except UserError as e:  # a decoder-only model has no cross-attention
         return [], f"No attention heatmaps: {e}."
-    captions = [f"Cross-attention of test line {line}, heads averaged" for line in lines]
+    captions = [f"Cross-attention of line {line} of {test_set}, heads averaged" for line in lines]
     return [(caption, path.name) for caption, path in zip(captions, paths)], None
 
 
@@ -293,14 +314,14 @@ def _run_id(run_file: Path | None) -> str | None:
     "raw_dir",
     type=click.Path(file_okay=False, path_type=Path),
     required=True,
-    help="Directory with test.src and test.tgt.",
+    help="Directory with test/<name>.src and .tgt, and manifest.json (data/raw).",
 )
 @click.option(
     "--decode",
     "decode_dir",
     type=click.Path(file_okay=False, path_type=Path),
     required=True,
-    help="Directory with test.hyp.",
+    help="Directory with test/<name>.hyp (data/decode).",
 )
 @click.option(
     "--out",
