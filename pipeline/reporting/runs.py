@@ -93,8 +93,10 @@ def metric_columns(frame: pd.DataFrame) -> list[str]:
 
 
 def test_sets(frame: pd.DataFrame) -> list[str]:
-    """The test sets with a BLEU column, in column order."""
-    return [m.group(1) for c in frame.columns if (m := _TEST_METRIC.fullmatch(c)) and m.group(2) == "bleu"]
+    """The test sets with a BLEU column, in column order, then any with only a baseline difference."""
+    scored = [m.group(1) for c in frame.columns if (m := _TEST_METRIC.fullmatch(c)) and m.group(2) == "bleu"]
+    compared = [c[len("delta.") :] for c in frame.columns if c.startswith("delta.")]
+    return list(dict.fromkeys([*scored, *compared]))
 
 
 def listed_tests(params: dict[str, str]) -> list[str]:

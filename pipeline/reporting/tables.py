@@ -199,7 +199,7 @@ def _experiment_row(
 
 def _metric_cell(row: pd.Series, column: str, format_value: Any) -> str:
     """The value, ± its standard deviation over seeds for a grouped row's score, (Δ, p) against a baseline."""
-    text = str(format_value(row[column]))
+    text = str(format_value(row.get(column)))
     sd = row.get(f"{column}_sd")
     if format_value is fmt_score and isinstance(sd, float) and not math.isnan(sd):
         text += f" ± {fmt_score(sd)}"

@@ -1,4 +1,5 @@
-"""Runs table: the runs' numbers, only the params that differ, best BLEU first; from MLflow and DVC.
+"""Runs table: the runs' numbers per test set, only the params that differ, best BLEU first; from MLflow
+and DVC.
 
 The sweep in MLflow and the DVC repository are conftest's store and dvc_repo fixtures.
 """
@@ -18,7 +19,7 @@ import pytest
 
 from pipeline.reporting import runs
 from pipeline.tracking import Tracker
-from tests.helpers import COMMIT, SWEEP, sweep_params
+from tests.helpers import COMMIT, SWEEP, T16, T17, sweep_params
 
 # --- the table from MLflow -------------------------------------------------------
 
@@ -31,7 +32,7 @@ def test_mlflow_table_holds_each_runs_numbers(store: dict) -> None:
         assert row["id"] == store["ids"][name] and row["run"] == f"de-en encoder_decoder {name}"
         assert row["commit"] == COMMIT
         if final is None:
-            assert row["status"] == "failed" and math.isnan(row["test_bleu"])
+            assert row["status"] == "failed" and math.isnan(row[f"{T16}.bleu"])
         else:
             assert row["status"] == "finished"
             assert {k: row[k] for k in final} == pytest.approx(final)
@@ -39,11 +40,13 @@ def test_mlflow_table_holds_each_runs_numbers(store: dict) -> None:
 
 def test_mlflow_table_shows_only_the_params_that_differ(store: dict) -> None:
     frame = runs.mlflow_table("nmt", store["uri"])
-    params = [c for c in frame.columns if c not in (*runs.ID_COLUMNS, *runs.METRIC_COLUMNS)]
+    params = runs.param_columns(frame)
     assert params == ["model.dropout", "model.n_layers"]  # d_model differs only in another experiment
     assert list(frame["model.n_layers"]) == ["4", "2", "6"]
     assert list(frame["model.dropout"]) == ["0.3", "0.1", "0.1"]
-    assert list(frame.columns) == [*runs.ID_COLUMNS, *params, *runs.METRIC_COLUMNS]
+    tests = [f"{t}.{s}" for t in (T16, T17) for s in ("bleu", "chrf", "ter")]  # a column per test set's score
+    assert list(frame.columns) == [*runs.ID_COLUMNS, *params, *tests, *runs.FIXED_METRICS, runs.PRIMARY]
+    assert runs.test_sets(frame) == ["multi30k-test_2016_flickr", "multi30k-test_2017_mscoco"]
 
 
 def test_validation_histories_by_step(store: dict) -> None:
@@ -91,7 +94,8 @@ def test_table_reads_while_a_sweep_run_writes(store: dict) -> None:
     child.join(timeout=60)
     assert child.exitcode == 0 and reads > 0
     frame = runs.mlflow_table("nmt-live", store["uri"])
-    assert list(frame["run"]) == ["live"] and list(frame["test_bleu"]) == [40.0]
+    # A run from before several test sets logged test_bleu: its one test set is named test.
+    assert list(frame["run"]) == ["live"] and list(frame["test.test.bleu"]) == [40.0]
     assert len(runs.mlflow_histories(list(frame["id"]), "val_bleu", store["uri"])[frame["id"][0]]) == 60
 
 
@@ -121,18 +125,52 @@ def test_a_param_missing_from_some_runs_counts_as_differing() -> None:
 def test_ties_and_unscored_runs_order_newest_first() -> None:
     t = pd.Timestamp("2026-01-01")
     records = [
-        runs.RunRecord("old", started=t, metrics={"test_bleu": 30.0}),
+        runs.RunRecord("old", started=t, metrics={"test.t.bleu": 30.0}),
         runs.RunRecord("unscored", started=t + pd.Timedelta(hours=3)),
-        runs.RunRecord("new", started=t + pd.Timedelta(hours=1), metrics={"test_bleu": 30.0}),
+        runs.RunRecord("new", started=t + pd.Timedelta(hours=1), metrics={"test.t.bleu": 30.0}),
         runs.RunRecord("dev only", started=t, metrics={"dev_bleu": 50.0}),
-        runs.RunRecord("best", started=t, metrics={"test_bleu": 31.0}),
+        runs.RunRecord("best", started=t, metrics={"test.t.bleu": 31.0}),
     ]
     assert list(runs.table(records)["run"]) == ["best", "new", "old", "dev only", "unscored"]
 
 
+def test_runs_rank_by_the_first_test_set_of_their_data_test_and_columns_follow_it() -> None:
+    t = pd.Timestamp("2026-01-01")
+    listed = {"data.test": "['b', 'a']"}  # as MLflow holds a list param
+    records = [
+        runs.RunRecord(
+            "high on a", started=t, params=listed, metrics={"test.a.bleu": 40.0, "test.b.bleu": 20.0}
+        ),
+        runs.RunRecord(
+            "high on b", started=t, params=listed, metrics={"test.a.bleu": 30.0, "test.b.bleu": 25.0}
+        ),
+        runs.RunRecord("only a", started=t, params=listed, metrics={"test.a.bleu": 22.0}),  # b unscored
+    ]
+    frame = runs.table(records)
+    assert runs.test_sets(frame) == ["b", "a"]  # data.test's order, not the names'
+    assert list(frame["run"]) == ["high on b", "only a", "high on a"]
+    assert list(frame[runs.PRIMARY]) == [25.0, 22.0, 20.0]
+
+
+def test_metric_names_of_mlflow_dvc_and_old_runs_meet() -> None:
+    names = {
+        "test.multi30k-test_2016_flickr.bleu": "test.multi30k-test_2016_flickr.bleu",  # MLflow and DVC
+        "val.chrf": "dev_chrf",  # DVC's val is MLflow's dev
+        "dev_ter": "dev_ter",
+        "test_bleu": "test.test.bleu",  # an old run in MLflow
+        "test.ter": "test.test.ter",  # an old run in DVC
+        "n_params": "n_params",
+        "val_bleu": None,  # a training curve
+        "test.a.ci95.bleu": None,
+        "test.bootstrap.n": None,
+        "val.n_lines": None,
+    }
+    assert {k: runs.metric_name(k) for k in names} == names
+
+
 def test_empty_table_has_the_columns() -> None:
     frame = runs.table([])
-    assert frame.empty and list(frame.columns) == [*runs.ID_COLUMNS, *runs.METRIC_COLUMNS]
+    assert frame.empty and list(frame.columns) == [*runs.ID_COLUMNS, *runs.FIXED_METRICS, runs.PRIMARY]
 
 
 # --- the table from `dvc exp show --json` ----------------------------------------------
@@ -143,26 +181,27 @@ def test_dvc_table_from_real_exp_show(dvc_repo: tuple[Path, list]) -> None:
     frame = runs.dvc_table(shown).set_index("run")
     baseline = next(c["rev"] for c in shown if c["rev"] != "workspace")
     assert set(frame.index) == {"workspace", "main", "six", "slow", "queued"}
-    assert frame.loc["six", "test_bleu"] == 37.0 and frame.loc["six", "dev_bleu"] == 36.0
-    assert frame.loc["slow", "test_bleu"] == 28.5 and frame.loc["main", "test_bleu"] == 28.0
+    assert frame.loc["six", "test.flickr.bleu"] == 37.0 and frame.loc["six", "dev_bleu"] == 36.0
+    assert frame.loc["six", "test.mscoco.bleu"] == 32.0 and frame.loc["six", "test.mscoco.ter"] == 65.0
+    assert frame.loc["slow", "test.flickr.bleu"] == 28.5 and frame.loc["main", "test.flickr.bleu"] == 28.0
     assert frame.loc["six", "n_params"] == 6000 and frame.loc["six", "train_seconds"] == 360.0
-    assert frame.loc["six", "test_ter"] == 59.5 and frame.loc["six", "dev_chrf"] == 50.0
+    assert frame.loc["six", "test.flickr.ter"] == 59.5 and frame.loc["six", "dev_chrf"] == 50.0
     assert frame.loc["six", "dvc_exp"] == "six" and frame.loc["six", "commit"] == baseline
     assert frame.loc["main", "commit"] == baseline and pd.isna(frame.loc["main", "dvc_exp"])
-    assert frame.loc["queued", "status"] == "queued" and math.isnan(frame.loc["queued", "test_bleu"])
+    assert frame.loc["queued", "status"] == "queued" and math.isnan(frame.loc["queued", "test.flickr.bleu"])
     assert frame.loc["six", "status"] == "finished"
 
 
 def test_dvc_table_shows_differing_params_best_first(dvc_repo: tuple[Path, list]) -> None:
     _, shown = dvc_repo
     frame = runs.dvc_table(shown)
-    params = [c for c in frame.columns if c not in (*runs.ID_COLUMNS, *runs.METRIC_COLUMNS)]
+    params = runs.param_columns(frame)
     assert params == ["model.n_layers", "train.lr"]
     by_run = frame.set_index("run")
     assert by_run.loc["queued", "model.n_layers"] == "2" and by_run.loc["slow", "train.lr"] == "0.0005"
     names = list(frame["run"])  # the workspace holds the last experiment's results: a tie with "slow"
     assert names[0] == "six" and set(names[1:3]) == {"slow", "workspace"} and names[3:] == ["main", "queued"]
-    assert list(frame["test_bleu"])[:4] == [37.0, 28.5, 28.5, 28.0]
+    assert list(frame["test.flickr.bleu"])[:4] == [37.0, 28.5, 28.5, 28.0]
 
 
 # --- runs that differ only in train.seed -------------------------------------------------
@@ -171,7 +210,7 @@ def test_dvc_table_shows_differing_params_best_first(dvc_repo: tuple[Path, list]
 def seeded(name: str, seed: str, bleu: float, lr: str = "0.001", status: str = "finished") -> runs.RunRecord:
     params = {"train.seed": seed, "train.lr": lr, "model.n_layers": "6"}
     return runs.RunRecord(
-        name, id=f"id-{name}", commit=COMMIT, status=status, params=params, metrics={"test_bleu": bleu}
+        name, id=f"id-{name}", commit=COMMIT, status=status, params=params, metrics={"test.t.bleu": bleu}
     )
 
 
@@ -186,10 +225,10 @@ def test_three_seeds_of_one_config_are_one_row_with_mean_sd_and_count() -> None:
     assert list(frame["run"]) == ["other", "s3, s2, s1"]  # best first: 33.0 over the mean 31.17
     group = frame.iloc[1]
     assert group["n_runs"] == 3 and group["members"] == ("id-s3", "id-s2", "id-s1")
-    assert group["test_bleu"] == pytest.approx(31.1667, abs=1e-3)
-    assert group["test_bleu_sd"] == pytest.approx(statistics.stdev([30.0, 31.0, 32.5]))
+    assert group["test.t.bleu"] == pytest.approx(31.1667, abs=1e-3)
+    assert group["test.t.bleu_sd"] == pytest.approx(statistics.stdev([30.0, 31.0, 32.5]))
     assert group["train.seed"] == "1, 2, 3"
-    assert frame.iloc[0]["n_runs"] == 1 and math.isnan(frame.iloc[0]["test_bleu_sd"])
+    assert frame.iloc[0]["n_runs"] == 1 and math.isnan(frame.iloc[0]["test.t.bleu_sd"])
     assert frame.iloc[0]["members"] == ("id-other",)
 
 
@@ -203,4 +242,5 @@ def test_seeds_of_other_code_or_unfinished_runs_stay_apart() -> None:
     records = [seeded("s1", "1", 30.0), other_commit, seeded("s3", "3", 32.0, status="running")]
     frame = runs.group_seeds(runs.table(records))
     assert sorted(frame["run"]) == ["c2", "s1", "s3"] and set(frame["n_runs"]) == {1}
-    assert list(runs.group_seeds(runs.table([]))) == [*runs.table([]).columns, *runs.GROUP_COLUMNS]
+    sds = [f"{m}_sd" for m in runs.FIXED_METRICS]
+    assert list(runs.group_seeds(runs.table([]))) == [*runs.table([]).columns, *sds, *runs.GROUP_COLUMNS]
