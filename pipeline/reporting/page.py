@@ -117,7 +117,8 @@ def _scores(metrics: dict[str, Any], test_sets: list[str]) -> str:
     out = ["## Scores", "", markdown_table(["set", *SCORE_NAMES.values(), "lines"], rows, "lrrrr")]
     tests = [label(k) for k in keys if testset_of(k) is not None]
     if tests:
-        out += ["", f"val, then the {len(tests)} test set(s) of data.test, each scored on its own."]
+        sets = "the test set" if len(tests) == 1 else f"the {len(tests)} test sets"
+        out += ["", f"val, then {sets} of data.test, each scored on its own."]
     bootstraps = {_bootstrap_text(by_key[k]["bootstrap"]) for k in keys if "bootstrap" in by_key[k]}
     if bootstraps:
         how = "; ".join(sorted(bootstraps))

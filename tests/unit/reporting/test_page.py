@@ -11,21 +11,30 @@ TEST_METRICS = {"bleu": 37.12, "chrf": 60.27, "ter": 45.0, "n_lines": 8, "signat
 
 
 def test_render_is_pure_and_handles_missing_parts() -> None:
-    inputs = page.ReportInputs(params=P.load(REPO / "params.yaml").to_dict(), metrics={"test": TEST_METRICS})
+    metrics = {"test": {"t1": TEST_METRICS}}
+    inputs = page.ReportInputs(params=P.load(REPO / "params.yaml").to_dict(), metrics=metrics)
     text = page.render_report(inputs)
     assert text == page.render_report(inputs)
-    assert "No training summary" in text and "No cleaning statistics" in text
+    assert (
+        "No training summary" in text and "No cleaning statistics" in text and "No download manifest" in text
+    )
     assert "No test translations" in text and "37.1" in text
+
+
+def test_metrics_from_before_several_test_sets_show_their_one_as_test() -> None:
+    params = P.load(REPO / "params.yaml").to_dict()
+    text = page.render_report(page.ReportInputs(params=params, metrics={"test": TEST_METRICS}))
+    assert ["test", "37.1", "60.3", "45.0", "8"] in table_rows(text)
 
 
 def test_scores_show_their_intervals_and_how_they_were_made() -> None:
     with_ci = {**TEST_METRICS, "ci95": {"bleu": [35.04, 39.3], "chrf": [58.9, 61.6]}}
     with_ci["bootstrap"] = {"n": 1000, "seed": 12345}
     params = P.load(REPO / "params.yaml").to_dict()
-    text = page.render_report(page.ReportInputs(params=params, metrics={"test": with_ci}))
-    row = next(r for r in table_rows(text) if r[0] == "test")
+    text = page.render_report(page.ReportInputs(params=params, metrics={"test": {"t1": with_ci}}))
+    row = next(r for r in table_rows(text) if r[0] == "t1")
     assert row[1:4] == ["37.1 (35.0–39.3)", "60.3 (58.9–61.6)", "45.0"]  # TER has none
     assert "95% confidence interval" in text and "1,000 resamples, seed 12345" in text
-    plain = page.render_report(page.ReportInputs(params=params, metrics={"test": TEST_METRICS}))
-    assert next(r for r in table_rows(plain) if r[0] == "test")[1] == "37.1"
+    plain = page.render_report(page.ReportInputs(params=params, metrics={"test": {"t1": TEST_METRICS}}))
+    assert next(r for r in table_rows(plain) if r[0] == "t1")[1] == "37.1"
     assert "confidence interval" not in plain

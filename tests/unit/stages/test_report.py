@@ -58,16 +58,38 @@ METRICS = {
         },
     },
     "test": {
-        "bleu": 37.12,
-        "chrf": 60.27,
-        "ter": 45.0,
-        "n_lines": 10,
-        "signature": {
-            "bleu": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0",
-            "chrf": "nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:2.6.0",
-            "ter": "nrefs:1|case:lc|tok:tercom|norm:no|punct:yes|asian:no|version:2.6.0",
-        },
+        name: {
+            "bleu": bleu,
+            "chrf": 60.27,
+            "ter": 45.0,
+            "n_lines": 10,
+            "signature": {
+                "bleu": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0",
+                "chrf": "nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:2.6.0",
+                "ter": "nrefs:1|case:lc|tok:tercom|norm:no|punct:yes|asian:no|version:2.6.0",
+            },
+        }
+        for name, bleu in (("zz-first", 37.12), ("aa-second", 21.0))
     },
+}
+# data.test's order: zz-first is the first test set though it sorts last.
+TEST_SETS = ("zz-first", "aa-second")
+
+
+def manifest_entry(name: str, lines: int) -> dict:
+    files = [{"role": r, "source": f"https://example.org/{name}.{r}", "member": None} for r in ("src", "tgt")]
+    return {"name": name, "catalog": name.startswith("multi30k"), "lines": lines, "files": files}
+
+
+MANIFEST = {
+    "src_lang": "de",
+    "tgt_lang": "en",
+    "splits": {
+        "train": [manifest_entry("multi30k-train", 29000), manifest_entry("my-corpus", 500)],
+        "val": [manifest_entry("multi30k-val", 1014)],
+        "test": [manifest_entry(name, 10) for name in TEST_SETS],
+    },
+    "heldout": None,
 }
 SUMMARY = {
     "n_params": 9_912_832,
@@ -81,18 +103,39 @@ SUMMARY = {
     "steps": 2400,
     "epochs": 12.0,
 }
+
+
+def clean_counts(lines_in: int, **dropped: int) -> dict:
+    reasons = {r: dropped.get(r, 0) for r in ("empty", "heldout_overlap", "too_long", "ratio", "duplicate")}
+    return {"lines_in": lines_in, "lines_out": lines_in - sum(reasons.values()), "dropped": reasons}
+
+
 CLEAN_STATS = {
-    "train": {"pairs_in": 29000, "pairs_out": 28765, "dropped_long": 200, "dropped_ratio": 35},
-    "val": {"pairs_in": 1014, "pairs_out": 1014, "dropped_long": 0, "dropped_ratio": 0},
+    "train": {
+        **clean_counts(29500, heldout_overlap=12, too_long=200, ratio=35, duplicate=3),
+        "normalized": {"src": {"nfc": 3}, "tgt": {"nfc": 1}},
+        "sources": {
+            "multi30k-train": clean_counts(29000, heldout_overlap=10, too_long=200, ratio=35),
+            "my-corpus": clean_counts(500, heldout_overlap=2, duplicate=3),
+        },
+    },
+    "val": clean_counts(1014),
+    "test": {name: clean_counts(10) for name in TEST_SETS},
+    "unicode_version": "15.0.0",
 }
 
 
 def write_inputs(root: Path, with_valid: bool = True) -> dict[str, Path]:
     """The other stages' outputs, small and synthetic, as the report stage reads them."""
     raw, decode, train_log = root / "data/raw", root / "data/decode", root / "reports/train"
-    files.write_lines(raw / "test.src", [s for s, _, _ in TEST_LINES])
-    files.write_lines(raw / "test.tgt", [r for _, r, _ in TEST_LINES])
-    files.write_lines(decode / "test.hyp", [h for _, _, h in TEST_LINES])
+    files.write_lines(raw / "test/zz-first.src", [s for s, _, _ in TEST_LINES])
+    files.write_lines(raw / "test/zz-first.tgt", [r for _, r, _ in TEST_LINES])
+    files.write_lines(decode / "test/zz-first.hyp", [h for _, _, h in TEST_LINES])
+    # The second test set: other lines, so a sample or length row taken from it would show.
+    files.write_lines(raw / "test/aa-second.src", ["nur ein satz hier ."] * 10)
+    files.write_lines(raw / "test/aa-second.tgt", ["just one sentence here ."] * 10)
+    files.write_lines(decode / "test/aa-second.hyp", ["only one phrase ."] * 10)
+    files.write_json(raw / "manifest.json", MANIFEST)
     steps = pd.DataFrame(
         {
             "step": range(50, 2450, 50),
@@ -165,19 +208,22 @@ def built(tmp_path: Path, saved_figures: dict) -> tuple[str, dict[str, Path]]:
     return build(paths), paths
 
 
-def test_title_names_pair_and_corpus(built: tuple[str, dict]) -> None:
+def test_title_names_pair_and_training_sources(built: tuple[str, dict]) -> None:
     text, _ = built
-    assert text.splitlines()[0] == "# Translation report: de→en (multi30k, test set test_2016_flickr)"
+    assert text.splitlines()[0] == "# Translation report: de→en (multi30k-train, my-corpus)"
 
 
-def test_scores_table_holds_metrics_and_signatures(built: tuple[str, dict]) -> None:
+def test_scores_table_has_val_then_each_test_set_in_data_test_order(built: tuple[str, dict]) -> None:
     text, _ = built
     rows = table_rows(section(text, "## Scores"))
-    assert rows[0] == ["split", "BLEU", "chrF", "TER", "lines"]
-    assert ["test", "37.1", "60.3", "45.0", "10"] in rows  # one decimal, as sacreBLEU prints them
-    assert ["val", "33.3", "55.5", "50.0", "10"] in rows
+    assert rows == [
+        ["set", "BLEU", "chrF", "TER", "lines"],
+        ["val", "33.3", "55.5", "50.0", "10"],  # one decimal, as sacreBLEU prints them
+        ["zz-first", "37.1", "60.3", "45.0", "10"],
+        ["aa-second", "21.0", "60.3", "45.0", "10"],
+    ]
     assert "`nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0`" in text
-    assert text.count("tok:tercom") == 1  # the same signature for both splits is listed once
+    assert text.count("tok:tercom") == 1  # the same signature for every set is listed once
 
 
 def test_training_summary_table(built: tuple[str, dict]) -> None:
@@ -193,11 +239,28 @@ def test_training_summary_table(built: tuple[str, dict]) -> None:
     assert "![Learning curves" in text and "](figures/learning_curves.png)" in text
 
 
-def test_cleaning_stats_one_row_per_split(built: tuple[str, dict]) -> None:
+def test_data_lists_each_splits_sources(built: tuple[str, dict]) -> None:
     text, _ = built
-    rows = table_rows(section(text, "## Data cleaning"))
-    assert rows[0] == ["split", "pairs_in", "pairs_out", "dropped_long", "dropped_ratio"]
-    assert ["train", "29,000", "28,765", "200", "35"] in rows
+    rows = table_rows(section(text, "## Data"))
+    assert rows[0] == ["split", "source", "lines", "from"]
+    assert rows[1:3] == [
+        ["train", "multi30k-train", "29,000", "catalog"],
+        ["train", "my-corpus", "500", "https://example.org/my-corpus.src, https://example.org/my-corpus.tgt"],
+    ]
+    assert [r[:2] for r in rows[3:]] == [["val", "multi30k-val"], ["test", "zz-first"], ["test", "aa-second"]]
+
+
+def test_cleaning_counts_each_train_source_and_every_reason(built: tuple[str, dict]) -> None:
+    text, _ = built
+    part = section(text, "### Cleaning")
+    rows = table_rows(part)
+    reasons = ["empty", "heldout_overlap", "too_long", "ratio", "duplicate"]
+    assert rows[0] == ["", "lines in", "lines out", *(f"dropped: {r}" for r in reasons)]
+    assert rows[1] == ["train: multi30k-train", "29,000", "28,755", "0", "10", "200", "35", "0"]
+    assert rows[2] == ["train: my-corpus", "500", "495", "0", "2", "0", "0", "3"]
+    assert rows[3][:4] == ["train, all", "29,500", "29,250", "0"]
+    assert [r[0] for r in rows[4:]] == ["val", "test: zz-first", "test: aa-second"]
+    assert "heldout_overlap: training pairs whose source or target occurs in a val or test set" in part
 
 
 def test_params_one_table_per_section(built: tuple[str, dict]) -> None:
@@ -207,12 +270,14 @@ def test_params_one_table_per_section(built: tuple[str, dict]) -> None:
         assert f"**{name}**" in params
     rows = table_rows(params)
     assert ["lr", "0.001"] in rows and ["betas", "[0.9, 0.98]"] in rows
-    assert ["bitext.train.src", "null"] in rows and ["dedupe", "true"] in rows
+    assert ["src_lang", "de"] in rows and ["dedupe", "true"] in rows
 
 
 def test_bleu_by_length_table_and_chart(built: tuple[str, dict]) -> None:
     text, paths = built
-    rows = table_rows(section(text, "## BLEU by source length"))
+    part = section(text, "## BLEU by source length")
+    assert part.startswith(" (zz-first)") and "On the first test set, zz-first." in part
+    rows = table_rows(part)
     assert rows[0] == ["source words", "lines", "BLEU"]
     assert rows[1][:2] == ["1-10", "10"]  # every fixture source is short
     assert "](figures/bleu_by_length.png)" in text
@@ -226,7 +291,7 @@ def test_bleu_by_length_chart_has_a_labelled_bar_per_table_row(
     text, _ = built
     rows = table_rows(section(text, "## BLEU by source length"))[1:]
     (ax,) = saved_figures["bleu_by_length.png"].axes
-    assert axis_labels(ax) == ("Test BLEU by source length", "source length (words)", "BLEU")
+    assert axis_labels(ax) == ("BLEU by source length: zz-first", "source length (words)", "BLEU")
     assert [t.get_text() for t in ax.get_xticklabels()] == ["1-10", "11-20", "21-30", "31-40", "41+"]
     assert [t.get_text() for t in ax.get_xticklabels()] == [bucket for bucket, _, _ in rows]
     # Each bar says what the table's row says; an empty bucket says so instead of showing 0.
@@ -298,7 +363,7 @@ def test_cli_logs_report_to_the_mlflow_run(tmp_path: Path, monkeypatch: pytest.M
     from pipeline.tracking import Tracker
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
-    with Tracker.start({"data": {"corpus": "multi30k"}}, "report-test", "train") as run:
+    with Tracker.start({"data": {"src_lang": "de"}}, "report-test", "train") as run:
         run.save_run_file(tmp_path / "data/model/mlflow_run.json")
     paths = write_inputs(tmp_path)
     args = [
@@ -367,10 +432,10 @@ def test_section_order_scores_first(built: tuple[str, dict]) -> None:
         "## Scores",
         "## Experiments",
         "## Training",
-        "## BLEU by source length (test)",
-        "## Sample translations (test)",
-        "## Cross-attention (test)",
-        "## Data cleaning",
+        "## BLEU by source length (zz-first)",
+        "## Sample translations (zz-first)",
+        "## Cross-attention (zz-first)",
+        "## Data",
         "## Params",
     ]
 
@@ -393,6 +458,7 @@ def ranked(
         monkeypatch.setenv("DVC_EXP_NAME", name)
         params = P.load(PARAMS_FILE).to_dict()
         params["model"]["n_layers"] = layers
+        params["data"]["test"] = list(TEST_SETS)  # as params.data.test holds them
         with Tracker.start(params, "nmt", f"de-en encoder_decoder {name}") as run:
             for step in (100, 200, 300):
                 run.log_metrics({"val_bleu": bleu * step / 300}, step=step)
@@ -404,9 +470,9 @@ def ranked(
                 },
                 step=300,
             )
-            run.log_metrics(
-                {"test_bleu": bleu, "test_chrf": 55.0, "test_ter": 50.0, "dev_bleu": bleu - 1}, step=0
-            )
+            scores = {"bleu": bleu, "chrf": 55.0, "ter": 50.0}
+            run.log_metrics({f"test.zz-first.{k}": v for k, v in scores.items()}, step=0)
+            run.log_metrics({"test.aa-second.bleu": bleu - 10, "dev_bleu": bleu - 1}, step=0)
         ids[name] = run.run_id
     paths = write_inputs(tmp_path)
     files.write_json(
@@ -425,20 +491,19 @@ def test_experiments_table_ranks_runs_and_marks_this_one(ranked: tuple[str, dict
         "run",
         "commit",
         "model.n_layers",
-        "test BLEU",
-        "chrF",
-        "TER",
-        "dev BLEU",
+        "zz-first BLEU",  # data.test's first set first
+        "aa-second BLEU",
+        "val BLEU",
         "parameters",
         "train time",
         "tokens/s",
     ]
     assert rows[1:] == [
-        ["1", "exp-b", "c0ffee0", "4", "36.0", "55.0", "50.0", "35.0", "4,000,000", "4:01:01", "3,750"],
-        ["→ 2", "exp-c", "c0ffee0", "6", "33.0", "55.0", "50.0", "32.0", "6,000,000", "6:01:01", "2,500"],
-        ["3", "exp-a", "c0ffee0", "2", "30.0", "55.0", "50.0", "29.0", "2,000,000", "2:01:01", "7,500"],
+        ["1", "exp-b", "c0ffee0", "4", "36.0", "26.0", "35.0", "4,000,000", "4:01:01", "3,750"],
+        ["→ 2", "exp-c", "c0ffee0", "6", "33.0", "23.0", "32.0", "6,000,000", "6:01:01", "2,500"],
+        ["3", "exp-a", "c0ffee0", "2", "30.0", "20.0", "29.0", "2,000,000", "2:01:01", "7,500"],
     ]
-    assert "→ this report's run, 2 of 3 by test BLEU." in part
+    assert "→ this report's run, 2 of 3 by BLEU on its first test set." in part
     assert "](figures/experiments_val_bleu.png)" in part
     width, height = png_size(paths["figures"] / "experiments_val_bleu.png")
     assert width > 600 and height > 300
@@ -462,12 +527,12 @@ def test_heatmaps_of_two_fixed_test_sentences(tmp_path: Path, saved_figures) -> 
     paths = write_inputs(tmp_path)
     make_model_dir(tmp_path / "data/model")
     text = build(paths, tmp_path / "data/model")
-    part = section(text, "## Cross-attention (test)")
+    part = section(text, "## Cross-attention (zz-first)")
     links = [line for line in part.splitlines() if line.startswith("![")]
-    # Lines 1 and 2 are the first sources of 5 to 15 words.
+    # Lines 1 and 2 of the first test set are its first sources of 5 to 15 words.
     assert [line.split("](")[0] for line in links] == [
-        "![Cross-attention of test line 1, heads averaged",
-        "![Cross-attention of test line 2, heads averaged",
+        "![Cross-attention of line 1 of zz-first, heads averaged",
+        "![Cross-attention of line 2 of zz-first, heads averaged",
     ]
     for line in links:
         width, height = png_size(paths["out"].parent / line.split("](")[1].rstrip(")"))
@@ -484,4 +549,4 @@ def test_heatmap_sentences_are_picked_by_length() -> None:
 
 def test_no_model_means_no_heatmaps_and_a_reason(built: tuple[str, dict]) -> None:
     text, _ = built
-    assert "No attention heatmaps:" in section(text, "## Cross-attention (test)")
+    assert "No attention heatmaps:" in section(text, "## Cross-attention (zz-first)")
