@@ -9,8 +9,10 @@ settings listed in VARIANTS, and all of them, the baseline included, share
 BUDGET, so the table compares architectures at equal training steps. Only the
 stages up to train run: the BLEU compared is the train stage's own validation
 BLEU (greedy decoding of the val split, logged as val_bleu), which keeps an
-ablation run to a few minutes on a CPU. The numbers come from the runs
-themselves (MLflow, where train logs them), never typed in.
+ablation run to a few minutes on a CPU. Runs taken through score (a full-budget
+re-run) also have BLEU per test set (test.<name>.bleu): the table adds a column
+per test set then. The numbers come from the runs themselves (MLflow, where
+train and score log them), never typed in.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ import pandas as pd
 
 from pipeline import files, tracking
 from pipeline import params as P
+from pipeline.reporting.runs import metric_name
+from pipeline.reporting.tables import common_prefix
 
 BUDGET = {"train.max_steps": 200, "train.warmup_steps": 100}
 VARIANTS: dict[str, tuple[str, dict[str, object]]] = {
@@ -97,9 +101,16 @@ def mlflow_runs(experiment: str) -> pd.DataFrame:
             "commit": run.data.tags.get("git_commit", "")[:7],
             "started": run.info.start_time,
             **{m: run.data.metrics.get(m, float("nan")) for m in METRICS},
+            **test_bleus(run.data.metrics),
         }
         for run in runs
     )
+
+
+def test_bleus(metrics: dict[str, float]) -> dict[str, float]:
+    """A run's BLEU per test set, as score logs it (test.<name>.bleu; an old run's test_bleu as test)."""
+    named = {metric_name(k): v for k, v in metrics.items()}
+    return {k: v for k, v in named.items() if k is not None and k.startswith("test.") and k.endswith(".bleu")}
 
 
 def latest_runs(frame: pd.DataFrame) -> pd.DataFrame:
@@ -112,8 +123,13 @@ def latest_runs(frame: pd.DataFrame) -> pd.DataFrame:
     missing = [name for name in VARIANTS if name not in done.index]
     if missing:
         click.echo(f"warning: no finished run yet for {', '.join(missing)}", err=True)
+    tests = [c for c in done.columns if c.startswith("test.")]
     rows = [
-        {"variant": name, "change": VARIANTS[name][0], **done.loc[name, ["commit", *METRICS]].to_dict()}
+        {
+            "variant": name,
+            "change": VARIANTS[name][0],
+            **done.loc[name, ["commit", *METRICS, *tests]].to_dict(),
+        }
         for name in VARIANTS
         if name in done.index
     ]
@@ -133,16 +149,34 @@ def render(frame: pd.DataFrame) -> str:
         "the runs in MLflow; the experiments were run with `python -m bench.ablation queue` and",
         "`dvc queue start -j 1` on the 2-core CPU of the README's results.",
         "",
-        "| variant | change | val BLEU | val loss | parameters | train time | target tok/s | commit |",
-        "|---|---|---:|---:|---:|---:|---:|---|",
     ]
+    tests = [c for c in frame.columns if c.startswith("test.") and c.endswith(".bleu")]
+    names = [c[len("test.") : -len(".bleu")] for c in tests]
+    prefix = common_prefix(names)
+    header = ["variant", "change", "val BLEU", *(f"{n[len(prefix) :]} BLEU" for n in names)]
+    header += ["val loss", "parameters", "train time", "target tok/s", "commit"]
+    lines += ["| " + " | ".join(header) + " |", "|---|---|" + "---:|" * (len(header) - 3) + "---|"]
     for row in frame.to_dict("records"):
-        lines.append(
-            f"| {row['variant']} | {row['change']} | {row['val_bleu']:.1f} | {row['val_loss']:.3f} | "
-            f"{int(row['n_params']):,} | {row['train_seconds'] / 60:.1f} min | "
-            f"{row['tokens_per_s']:,.0f} | {row['commit'] or ''} |"
-        )
+        cells = [row["variant"], row["change"], f"{row['val_bleu']:.1f}", *(_score(row[c]) for c in tests)]
+        cells += [
+            f"{row['val_loss']:.3f}",
+            f"{int(row['n_params']):,}",
+            f"{row['train_seconds'] / 60:.1f} min",
+            f"{row['tokens_per_s']:,.0f}",
+            row["commit"] or "",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    if names:
+        note = f" (names without their common prefix `{prefix}`)" if prefix else ""
+        lines += [
+            "",
+            f"Test-set columns: sacreBLEU of the score stage on each test set{note}; – if not scored.",
+        ]
     return "\n".join(lines) + "\n"
+
+
+def _score(value: float) -> str:
+    return "–" if pd.isna(value) else f"{value:.1f}"
 
 
 if __name__ == "__main__":
