@@ -101,13 +101,13 @@ def mlflow_runs(experiment: str) -> pd.DataFrame:
             "commit": run.data.tags.get("git_commit", "")[:7],
             "started": run.info.start_time,
             **{m: run.data.metrics.get(m, float("nan")) for m in METRICS},
-            **test_bleus(run.data.metrics),
+            **bleu_per_test_set(run.data.metrics),
         }
         for run in runs
     )
 
 
-def test_bleus(metrics: dict[str, float]) -> dict[str, float]:
+def bleu_per_test_set(metrics: dict[str, float]) -> dict[str, float]:
     """A run's BLEU per test set, as score logs it (test.<name>.bleu; an old run's test_bleu as test)."""
     named = {metric_name(k): v for k, v in metrics.items()}
     return {k: v for k, v in named.items() if k is not None and k.startswith("test.") and k.endswith(".bleu")}
