@@ -158,6 +158,7 @@ class DecodeParams:
 @dataclass(frozen=True)
 class TrackingParams:
     experiment: str
+    register_model: str | None  # a Model Registry name: each training run adds a version
 
 
 @dataclass(frozen=True)
