@@ -9,18 +9,25 @@ then with growing pauses, and replays the buffer when MLflow answers again.
 
 The train stage starts a run and saves `{"run_id", "tracking_uri"}` to
 `data/model/mlflow_run.json`; score and report reopen that run
-(`Tracker.from_run_file`) to add final scores and the report.
+(`Tracker.from_run_file`) to add final scores and the report. A training run
+also gets what MLflow's UI shows for one: the experiment kind, the command as
+source, the corpus splits as dataset inputs, system metrics and a logged
+model (docs/mlflow.md).
 """
 
 from __future__ import annotations
 
 import contextlib
+import getpass
+import hashlib
 import json
 import logging
 import os
 import platform
+import shlex
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -47,6 +54,13 @@ RETRY_SECONDS = (15.0, 300.0)  # offline: first pause before retrying MLflow, an
 MAX_METRICS_PER_BATCH = 1000  # MLflow's log_batch limits
 MAX_PARAMS_PER_BATCH = 100
 MAX_PARAM_CHARS = 6000
+
+# MLflow 3 opens an experiment in its model-training view with this tag (else it guesses, and an
+# experiment without traces may open in the GenAI view). Values: the UI's ExperimentKind.
+KIND_TAG = "mlflow.experimentKind"
+TRAINING_KIND = "custom_model_development"
+DIGEST_CHARS = 16  # MLflow stores a dataset digest in 36 characters; the full sums go in the profile
+SPLIT_CONTEXT = {"train": "training", "val": "validation", "test": "testing"}  # mlflow.data.context
 
 # MLflow's answer to a request it refuses (a param logged again with another
 # value, a finished run's state): retrying cannot help, so the record is dropped.
@@ -110,22 +124,77 @@ def system_info(device: str | None = None) -> dict[str, str]:
     }
 
 
+def source_name(argv: list[str] | None = None) -> str:
+    """The command that ran, as the run page's Source: `dvc exp run`, `dvc repro`, or the command line."""
+    if os.environ.get("DVC_EXP_NAME"):
+        return "dvc exp run"
+    if os.environ.get("DVC_ROOT"):
+        return "dvc repro"
+    argv = sys.argv if argv is None else argv
+    if argv and Path(argv[0]).parts[-2:] == ("pipeline", "__main__.py"):
+        return shlex.join(["python", "-m", "pipeline", *argv[1:]])
+    return shlex.join([Path(argv[0]).name, *argv[1:]]) if argv else "python"
+
+
 def run_tags(params: dict[str, Any], tags: dict[str, Any] | None = None) -> dict[str, str]:
-    """Git commit, DVC experiment name, corpus and pair, system info, then the caller's tags."""
+    """Git commit, source, DVC experiment name, corpus and pair, system info, then the caller's tags."""
     out = dict(system_info())
     commit = git_commit()
     if commit:
         out["git_commit"] = commit
         out["mlflow.source.git.commit"] = commit  # shown by the MLflow UI
+    out["mlflow.source.name"] = source_name()
+    out["mlflow.source.type"] = "LOCAL"
+    out["mlflow.user"] = _safe(getpass.getuser, "")
     if os.environ.get("DVC_EXP_NAME"):
         out["dvc_exp"] = os.environ["DVC_EXP_NAME"]
     data = params.get("data", {})
-    if "corpus" in data:
-        out["corpus"] = str(data["corpus"])
+    if isinstance(data.get("train"), (list, tuple)) and data["train"]:
+        out["corpus"] = ",".join(str(name) for name in data["train"])
     if "src_lang" in data and "tgt_lang" in data:
         out["pair"] = f"{data['src_lang']}-{data['tgt_lang']}"
     out.update({k: str(v) for k, v in (tags or {}).items()})
     return out
+
+
+def read_manifest(path: str | Path) -> dict[str, Any] | None:
+    """The download stage's manifest.json, or None (with a warning) when it cannot be read."""
+    try:
+        manifest = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        _warn(f"MLflow: cannot read {path} ({_short(e)}); the run gets no dataset inputs")
+        return None
+    return manifest if isinstance(manifest, dict) else None
+
+
+def manifest_datasets(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each corpus source of the manifest's train, val and test splits as an MLflow dataset input.
+
+    Named after the source; digest: the first DIGEST_CHARS hex digits of the sha256 of its
+    files' `role:sha256` lines (the full sums are in the profile); source: its URLs or paths.
+    """
+    columns = [{"type": "string", "name": str(manifest.get(k, k))} for k in ("src_lang", "tgt_lang")]
+    datasets = []
+    for split, context in SPLIT_CONTEXT.items():
+        for entry in (manifest.get("splits") or {}).get(split) or []:
+            files = entry.get("files") or []
+            sums = "\n".join(f"{f.get('role')}:{f.get('sha256')}" for f in files)
+            urls = [f"{f.get('source')}" + (f"#{f['member']}" if f.get("member") else "") for f in files]
+            remote = bool(urls) and all(u.startswith(("http://", "https://")) for u in urls)
+            profile = {"split": split, "lines": entry.get("lines")}
+            profile["sha256"] = {str(f.get("role")): f.get("sha256") for f in files}
+            datasets.append(
+                {
+                    "name": str(entry.get("name")),
+                    "digest": hashlib.sha256(sums.encode()).hexdigest()[:DIGEST_CHARS],
+                    "source_type": "http" if remote else "local",
+                    "source": json.dumps({"urls": urls}),
+                    "schema": json.dumps({"mlflow_colspec": columns}),
+                    "profile": json.dumps(profile),
+                    "context": context,
+                }
+            )
+    return datasets
 
 
 # --- the tracker ----------------------------------------------------------------
@@ -157,6 +226,7 @@ class Tracker:
         self._pause_s = RETRY_SECONDS[0]
         self._next_try = 0.0
         self._ended = False
+        self._monitor: Any = None  # MLflow's SystemMetricsMonitor, while it samples
 
     # --- constructors ---
 
@@ -270,11 +340,43 @@ class Tracker:
         path = str(Path(directory).resolve())
         self._submit({"op": "artifacts", "path": path, "artifact_path": artifact_path})
 
+    def log_datasets(self, datasets: list[dict[str, Any]]) -> None:
+        """Dataset inputs as `manifest_datasets` describes them."""
+        if datasets:
+            self._submit({"op": "datasets", "datasets": datasets})
+
+    def log_model(self, name: str, spec: dict[str, Any], register_as: str | None = None) -> None:
+        """Log an MLflow pyfunc model (`spec`: mlflow.pyfunc.log_model's arguments) as this run's
+        output, and register it as a new version of `register_as` if given."""
+        self._submit({"op": "model", "name": name, "spec": spec, "register_as": register_as})
+
+    def start_system_metrics(self, resume: bool = False) -> None:
+        """Sample CPU, memory, disk, network (and GPUs with nvidia-ml-py) into `system/*` until end().
+
+        Every MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL seconds (MLflow's default: 10); `resume`
+        continues the steps of an earlier session of this run.
+        """
+        if not self.online or self._run_id is None or self._monitor is not None:
+            return
+        try:
+            from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+            with _quick_http():
+                monitor = SystemMetricsMonitor(self._run_id, resume_logging=resume, tracking_uri=self._uri())
+            monitor.start()
+            self._monitor = monitor
+        except Exception as e:  # noqa: BLE001 - system metrics are a nicety: without them training goes on
+            _warn(f"MLflow: no system metrics ({_short(e)})")
+
     def end(self, status: str = "FINISHED") -> None:
         """Close the run (FINISHED, FAILED or KILLED); a resumed run keeps its own status."""
         if self._ended:
             return
         self._ended = True
+        if self._monitor is not None:
+            with contextlib.suppress(Exception):
+                self._monitor.finish()  # stops the sampling thread and flushes its last batch
+            self._monitor = None
         if self._owns_run:
             self._submit({"op": "end", "status": status, "time_ms": _now_ms()})
         if self._state == "offline":
@@ -350,6 +452,10 @@ class Tracker:
         elif op == "artifacts":
             if Path(record["path"]).is_dir():
                 client.log_artifacts(self._run_id, record["path"], record["artifact_path"])
+        elif op == "datasets":
+            client.log_inputs(self._run_id, datasets=_dataset_inputs(record["datasets"]))
+        elif op == "model":
+            _log_model(self._uri(), self._run_id, record)
         elif op == "end":
             client.set_terminated(self._run_id, record["status"], end_time=record["time_ms"])
         else:
@@ -364,6 +470,10 @@ class Tracker:
             return True
         if code in REFUSED and "locked" not in str(error):
             _warn(f"MLflow refused a {record['op']} record ({_short(error)}); skipped")
+            return True
+        if record["op"] in ("model", "datasets") and not _unreachable(error):
+            # not the store being away: retrying would fail the same way and hold up every later record
+            _warn(f"MLflow: could not log the {record['op']} ({_short(error)}); skipped")
             return True
         return False
 
@@ -390,7 +500,8 @@ class Tracker:
         try:
             self._offline_file.parent.mkdir(parents=True, exist_ok=True)
             with open(self._offline_file, "a", encoding="utf-8") as f:
-                f.write(json.dumps(record, ensure_ascii=False) + "\n")
+                # default=repr: a model record holds objects (the python model, its signature)
+                f.write(json.dumps(record, ensure_ascii=False, default=repr) + "\n")
         except OSError:
             pass  # a full disk must not stop training; the records stay in memory
 
@@ -442,13 +553,71 @@ def _create_run(client: Any, uri: str, record: dict[str, Any]) -> str:
             # MLflow's default artifact root is ./mlruns of whatever cwd made the
             # database: keep artifacts beside the database instead.
             location = (db.parent / "mlartifacts").as_uri() if db else None
-            experiment_id = client.create_experiment(name, artifact_location=location)
+            kind = {KIND_TAG: TRAINING_KIND}
+            experiment_id = client.create_experiment(name, artifact_location=location, tags=kind)
         else:
             experiment_id = experiment.experiment_id
+            kind = experiment.tags.get(KIND_TAG, "")
+            if not kind or kind.endswith("_inferred") or kind == "no_inferred_type":
+                # unset, or the UI's guess: a run of this pipeline says what the experiment is
+                client.set_experiment_tag(experiment_id, KIND_TAG, TRAINING_KIND)
     run = client.create_run(
         experiment_id, start_time=record["time_ms"], tags=record["tags"], run_name=record["run_name"]
     )
     return run.info.run_id
+
+
+def _dataset_inputs(datasets: list[dict[str, Any]]) -> list[Any]:
+    from mlflow.entities import Dataset, DatasetInput, InputTag
+
+    fields = ("name", "digest", "source_type", "source", "schema", "profile")
+    return [
+        DatasetInput(Dataset(**{k: d[k] for k in fields}), [InputTag("mlflow.data.context", d["context"])])
+        for d in datasets
+    ]
+
+
+def _log_model(uri: str, run_id: str | None, record: dict[str, Any]) -> None:
+    """mlflow.pyfunc.log_model for the run `run_id` (Model.log: pyfunc's own takes no run id)."""
+    import mlflow
+    from mlflow.models import Model
+
+    experiment_id = _make_client(uri).get_run(run_id).info.experiment_id
+    with _fluent_context(uri, experiment_id):
+        Model.log(
+            artifact_path=None,
+            name=record["name"],
+            flavor=mlflow.pyfunc,
+            run_id=run_id,
+            registered_model_name=record["register_as"],
+            await_registration_for=0,  # a new version of a local or OSS registry is ready at once
+            **record["spec"],
+        )
+
+
+@contextlib.contextmanager
+def _fluent_context(uri: str, experiment_id: str) -> Iterator[None]:
+    """MLflow's global tracking URI and experiment (which Model.log reads: the logged model goes to the
+    run's experiment) set for a call, then restored, with the variables MLflow's setters change."""
+    from mlflow.tracking import fluent
+    from mlflow.tracking._tracking_service import utils
+
+    names = ("MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_ID")
+    saved_uri: Any = utils._tracking_uri  # None when unset: MLflow's setter takes None back
+    saved_experiment: Any = fluent._active_experiment_id
+    saved_env = {k: os.environ.get(k) for k in names}
+    utils.set_tracking_uri(uri)
+    fluent._active_experiment_id = experiment_id  # type: ignore[assignment]  # typed None in MLflow
+    try:
+        yield
+    finally:
+        utils.set_tracking_uri(saved_uri)
+        fluent._active_experiment_id = saved_experiment
+        for key, value in saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 @contextlib.contextmanager
@@ -529,6 +698,20 @@ def _reason(error: Exception) -> str:
             return "cannot connect to the server"
         cause = cause.__cause__ or cause.__context__
     return _short(error)
+
+
+def _unreachable(error: BaseException) -> bool:
+    """True if the store could not be reached (network, a locked SQLite file), not refused the call."""
+    import requests
+
+    cause: BaseException | None = error
+    while cause is not None:
+        if isinstance(cause, (requests.exceptions.RequestException, ConnectionError, TimeoutError)):
+            return True
+        if "database is locked" in str(cause) or "unable to open database" in str(cause):
+            return True
+        cause = cause.__cause__ or cause.__context__
+    return False
 
 
 def _safe(make: Any, default: Any) -> Any:
