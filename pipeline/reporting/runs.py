@@ -37,8 +37,9 @@ from pipeline.errors import UserError
 ID_COLUMNS = ("run", "dvc_exp", "commit", "status", "started", "id")
 
 SCORE_NAMES = ("bleu", "chrf", "ter")
-# Names as train.py (n_params, train_seconds, tokens_per_s) and score.py (dev_* for the val set) log
-# them to MLflow; each test set's scores are test.<name>.<score>, in MLflow and in `dvc exp show` alike.
+# Names as train.py (train_seconds, tokens_per_s; n_params as a tag, a metric in older runs) and
+# score.py (dev_* for the val set) log them to MLflow; each test set's scores are
+# test.<name>.<score>, in MLflow and in `dvc exp show` alike.
 FIXED_METRICS = ("dev_bleu", "dev_chrf", "dev_ter", "n_params", "train_seconds", "tokens_per_s")
 PRIMARY = "primary_bleu"  # BLEU on the run's first test set: the sort key
 _TEST_METRIC = re.compile(r"test\.([A-Za-z0-9][A-Za-z0-9_-]*)\.(bleu|chrf|ter)")
@@ -303,8 +304,12 @@ def mlflow_histories(run_ids: Sequence[str], key: str, uri: str | None = None) -
         raise ExperimentsUnavailable(f"MLflow at {uri} could not be read ({tracking._reason(e)})") from e
 
 
+TAG_METRICS = ("n_params",)  # constants train.py logs as tags
+
+
 def _mlflow_record(run: Any) -> RunRecord:
     info, data = run.info, run.data
+    tagged = {k: data.tags[k] for k in TAG_METRICS if k in data.tags}
     return RunRecord(
         run=info.run_name or info.run_id,
         id=info.run_id,
@@ -313,7 +318,9 @@ def _mlflow_record(run: Any) -> RunRecord:
         status=str(info.status).lower(),
         started=pd.Timestamp(info.start_time, unit="ms") if info.start_time else None,
         params={k: param_text(v) for k, v in data.params.items()},
-        metrics={name: float(v) for k, v in data.metrics.items() if (name := metric_name(k)) is not None},
+        metrics={
+            name: float(v) for k, v in (tagged | data.metrics).items() if (name := metric_name(k)) is not None
+        },
     )
 
 

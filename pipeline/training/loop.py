@@ -34,7 +34,7 @@ from pipeline.errors import UserError
 from pipeline.files import atomic_path, write_json, write_lines, write_text
 from pipeline.model import checkpoint
 from pipeline.model.transformer import Seq2SeqBase, build_model, count_parameters
-from pipeline.tracking import Tracker, tracking_uri
+from pipeline.tracking import Tracker, manifest_datasets, read_manifest, tracking_uri
 from pipeline.training.distributed import ALONE, Dist
 from pipeline.training.state import (
     Interval,
@@ -54,7 +54,6 @@ STEPS_HEADER = LogRow._fields
 VALID_HEADER = Validation._fields
 # Greedy validation's output limit; fixed here so that decode.* never invalidates training.
 VAL_MAX_LEN_A, VAL_MAX_LEN_B = 1.2, 10
-ARTIFACT_MAX_BYTES = 200 * 2**20
 
 
 def fitting_sentences(data: ParallelData, cfg: P.ModelParams) -> np.ndarray:
@@ -391,13 +390,19 @@ class Trainer:
         summary = self.summary(averaged)
         self.write_logs()
         write_json(self.paths.log_dir / "summary.json", summary)
-        totals = {k: summary[k] for k in ("n_params", "train_seconds", "tokens_per_s")}
+        totals = {k: summary[k] for k in ("train_seconds", "tokens_per_s")}
         self.tracker.log_metrics(totals, self.progress.step)
         self.tracker.log_artifacts(self.paths.log_dir, "train")
-        self.tracker.log_artifact(out / "params.yaml", "model")
-        if (out / checkpoint.MODEL_FILE).stat().st_size <= ARTIFACT_MAX_BYTES:
-            self.tracker.log_artifact(out / checkpoint.MODEL_FILE, "model")
+        if self.tracker.enabled:
+            from pipeline.decoding import pyfunc  # imports mlflow: only when there is a run to log to
+
+            spec = pyfunc.model_spec(out, self.example_sources(), self.params.decode)
+            self.tracker.log_model("model", spec, register_as=self.params.tracking.register_model)
         return summary
+
+    def example_sources(self, n: int = 2) -> list[str]:
+        """The first val sentences' source side as text: the logged model's input example."""
+        return [self.vocab.decode_src(self.val_data.src[int(i)].tolist()) for i in self.val_ids[:n]]
 
     def run_info(self) -> dict[str, str | None]:
         """The MLflow run for later stages: this session's, else the one the state recorded, else none."""
@@ -441,6 +446,7 @@ class Trainer:
         if p.run and p.run.get("run_id"):
             uri = p.run.get("tracking_uri") or tracking_uri()
             self.tracker = Tracker(uri, p.run["run_id"], offline, owns_run=True)
+            self.tracker.start_system_metrics(resume=True)
         else:
             label = os.environ.get("DVC_EXP_NAME") or time.strftime("%Y-%m-%d %H:%M:%S")
             tags = {
@@ -448,12 +454,15 @@ class Trainer:
                 "precision": self.params.train.precision,
                 "device": str(self.device),
                 "world_size": self.dist.world_size,
+                "n_params": count_parameters(self.model),  # a constant: a tag, not a metric series
             }
             name = f"{d.src_lang}-{d.tgt_lang} {m.arch} {label}"
             self.tracker = Tracker.start(
                 self.params.to_dict(), self.params.tracking.experiment, name, tags, offline_dir=offline
             )
-            self.tracker.log_metrics({"n_params": count_parameters(self.model)}, 0)
+            manifest = read_manifest(self.paths.manifest) if self.paths.manifest else None
+            self.tracker.log_datasets(manifest_datasets(manifest) if manifest else [])
+            self.tracker.start_system_metrics()
         p.run = self.tracker.run_info()
         return self.tracker
 

@@ -310,6 +310,9 @@ class RecordingTracker(Tracker):
             self._run_id = "run-1"
         RecordingTracker.records.append((record["op"], {**record, "run_id": self._run_id}))
 
+    def start_system_metrics(self, resume: bool = False) -> None:
+        RecordingTracker.records.append(("system_metrics", {"resume": resume, "run_id": self._run_id}))
+
 
 def test_mlflow_run_is_started_logged_to_and_reused(tmp_path, monkeypatch):
     monkeypatch.setattr(loop, "Tracker", RecordingTracker)
@@ -325,10 +328,16 @@ def test_mlflow_run_is_started_logged_to_and_reused(tmp_path, monkeypatch):
     metrics = [r for op, r in RecordingTracker.records if op == "metrics"]
     assert any("train_loss" in m["metrics"] and "lr" in m["metrics"] for m in metrics)
     assert any("val_loss" in m["metrics"] and "val_bleu" in m["metrics"] for m in metrics)
-    assert any("train_seconds" in m["metrics"] and "n_params" in m["metrics"] for m in metrics)
+    assert any("train_seconds" in m["metrics"] for m in metrics)
+    assert not any("n_params" in m["metrics"] for m in metrics)  # a constant: a tag
+    assert int(start["tags"]["n_params"]) > 0
+    assert ops[1:].count("system_metrics") == 1
     artifacts = {(r["path"], r["artifact_path"]) for op, r in RecordingTracker.records if "artifact" in op}
     assert (str(paths.log_dir.resolve()), "train") in artifacts
-    assert (str((paths.out_dir / "params.yaml").resolve()), "model") in artifacts
+    (model,) = [r for op, r in RecordingTracker.records if op == "model"]
+    assert model["name"] == "model" and model["register_as"] is None
+    assert model["spec"]["artifacts"] == {"model_dir": str(paths.out_dir.resolve())}
+    assert len(model["spec"]["input_example"]) == 2 and all(model["spec"]["input_example"])
     assert ops[-1] == "end"
     assert json.loads((paths.out_dir / "mlflow_run.json").read_text()) == {
         "run_id": "run-1",
@@ -339,6 +348,7 @@ def test_mlflow_run_is_started_logged_to_and_reused(tmp_path, monkeypatch):
     train(tiny_params(max_steps=4), paths)
     assert "start" not in [op for op, _ in RecordingTracker.records]
     assert all(r["run_id"] == "run-1" for _, r in RecordingTracker.records)
+    assert ("system_metrics", {"resume": True, "run_id": "run-1"}) in RecordingTracker.records
 
 
 # --- batches and validation ------------------------------------------------------------------

@@ -1,0 +1,117 @@
+"""The trained model as an MLflow pyfunc model: source sentences in, translations out.
+
+`TranslatorModel` wraps `Translator` for `mlflow.pyfunc.load_model(...).predict`
+and `mlflow models serve`: a list of strings or a one-column DataFrame in, one
+translation per line out (with the inference param n_best > 1: a list of up to
+n_best, best first); `beam` and `n_best` are optional inference params.
+`model_spec` is what the train stage hands to `Tracker.log_model`: the model
+directory as an artifact, this package as code, its pinned requirements, a
+signature and an input example. Serving and the registry: docs/mlflow.md.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections.abc import Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from mlflow.exceptions import MlflowException
+from mlflow.models import ModelSignature
+from mlflow.pyfunc import PythonModel
+from mlflow.types import ColSpec, DataType, ParamSchema, ParamSpec, Schema
+
+from pipeline.decoding.translator import Translator, one_line
+from pipeline.errors import UserError
+from pipeline.params import DecodeParams
+from pipeline.sources import PACKAGE, module_closure
+
+INPUT_COLUMN = "text"  # the DataFrame column of source lines (a single column of any name works too)
+ARTIFACT = "model_dir"  # the model directory (model.pt, sentencepiece model(s), params.yaml)
+
+
+class TranslatorModel(PythonModel):
+    """A model directory's Translator behind MLflow's pyfunc interface."""
+
+    def load_context(self, context: Any) -> None:
+        self.translator = Translator.from_dir(context.artifacts[ARTIFACT], device="auto")
+
+    # No type hints on predict: MLflow would take them for the input schema (the signature is it).
+    def predict(self, context, model_input, params=None):
+        """Lines -> one translation each (n_best 1) or a list of up to n_best (best first)."""
+        lines = input_lines(model_input)
+        params = params or {}
+        beam, n_best = params.get("beam"), params.get("n_best") or 1
+        try:
+            if n_best == 1:
+                return [one_line(t) for t in self.translator.translate(lines, beam=beam)]
+            hyps = self.translator.translate_nbest(lines, n_best, beam=beam)
+        except UserError as e:  # a bad beam or n_best: MLflow answers 400 with this message
+            raise MlflowException.invalid_parameter_value(str(e)) from e
+        return [[one_line(t.text) for t in h] for h in hyps]
+
+
+def input_lines(model_input: Any) -> list[str]:
+    """The source lines of a pyfunc input: a DataFrame (column `text`, or its only column), a
+    Series, a list or an array of strings; a missing value is an empty line."""
+    import pandas as pd
+
+    if isinstance(model_input, pd.DataFrame):
+        if INPUT_COLUMN in model_input.columns:
+            model_input = model_input[INPUT_COLUMN]
+        elif len(model_input.columns) == 1:
+            model_input = model_input.iloc[:, 0]
+        else:
+            raise MlflowException.invalid_parameter_value(
+                f"expected one column of source lines (named {INPUT_COLUMN!r}); got columns "
+                f"{list(model_input.columns)}"
+            )
+    if isinstance(model_input, str):
+        model_input = [model_input]
+    values = list(model_input)
+    bad = [v for v in values if v is not None and not isinstance(v, str) and not pd.isna(v)]
+    if bad:
+        raise MlflowException.invalid_parameter_value(
+            f"expected strings (source sentences); got {type(bad[0]).__name__} {bad[0]!r}"
+        )
+    return [v if isinstance(v, str) else "" for v in values]
+
+
+def signature(decode: DecodeParams) -> Any:
+    """Strings in, strings out; beam (default: the model's decode.beam) and n_best as params."""
+    return ModelSignature(
+        inputs=Schema([ColSpec(DataType.string)]),
+        outputs=Schema([ColSpec(DataType.string)]),
+        params=ParamSchema(
+            [ParamSpec("beam", DataType.long, decode.beam), ParamSpec("n_best", DataType.long, 1)]
+        ),
+    )
+
+
+def requirements() -> list[str]:
+    """Pinned `dist==version` of every third-party package this module's code imports (ast)."""
+    names = set()
+    for path in module_closure(__name__):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names.add(node.module.split(".")[0])
+    names -= {*sys.stdlib_module_names, PACKAGE.name, "__future__"}
+    dists = metadata.packages_distributions()
+    pins = {f"{d}=={metadata.version(d).split('+')[0]}" for name in names for d in dists.get(name, [])}
+    return sorted(pins, key=str.lower)  # '+cpu' dropped: the torch build is the serving machine's choice
+
+
+def model_spec(model_dir: str | Path, example: Sequence[str], decode: DecodeParams) -> dict[str, Any]:
+    """mlflow.pyfunc.log_model's arguments for the model in `model_dir`."""
+    return {
+        "python_model": TranslatorModel(),
+        "artifacts": {ARTIFACT: str(Path(model_dir).resolve())},
+        "code_paths": [str(PACKAGE)],
+        "pip_requirements": requirements(),
+        "signature": signature(decode),
+        "input_example": list(example),
+    }
