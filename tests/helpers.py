@@ -355,6 +355,34 @@ def fake_multi30k_mirror(root: Path, monkeypatch, n: dict[str, int]) -> None:
     monkeypatch.setattr(corpora, "PINNED_SHA256", pinned)
 
 
+def raw_manifest(train: list[str], val: list[str], test: list[str], *, lines: int = 10) -> dict:
+    """data/raw/manifest.json in the format of notes/contract.md: per split its sources, each with
+    a src and a tgt file at a Multi30k-like URL and that name's made-up sha256 sums."""
+
+    def entry(name: str) -> dict:
+        files = [
+            {
+                "role": role,
+                "source": f"{M30K}{name}.{lang}.gz",
+                "member": None,
+                "via": "network",
+                "sha256": sha(f"{name}.{lang}".encode()),
+                "verified": "pinned",
+            }
+            for role, lang in (("src", "de"), ("tgt", "en"))
+        ]
+        counts = {"lines": lines, "fetched_lines": lines, "max_lines": None}
+        return {"name": name, "catalog": True, **counts, "format": "text", "files": files}
+
+    splits = {"train": train, "val": val, "test": test}
+    return {
+        "src_lang": "de",
+        "tgt_lang": "en",
+        "splits": {split: [entry(n) for n in names] for split, names in splits.items()},
+        "heldout": None,
+    }
+
+
 # --- Markdown, as the report and experiments tables write it ---------------------------
 
 

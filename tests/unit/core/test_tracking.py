@@ -17,10 +17,10 @@ from mlflow.exceptions import MlflowException
 
 from pipeline import tracking
 from pipeline.tracking import Tracker
-from tests.helpers import free_port, start_server, stop_server, wait_healthy
+from tests.helpers import free_port, raw_manifest, sha, start_server, stop_server, wait_healthy
 
 PARAMS = {
-    "data": {"corpus": "multi30k", "src_lang": "de", "tgt_lang": "en"},
+    "data": {"train": ["multi30k-train", "tatoeba"], "src_lang": "de", "tgt_lang": "en"},
     "train": {"lr": 0.001, "betas": [0.9, 0.98], "max_steps": 0},
     "model": {"d_model": 256, "encoder_layers": None},
 }
@@ -100,11 +100,108 @@ def test_run_gets_flat_params_metrics_at_steps_and_tags(
     history = MlflowClient(sqlite_uri).get_metric_history(run.run_id, "loss")
     assert [(m.step, m.value) for m in history] == [(0, 10.0), (10, 9.0), (20, 8.0), (30, 7.0), (40, 6.0)]
     tags = data.data.tags
-    assert tags["dvc_exp"] == "exp-1234" and tags["pair"] == "de-en" and tags["corpus"] == "multi30k"
+    assert (
+        tags["dvc_exp"] == "exp-1234"
+        and tags["pair"] == "de-en"
+        and tags["corpus"] == "multi30k-train,tatoeba"
+    )
     assert tags["git_commit"] == "f" * 40 and tags["stage"] == "train"
     assert tags["sys.python"] and tags["sys.torch"] and tags["sys.device"]
     assert not (tmp_path / tracking.OFFLINE_FILE).exists()
     assert "Warning" not in capsys.readouterr().err
+
+
+def test_a_new_experiment_is_a_model_training_one_and_an_inferred_kind_is_replaced(sqlite_uri: str) -> None:
+    with Tracker.start(PARAMS, "nmt-new", "run-k"):
+        pass
+    client = MlflowClient(sqlite_uri)
+    assert client.get_experiment_by_name("nmt-new").tags[tracking.KIND_TAG] == "custom_model_development"
+    for kind, after in (
+        ("genai_development_inferred", "custom_model_development"),
+        ("finetuning", "finetuning"),
+    ):
+        experiment_id = client.create_experiment(f"nmt-{kind}", tags={tracking.KIND_TAG: kind})
+        with Tracker.start(PARAMS, f"nmt-{kind}", "run-k"):
+            pass
+        assert client.get_experiment(experiment_id).tags[tracking.KIND_TAG] == after  # a user's choice stays
+
+
+def test_source_names_the_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("DVC_EXP_NAME", "DVC_ROOT"):
+        monkeypatch.delenv(name, raising=False)
+    argv = ["/repo/pipeline/__main__.py", "train", "--params", "my params.yaml"]
+    assert tracking.source_name(argv) == "python -m pipeline train --params 'my params.yaml'"
+    monkeypatch.setenv("DVC_ROOT", "/repo")
+    assert tracking.source_name(argv) == "dvc repro"
+    monkeypatch.setenv("DVC_EXP_NAME", "exp-1")
+    assert tracking.source_name(argv) == "dvc exp run"
+
+
+def test_run_has_source_tags(sqlite_uri: str) -> None:
+    with Tracker.start(PARAMS, "nmt-test", "run-s") as run:
+        pass
+    tags = MlflowClient(sqlite_uri).get_run(run.run_id).data.tags
+    assert tags["mlflow.source.type"] == "LOCAL" and tags["mlflow.source.name"]
+
+
+def test_manifest_sources_are_dataset_inputs_named_with_digest_and_urls(
+    sqlite_uri: str, tmp_path: Path
+) -> None:
+    manifest = raw_manifest(["multi30k-train", "tatoeba"], ["multi30k-val"], ["flickr2016", "mscoco2017"])
+    path = tmp_path / "manifest.json"
+    path.write_text(json.dumps(manifest))
+    with Tracker.start(PARAMS, "nmt-test", "run-d") as run:
+        run.log_datasets(tracking.manifest_datasets(tracking.read_manifest(path)))
+    inputs = MlflowClient(sqlite_uri).get_run(run.run_id).inputs.dataset_inputs
+    found = {i.dataset.name: (i.dataset, {t.key: t.value for t in i.tags}) for i in inputs}
+    contexts = {name: tags["mlflow.data.context"] for name, (_, tags) in found.items()}
+    assert contexts == {
+        "multi30k-train": "training",
+        "tatoeba": "training",
+        "multi30k-val": "validation",
+        "flickr2016": "testing",
+        "mscoco2017": "testing",
+    }
+    dataset = found["tatoeba"][0]
+    files = manifest["splits"]["train"][1]["files"]
+    assert dataset.digest == sha(f"src:{files[0]['sha256']}\ntgt:{files[1]['sha256']}".encode())[:16]
+    assert json.loads(dataset.source) == {"urls": [f["source"] for f in files]}
+    assert dataset.source_type == "http"
+    assert json.loads(dataset.profile)["sha256"] == {"src": files[0]["sha256"], "tgt": files[1]["sha256"]}
+    assert len({d.digest for d, _ in found.values()}) == 5  # different data, different digests
+
+
+def test_an_unreadable_manifest_gives_no_datasets_and_one_warning(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    (tmp_path / "manifest.json").write_text("{not json")
+    assert tracking.read_manifest(tmp_path / "manifest.json") is None
+    assert tracking.read_manifest(tmp_path / "missing.json") is None
+    assert capsys.readouterr().err.count("no dataset inputs") == 2
+
+
+def test_system_metrics_are_sampled_while_the_run_is_open(
+    sqlite_uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "0.2")
+    with Tracker.start(PARAMS, "nmt-test", "run-m") as run:
+        run.start_system_metrics()
+        time.sleep(1.0)
+    metrics = MlflowClient(sqlite_uri).get_run(run.run_id).data.metrics
+    assert (
+        "system/cpu_utilization_percentage" in metrics and "system/system_memory_usage_megabytes" in metrics
+    )
+
+
+def test_a_model_mlflow_cannot_log_is_skipped_and_logging_goes_on(
+    sqlite_uri: str, capsys: pytest.CaptureFixture
+) -> None:
+    with Tracker.start(PARAMS, "nmt-test", "run-x") as run:
+        run.log_model("model", {"python_model": None, "artifacts": {"model_dir": "/nowhere"}})
+        run.log_metrics({"loss": 1.0}, step=1)
+        assert run.online
+    assert MlflowClient(sqlite_uri).get_run(run.run_id).data.metrics == {"loss": 1.0}
+    assert "model record" in capsys.readouterr().err  # MLflow refused it; one line, skipped
 
 
 def test_artifacts_land_beside_the_database(sqlite_uri: str, tmp_path: Path) -> None:
