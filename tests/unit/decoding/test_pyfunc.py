@@ -1,0 +1,69 @@
+"""The pyfunc wrapper: what it accepts as input, what it translates, what it pins."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+from mlflow.exceptions import MlflowException
+
+from pipeline.decoding import pyfunc
+from pipeline.decoding.translator import Translator
+
+
+@pytest.fixture(scope="module")
+def model(model_dir: Path) -> pyfunc.TranslatorModel:
+    wrapped = pyfunc.TranslatorModel()
+    wrapped.load_context(SimpleNamespace(artifacts={pyfunc.ARTIFACT: str(model_dir)}))
+    return wrapped
+
+
+@pytest.mark.parametrize(
+    "given",
+    [
+        ["a b", "", "c"],
+        pd.Series(["a b", "", "c"]),
+        pd.DataFrame({"text": ["a b", "", "c"], "other": [1, 2, 3]}),
+        pd.DataFrame({"0": ["a b", None, "c"]}),  # one column of any name; a missing value is an empty line
+    ],
+)
+def test_input_lines_from_a_list_a_series_or_a_column(given) -> None:
+    assert pyfunc.input_lines(given) == ["a b", "", "c"]
+
+
+def test_input_that_is_no_column_of_strings_is_refused_with_what_was_wrong() -> None:
+    with pytest.raises(MlflowException, match="one column"):
+        pyfunc.input_lines(pd.DataFrame({"a": ["x"], "b": ["y"]}))
+    with pytest.raises(MlflowException, match="expected strings"):
+        pyfunc.input_lines([1, 2])
+
+
+def test_predict_translates_each_line_in_order(model: pyfunc.TranslatorModel, translator: Translator) -> None:
+    lines = ["der hund läuft", "", "die katze springt über die straße"]
+    assert model.predict(None, lines) == translator.translate(lines)
+    assert model.predict(None, pd.DataFrame({"text": lines})) == translator.translate(lines)
+    assert model.predict(None, lines)[1] == ""
+
+
+def test_beam_and_n_best_are_inference_params(model: pyfunc.TranslatorModel, translator: Translator) -> None:
+    lines = ["der hund", "ein kind"]
+    assert model.predict(None, lines, {"beam": 1}) == translator.translate(lines, beam=1)
+    nbest = model.predict(None, lines, {"beam": 3, "n_best": 3})
+    assert [[t.text for t in h] for h in translator.translate_nbest(lines, 3, beam=3)] == nbest
+    with pytest.raises(MlflowException, match="beam"):
+        model.predict(None, lines, {"beam": 0})
+
+
+def test_requirements_pin_every_third_party_import() -> None:
+    pins = dict(r.split("==") for r in pyfunc.requirements())
+    assert {"torch", "numpy", "sentencepiece", "PyYAML", "mlflow", "pandas"} <= set(pins)
+    assert all(v and "+" not in v for v in pins.values())
+
+
+def test_signature_takes_strings_and_the_models_beam(params) -> None:
+    sig = pyfunc.signature(params.decode)
+    assert sig.inputs.to_dict() == [{"type": "string", "required": True}]
+    defaults = {p.name: p.default for p in sig.params}
+    assert defaults == {"beam": params.decode.beam, "n_best": 1}
