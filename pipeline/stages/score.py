@@ -6,7 +6,8 @@ paths in data/raw (.tgt); reports/metrics.json is {"val": {...}, "test":
 pipeline/reporting/metrics.py. The scores go to the training run in MLflow too
 (`dev_*` for val, `test.<name>.*`), with the hypotheses (decode/<key>.hyp) and
 the sha256 of their references (tags refs_sha256.val, refs_sha256.test.<name>),
-so `python -m pipeline compare` can test runs later (reporting/hypotheses.py).
+so `python -m pipeline compare` can test runs later (reporting/hypotheses.py),
+and every corpus source of data/raw/manifest.json as a dataset input of the run.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from pipeline.reporting.metrics import (
     confidence_intervals,
     corpus_scores,
 )
-from pipeline.tracking import RUN_FILE, Tracker
+from pipeline.tracking import RUN_FILE, Tracker, manifest_datasets, read_manifest
 
 SCORE_NAMES = ("bleu", "chrf", "ter")
 
@@ -69,7 +70,7 @@ def score(
             results.setdefault(TEST_DIR, {})[name] = scores
     files.write_json(out, results)
     if model_dir is not None:
-        log_final_scores(model_dir / RUN_FILE, results, decode_dir)
+        log_final_scores(model_dir / RUN_FILE, results, decode_dir, refs_dir / "manifest.json")
     return results
 
 
@@ -103,11 +104,14 @@ def mlflow_metric(key: str, name: str) -> str:
     return f"dev_{name}" if test is None else f"{TEST_DIR}.{test}.{name}"
 
 
-def log_final_scores(run_file: Path, results: dict[str, Any], decode_dir: Path | None = None) -> None:
+def log_final_scores(
+    run_file: Path, results: dict[str, Any], decode_dir: Path | None = None, manifest: Path | None = None
+) -> None:
     """Add the scores to the training run as final metrics (dev_bleu, test.<name>.bleu, ...); best effort.
 
     With `decode_dir`, each scored set's hypotheses go along as artifacts
-    (decode/val.hyp, decode/test/<name>.hyp) and its references' sha256 as a tag.
+    (decode/val.hyp, decode/test/<name>.hyp) and its references' sha256 as a tag. With
+    `manifest` (data/raw/manifest.json), every corpus source becomes a dataset input of the run.
     """
     by_key = metrics_of(results)
     # No offline dir: the model dir is another stage's output and must not change here.
@@ -121,6 +125,9 @@ def log_final_scores(run_file: Path, results: dict[str, Any], decode_dir: Path |
             for key in by_key:
                 folder = HYPS_ARTIFACT_DIR if key == VAL else f"{HYPS_ARTIFACT_DIR}/{TEST_DIR}"
                 tracker.log_artifact(decode_dir / f"{key}.hyp", folder)
+        if manifest is not None:  # logged here, not by train: a new test set must not retrain
+            sources = read_manifest(manifest)
+            tracker.log_datasets(manifest_datasets(sources) if sources else [])
 
 
 def summary_lines(results: dict[str, Any]) -> list[str]:

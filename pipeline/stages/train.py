@@ -1,8 +1,7 @@
 """Stage `train`: a Transformer on the binarized corpus, with exact resume, early stopping and MLflow.
 
     python -m pipeline train --params params.yaml --bin data/bin --bpe data/bpe \\
-        --out data/model --checkpoints data/checkpoints --log reports/train \\
-        --manifest data/raw/manifest.json
+        --out data/model --checkpoints data/checkpoints --log reports/train
 
 Data parallel over N GPUs (NCCL) or N CPU processes (gloo), same options:
 
@@ -96,12 +95,6 @@ def _run(params: P.Params, paths: Paths, dist: Dist, on_change: str, tracking: b
     help="Where to write steps.tsv, valid.tsv and summary.json.",
 )
 @click.option(
-    "--manifest",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="The download stage's manifest.json: its corpus sources are logged as the run's MLflow datasets.",
-)
-@click.option(
     "--on-change",
     type=click.Choice(["refuse", "restart"]),
     default="refuse",
@@ -121,13 +114,12 @@ def command(
     out_dir: Path,
     ckpt_dir: Path,
     log_dir: Path,
-    manifest: Path | None,
     on_change: str,
     tracking: bool,
 ) -> None:
     """Train the model; resumes from --checkpoints/last.pt when it exists."""
     params = load_params(params_file)
-    paths = Paths(bin_dir, bpe_dir, out_dir, ckpt_dir, log_dir, manifest)
+    paths = Paths(bin_dir, bpe_dir, out_dir, ckpt_dir, log_dir)
     summary = train(params, paths, on_change=on_change, tracking=tracking)
     if summary is not None:
         bleu, loss = summary["best_val_bleu"], summary["best_val_loss"]

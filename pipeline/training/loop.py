@@ -34,7 +34,7 @@ from pipeline.errors import UserError
 from pipeline.files import atomic_path, write_json, write_lines, write_text
 from pipeline.model import checkpoint
 from pipeline.model.transformer import Seq2SeqBase, build_model, count_parameters
-from pipeline.tracking import Tracker, manifest_datasets, read_manifest, tracking_uri
+from pipeline.tracking import Tracker, tracking_uri
 from pipeline.training.distributed import ALONE, Dist
 from pipeline.training.state import (
     Interval,
@@ -460,8 +460,6 @@ class Trainer:
             self.tracker = Tracker.start(
                 self.params.to_dict(), self.params.tracking.experiment, name, tags, offline_dir=offline
             )
-            manifest = read_manifest(self.paths.manifest) if self.paths.manifest else None
-            self.tracker.log_datasets(manifest_datasets(manifest) if manifest else [])
             self.tracker.start_system_metrics()
         p.run = self.tracker.run_info()
         return self.tracker

@@ -46,7 +46,6 @@ class Paths:
     out_dir: Path
     ckpt_dir: Path
     log_dir: Path
-    manifest: Path | None = None  # data/raw/manifest.json: the corpus sources, logged as MLflow datasets
 
 
 # --- progress -------------------------------------------------------------------------

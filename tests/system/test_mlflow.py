@@ -4,7 +4,6 @@ read through a real `mlflow server`'s REST API, as the UI reads it."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import subprocess
@@ -18,8 +17,8 @@ from typing import Any
 import pytest
 
 from pipeline import tracking
+from pipeline.stages.score import log_final_scores
 from pipeline.stages.train import train
-from pipeline.tracking import Tracker
 from tests.helpers import (
     free_port,
     make_corpus,
@@ -40,18 +39,25 @@ BATCH = ["abc def", "", " ".join(["abcdefgh"] * 400), "Привет, мир! 你
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """A tiny model trained with tracking into root/s.db (the store helpers.start_server serves),
-    its datasets from a manifest, and test scores logged as the score stage logs them."""
+    and test scores and the manifest's datasets logged by the score stage's log_final_scores."""
     root = tmp_path_factory.mktemp("mlflow-run")
     uri = f"sqlite:///{root / 's.db'}"
     manifest = root / "manifest.json"
     manifest.write_text(json.dumps(raw_manifest(["multi30k-train"], ["multi30k-val"], TESTS)))
-    paths = dataclasses.replace(make_corpus(root, n_train=60), manifest=manifest)
+    paths = make_corpus(root, n_train=60)
     saved = os.environ.get("MLFLOW_TRACKING_URI")
     os.environ["MLFLOW_TRACKING_URI"] = uri
     try:
         train(tiny_params(max_steps=4), paths)
-        with Tracker.from_run_file(paths.out_dir / tracking.RUN_FILE) as scored:
-            scored.log_metrics({f"test.{name}.bleu": 10.0 + i for i, name in enumerate(TESTS)}, 0)
+        scores = {
+            "bleu": 10.0,
+            "chrf": 30.0,
+            "ter": 80.0,
+            "signature": {"bleu": "nrefs:1"},
+            "refs_sha256": "0",
+        }
+        results = {"test": {name: {**scores, "bleu": 10.0 + i} for i, name in enumerate(TESTS)}}
+        log_final_scores(paths.out_dir / tracking.RUN_FILE, results, manifest=manifest)
     finally:
         os.environ.pop("MLFLOW_TRACKING_URI") if saved is None else os.environ.update(
             MLFLOW_TRACKING_URI=saved
