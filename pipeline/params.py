@@ -9,6 +9,7 @@ one-line message that names the key and what is allowed.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import re
@@ -198,6 +199,56 @@ def from_dict(raw: Any) -> Params:
     params = _build(Params, raw, "")
     validate(params)
     return params
+
+
+# Settings added since models were first saved, each with the value that keeps the old behaviour.
+_ADDED = {
+    ("clean", "decontaminate"): False,
+    ("train", "source_weights"): {},
+    ("train", "source_temperature"): 1.0,
+    ("tracking", "register_model"): None,
+}
+
+
+def from_saved(raw: Any) -> Params:
+    """Params a model directory or export saved, also from an older version of the pipeline.
+
+    Settings added since take the value that means "as before" (_ADDED), and the
+    data section of before several sources per split (data.corpus: multi30k or
+    bitext) becomes the lists of names it meant.
+    """
+    if not isinstance(raw, dict):
+        return from_dict(raw)
+    raw = copy.deepcopy(raw)
+    for (section, key), value in _ADDED.items():
+        if isinstance(raw.get(section), dict):
+            raw[section].setdefault(key, copy.deepcopy(value))
+    if isinstance(raw.get("data"), dict) and "corpus" in raw["data"]:
+        raw["data"] = _data_before_sources(raw["data"])
+    return from_dict(raw)
+
+
+def _data_before_sources(old: dict[str, Any]) -> dict[str, Any]:
+    keep = ("src_lang", "tgt_lang", "mirror", "heldout_seed", "heldout_val", "heldout_test")
+    data: dict[str, Any] = {k: old[k] for k in keep if k in old}
+    if old["corpus"] == "multi30k":
+        test = old.get("multi30k_test", "test_2016_flickr")
+        return {
+            **data,
+            "train": ["multi30k-train"],
+            "val": ["multi30k-val"],
+            "test": [f"multi30k-{test}"],
+            "sources": {},
+        }
+    sources = {
+        f"bitext-{split}": {k: v for k, v in sides.items() if v is not None}
+        for split, sides in (old.get("bitext") or {}).items()
+        if sides.get("src") and sides.get("tgt")
+    }
+    splits = {
+        split: [name] if (name := f"bitext-{split}") in sources else [] for split in ("train", "val", "test")
+    }
+    return {**data, **splits, "sources": sources}
 
 
 def _build(cls: type, raw: Any, where: str) -> Any:

@@ -181,7 +181,7 @@ def export(model_dir: Path, out_dir: Path, quantization: str = "float32") -> Pat
     model_dir, out_dir = Path(model_dir), Path(out_dir)
     path = model_dir / checkpoint.MODEL_FILE
     obj = checkpoint.load(path)
-    check_expressible(P.from_dict(obj["params"]).model)
+    check_expressible(P.from_saved(obj["params"]).model)
     model, params = checkpoint.restore_model(obj, path)
     assert isinstance(model, Transformer)  # check_expressible refused the decoder-only model
     vocab = Vocab.load(model_dir)
@@ -283,7 +283,7 @@ class CT2Translator(TextTranslator):
         self.exact = exact
         self.ct2_dir = ct2_dir = Path(ct2_dir)
         info = _read_info(ct2_dir)
-        self.params = P.from_dict(info["params"])
+        self.params = P.from_saved(info["params"])
         self.settings = settings or self.params.decode
         self.quantization = info["quantization"]
         self.vocab = Vocab.load(ct2_dir)

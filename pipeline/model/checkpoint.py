@@ -87,7 +87,7 @@ def restore_model(obj: dict[str, Any], source: str | Path) -> tuple[Seq2SeqBase,
         raise UserError(
             f"{source}: not a model of this pipeline (format {obj.get('format')!r}, expected {FORMAT!r})"
         )
-    params = P.from_dict(obj["params"])
+    params = P.from_saved(obj["params"])
     model = build_model(params.model, obj["src_vocab"], obj["tgt_vocab"])
     load_weights(model, obj["model"], source)
     return model, params

@@ -163,3 +163,32 @@ def test_a_source_spec_may_leave_out_keys_and_round_trips(raw):
 def test_bad_data_sections_are_refused_naming_the_key(raw, change, expected):
     raw["data"].update(change)
     assert expected in refused(raw)
+
+
+def test_params_saved_before_sources_and_new_settings_load_as_they_meant(params):
+    saved = params.to_dict()
+    del saved["clean"]["decontaminate"], saved["tracking"]["register_model"]
+    del saved["train"]["source_weights"], saved["train"]["source_temperature"]
+    for key in ("train", "val", "test", "sources"):
+        del saved["data"][key]
+    multi30k = {**saved, "data": {**saved["data"], "corpus": "multi30k", "multi30k_test": "test_2017_mscoco"}}
+    old = P.from_saved(multi30k)
+    assert old.clean.decontaminate is False  # it did not exist: the model was trained without it
+    assert (old.train.source_weights, old.train.source_temperature, old.tracking.register_model) == (
+        {},
+        1.0,
+        None,
+    )
+    assert (old.data.train, old.data.val, old.data.test) == (
+        ("multi30k-train",),
+        ("multi30k-val",),
+        ("multi30k-test_2017_mscoco",),
+    )
+    none = {"src": None, "tgt": None, "src_sha256": None, "tgt_sha256": None}
+    bitext = {"train": {**none, "src": "a.ru", "tgt": "a.en"}, "val": none, "test": none}
+    old = P.from_saved({**saved, "data": {**saved["data"], "corpus": "bitext", "bitext": bitext}})
+    assert (old.data.train, old.data.val, old.data.test) == (("bitext-train",), (), ())
+    assert (old.data.sources["bitext-train"].src, old.data.sources["bitext-train"].tgt) == ("a.ru", "a.en")
+    assert P.from_saved(params.to_dict()) == params  # today's params pass unchanged
+    with pytest.raises(ParamsError, match=r"data\.corpus: unknown key"):
+        P.from_dict(multi30k)  # params.yaml itself gets no such help
