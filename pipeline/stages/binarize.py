@@ -33,6 +33,7 @@ from pipeline import tokens
 from pipeline.data.vocab import Vocab
 from pipeline.errors import UserError
 from pipeline.files import atomic_path, write_json
+from pipeline.stages.options import bpe_option, clean_option
 
 SPLITS = ("train", "val")  # not the test sets: decode reads them as text, nothing trains on them
 SIDES = ("src", "tgt")
@@ -232,20 +233,8 @@ def _sha256(path: Path) -> str:
 
 
 @click.command("binarize")
-@click.option(
-    "--clean",
-    "clean_dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    required=True,
-    help="The clean stage's output directory.",
-)
-@click.option(
-    "--bpe",
-    "bpe_dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    required=True,
-    help="The bpe stage's output directory.",
-)
+@clean_option
+@bpe_option
 @click.option(
     "--out",
     "out_dir",

@@ -27,7 +27,7 @@ from pipeline.data.vocab import JOINT_MODEL, SRC_MODEL, TGT_MODEL, Vocab
 from pipeline.errors import UserError
 from pipeline.files import atomic_path
 from pipeline.params import BpeParams
-from pipeline.stages.options import load_params, params_option
+from pipeline.stages.options import clean_option, load_params, params_option
 
 # Recorded in the model file, so it must not depend on the machine (see above).
 _TRAIN_THREADS = 4
@@ -119,13 +119,7 @@ def _user_error(e: RuntimeError, bpe: BpeParams, inputs: list[Path], what: str) 
 
 @click.command("bpe")
 @params_option
-@click.option(
-    "--clean",
-    "clean_dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    required=True,
-    help="The clean stage's output directory.",
-)
+@clean_option
 @click.option(
     "--out",
     "out_dir",

@@ -17,6 +17,7 @@ from pipeline.errors import UserError
 from pipeline.reporting import hypotheses
 from pipeline.reporting.metrics import BOOTSTRAP_SEED, TESTS
 from pipeline.reporting.significance import compare, comparison_markdown
+from pipeline.stages.options import refs_option
 
 
 def compare_runs(
@@ -55,14 +56,7 @@ def compare_runs(
 @click.option(
     "--seed", type=click.IntRange(min=1), default=BOOTSTRAP_SEED, show_default=True, help="Seed of the test."
 )
-@click.option(
-    "--refs",
-    "refs_dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("data/raw"),
-    show_default=True,
-    help="Directory with the references val.tgt and test/<name>.tgt.",
-)
+@refs_option
 def command(
     baseline: str, candidates: tuple[str, ...], test: str, n: int | None, seed: int, refs_dir: Path
 ) -> None:

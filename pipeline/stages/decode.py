@@ -29,7 +29,7 @@ from pipeline.decoding.translator import Translator, nbest_row, one_line
 from pipeline.devices import DEVICES
 from pipeline.errors import UserError
 from pipeline.params import DecodeParams
-from pipeline.stages.options import load_params, params_option
+from pipeline.stages.options import clean_option, load_params, model_option, params_option
 
 VAL = "val"
 TEST_DIR = "test"  # clean/test/<name>.src -> test/<name>.hyp
@@ -104,20 +104,8 @@ def stats_lines(report: dict[str, Any]) -> list[str]:
 
 @click.command("decode")
 @params_option
-@click.option(
-    "--model",
-    "model_dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    required=True,
-    help="The train stage's model directory.",
-)
-@click.option(
-    "--clean",
-    "clean_dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    required=True,
-    help="The clean stage's output directory.",
-)
+@model_option
+@clean_option
 @click.option(
     "--out",
     "out_dir",

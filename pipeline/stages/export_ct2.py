@@ -14,16 +14,11 @@ import click
 
 from pipeline.decoding.ct2 import export
 from pipeline.decoding.translator import QUANTIZATIONS
+from pipeline.stages.options import model_option
 
 
 @click.command("export-ct2")
-@click.option(
-    "--model",
-    "model_dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    required=True,
-    help="The train stage's model directory (data/model).",
-)
+@model_option
 @click.option(
     "--out",
     "out_dir",

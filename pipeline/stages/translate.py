@@ -38,6 +38,7 @@ from pipeline.devices import DEVICES
 from pipeline.errors import UserError
 from pipeline.files import atomic_path
 from pipeline.params import check_decode
+from pipeline.stages.options import model_option
 
 
 def load_torch(model_dir: Path, device: str, quantization: str | None, exact: bool = True) -> TextTranslator:
@@ -132,13 +133,7 @@ def translate_stream(render: Render, source: BinaryIO, out: BinaryIO, *, interac
 
 
 @click.command("translate")
-@click.option(
-    "--model",
-    "model_dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    required=True,
-    help="A model directory: the train stage's output (data/model).",
-)
+@model_option
 @click.option(
     "--beam",
     type=click.IntRange(min=1),
