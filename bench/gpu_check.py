@@ -314,7 +314,7 @@ def corpus_for(check: Check) -> tuple[Path, str]:
 def train_section(check: Check, budget: float) -> dict[str, Any]:
     bin_dir, source = corpus_for(check)
     data = ParallelData.load(bin_dir, "train")
-    top = int(max(data.src.tokens.max(initial=0), data.tgt.tokens.max(initial=0))) + 1
+    top = max(int(ids.max(initial=0)) for array in (data.src, data.tgt) for ids, _ in array.shards) + 1
     say(f"  corpus: {source}")
     deadline = time.monotonic() + budget
     runs = []

@@ -550,7 +550,7 @@ def probe_memory(bin_dir: str, max_tokens: int, n_batches: int, seed: int) -> di
     end = proc_status_mb()
     out.update(rss_anon_end=end.get("RssAnon", math.nan), rss_file_end=end.get("RssFile", math.nan))
     out["batches"] = min(n_batches, len(batches))
-    out["tokens"] = float(data.src.offsets[-1] + data.tgt.offsets[-1])
+    out["tokens"] = float(data.src.lengths.sum(dtype=np.int64) + data.tgt.lengths.sum(dtype=np.int64))
     return out
 
 

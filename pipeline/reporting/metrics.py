@@ -26,6 +26,30 @@ from sacrebleu.significance import PairedTest, Result
 
 from pipeline.errors import UserError
 
+
+class _FloatScores:
+    """A sacreBLEU metric whose every score is a Python float.
+
+    A resampled corpus with no match at all scores 0.0 (a float) while the others
+    score numpy float32s, and sacreBLEU's estimate_ci (statistics.mean) refuses the
+    mix ("don't know how to coerce float and float32"). The statistics stay
+    sacreBLEU's: only the score's type changes.
+    """
+
+    def _compute_score_from_stats(self, stats: Any) -> Any:
+        score = super()._compute_score_from_stats(stats)  # type: ignore[misc]
+        score.score = float(score.score)
+        return score
+
+
+class _BLEU(_FloatScores, BLEU):
+    pass
+
+
+class _CHRF(_FloatScores, CHRF):
+    pass
+
+
 BOOTSTRAP_RESAMPLES = 1000  # sacreBLEU's default for --confidence and --paired-bs
 BOOTSTRAP_SEED = 12345  # sacreBLEU's default SACREBLEU_SEED
 AR_TRIALS = 10000  # sacreBLEU's default for --paired-ar
@@ -53,7 +77,7 @@ def confidence_intervals(
     """
     intervals = {}
     with sacrebleu_seed(seed):
-        for name, metric in (("bleu", BLEU()), ("chrf", CHRF())):
+        for name, metric in (("bleu", _BLEU()), ("chrf", _CHRF())):
             score = metric.corpus_score(list(hyps), [list(refs)], n_bootstrap=n)
             intervals[name] = list(interval(score, metric))
     return {"ci95": intervals, "bootstrap": {"n": n, "seed": seed}}
@@ -119,7 +143,7 @@ def paired_test(
     names = list(systems)
     for name in names:
         check_aligned(len(systems[name]), len(refs), f"hypotheses of {name}", "references")
-    metrics: dict[str, Metric] = {"bleu": BLEU(), "chrf": CHRF()}
+    metrics: dict[str, Metric] = {"bleu": _BLEU(), "chrf": _CHRF()}
     with sacrebleu_seed(seed):
         run = PairedTest(
             [(name, list(systems[name])) for name in names],

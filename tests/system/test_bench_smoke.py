@@ -125,7 +125,10 @@ def test_memory_peaks_are_at_least_what_loading_left_and_batches_were_made(smoke
     for pairs, scale in MEMORY_CORPORA:
         task = train_speed.memory_task(pairs, scale)
         assert measured[task, "peak_rss_mb"] >= measured[task, "after_load_rss_mb"] > 0, task
-        assert measured[task, "heap_peak_mb"] >= measured[task, "heap_after_load_mb"] > 0, task
+        # offsets and ids are mapped, not loaded: loading holds the int32 lengths (and, for a moment,
+        # one side's int64 differences), a few bytes a pair, whatever the tokens
+        after_load = measured[task, "heap_after_load_mb"]
+        assert measured[task, "heap_peak_mb"] >= after_load and after_load <= 24 * pairs / 2**20 + 0.01, task
         assert 0 < measured[task, "batches"] <= 100, task
 
 

@@ -44,7 +44,7 @@ def write_corpus(folder: Path, n: int, seed: int) -> tuple[Path, Path]:
 TEST_SETS = ("plain", "tabbed")  # two test sets, the second a TSV inside a tgz
 
 
-def test_set_files(folder: Path) -> dict:
+def make_test_sets(folder: Path) -> dict:
     """data.sources entries of the two test sets: plain text per side, and a TSV member of a tgz."""
     src, tgt = write_corpus(folder / "plain", n=30, seed=1)
     other_src, other_tgt = write_corpus(folder / "tabbed", n=25, seed=2)
@@ -92,7 +92,7 @@ def repo(tmp_path_factory) -> Path:
             (root / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(REPO / name, root / name)
     src, tgt = write_corpus(root.parent / "corpus", n=600, seed=0)
-    tests = test_set_files(root.parent / "tests")
+    tests = make_test_sets(root.parent / "tests")
     (root / "params.yaml").write_text(yaml.safe_dump(tiny_params(src, tgt, tests), sort_keys=False))
     for stale in ("dvc.lock", "reports"):
         shutil.rmtree(root / stale, ignore_errors=True) if (root / stale).is_dir() else (root / stale).unlink(
@@ -110,7 +110,7 @@ def test_every_stage_wrote_its_outputs(repo):
         for side in ("src", "tgt"):
             assert (repo / f"data/raw/{split}.{side}").is_file()
             assert (repo / f"data/clean/{split}.{side}").is_file()
-            assert (repo / f"data/bin/{split}.{side}.bin").is_file()
+            assert (repo / f"data/bin/{split}.{side}.00000.bin").is_file()
     assert (repo / "data/bpe/spm.model").is_file()
     assert (repo / "data/model/model.pt").is_file() and (repo / "data/model/spm.model").is_file()
     assert json.loads((repo / "data/clean/stats.json").read_text())

@@ -118,3 +118,12 @@ def test_hypotheses_identical_to_the_baselines_are_not_significant() -> None:
 def test_the_paired_test_refuses_misaligned_hypotheses() -> None:
     with pytest.raises(UserError, match="hypotheses of b"):
         metrics.paired_test({"a": ["x y", "z"], "b": ["x y"]}, ["x y", "z"])
+
+
+def test_intervals_of_a_system_whose_resamples_sometimes_score_zero():
+    # a few lines match a little, most not at all: some resamples score BLEU 0.0 (a float), others float32
+    refs = [f"the cat sat on mat number {i}" for i in range(25)]
+    hyps = ["the cat sat on mat number 0", *(["xyz qqq"] * 24)]
+    ci = metrics.confidence_intervals(hyps, refs, n=200, seed=7)["ci95"]
+    low, high = ci["bleu"]
+    assert low < high and all(isinstance(x, float) for x in (*ci["bleu"], *ci["chrf"]))  # mean ± half-width
