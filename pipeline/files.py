@@ -62,6 +62,23 @@ def read_lines(path: str | Path) -> list[str]:
     return text.split("\n")[:-1] if text.endswith("\n") else (text.split("\n") if text else [])
 
 
+CHUNK = 1 << 20  # bytes read at a time by line_chunks
+
+
+def line_chunks(path: str | Path) -> Iterator[list[str]]:
+    """Lines of a UTF-8 file this pipeline wrote, split as read_lines does, a chunk (~1 MiB) at a time."""
+    with open(path, "rb") as f:
+        carry = b""
+        for block in iter(lambda: f.read(CHUNK), b""):
+            data = carry + block
+            cut = data.rfind(b"\n") + 1
+            data, carry = data[:cut], data[cut:]
+            if data:
+                yield data.decode("utf-8").split("\n")[:-1]
+        if carry:
+            yield [carry.decode("utf-8")]
+
+
 def _fsync(path: Path) -> None:
     with open(path, "rb") as f:
         os.fsync(f.fileno())

@@ -1,13 +1,13 @@
 """Turning a fetched corpus file into line-aligned text: compression, archives and five formats.
 
-`decompress` undoes gzip, xz or bzip2, known by magic bytes, never by name;
-`archive_member` reads one file out of a tar (plain or compressed) or a zip.
-The formats (FORMATS; `guess_format` names one from a file name):
-- text: `text_lines`, one side per file, under the decoding policy;
-- tsv: `tsv_pairs`, two columns of one tab-separated file;
-- tmx: `tmx_pairs`, a translation memory (TMX 1.1 to 1.4);
-- sgm: `sgm_lines`, one side of a WMT test set before 2021;
-- xml: `wmt_xml_pairs`, a WMT test set from 2021 on (both sides in one file).
+Streamed, a chunk at a time (memory bounded by CHUNK, not by the file):
+`open_decompressed` undoes gzip, xz or bzip2 (known by magic bytes, never by
+name), `open_member` opens one file of a tar (plain or compressed) or a zip.
+The formats (FORMATS; `guess_format` names one from a file name), each as
+chunks (`*_chunks`) and, for whole bytes in memory, as lists:
+text (`text_lines`: one side per file, under the decoding policy), tsv
+(`tsv_pairs`: two columns), tmx (`tmx_pairs`: TMX 1.1 to 1.4), sgm (`sgm_lines`:
+one side of a WMT test set before 2021), xml (`wmt_xml_pairs`: WMT 2021 on).
 What each keeps, skips and refuses: docs/corpus-decoding.md. Every problem with
 a file is a UserError that names it and says what to do.
 """
@@ -15,17 +15,19 @@ a file is a UserError that names it and says what to do.
 from __future__ import annotations
 
 import bz2
+import contextlib
 import gzip
 import html
 import io
+import itertools
 import lzma
 import re
 import tarfile
 import zipfile
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import PurePosixPath
-from typing import NoReturn
+from typing import IO, Any, NoReturn
 from xml.etree import ElementTree as ET
 
 from pipeline.errors import UserError
@@ -46,6 +48,8 @@ def guess_format(name: str) -> str:
 
 # --- compression and archives ----------------------------------------------------------
 
+CHUNK = 1 << 20  # bytes read at a time: what a file costs in memory, whatever its size
+
 # bzip2's "BZh" + block size is followed by a block's magic (pi) or, in an empty stream, the end's
 # (sqrt pi): checked too, since "BZh9" alone could start a text file.
 _BZIP2_NEXT = (b"\x31\x41\x59\x26\x53\x59", b"\x17\x72\x45\x38\x50\x90")
@@ -55,6 +59,22 @@ _DECOMPRESS: dict[str, Callable[[bytes], bytes]] = {
     "xz": lzma.decompress,
     "bzip2": bz2.decompress,
 }
+_DECOMPRESSOR: dict[str, Callable[[IO[bytes]], io.BufferedIOBase]] = {
+    "gzip": lambda f: gzip.GzipFile(fileobj=f, mode="rb"),
+    "xz": lzma.LZMAFile,
+    "bzip2": bz2.BZ2File,
+}
+# What reading corrupt data raises: gzip OSError, EOFError or zlib.error; xz LZMAError; bzip2 OSError,
+# or ValueError if truncated; zip BadZipFile (a CRC); tar TarError (a member cut short).
+_READ_ERRORS = (
+    OSError,
+    EOFError,
+    ValueError,
+    zlib.error,
+    lzma.LZMAError,
+    zipfile.BadZipFile,
+    tarfile.TarError,
+)
 
 
 def _compression(data: bytes) -> str | None:
@@ -75,27 +95,93 @@ def decompress(data: bytes, name: str) -> bytes:
         return data
     try:
         return _DECOMPRESS[kind](data)
-    # gzip: OSError, EOFError or zlib.error; xz: LZMAError; bzip2: OSError, or ValueError if truncated
-    except (OSError, EOFError, ValueError, zlib.error, lzma.LZMAError) as e:
+    except _READ_ERRORS as e:
         raise UserError(f"{name}: a corrupt or truncated {kind} file ({e}); fetch it again") from e
+
+
+class _Guarded(io.RawIOBase):
+    """A stream whose read errors (corrupt or truncated data) are UserErrors: `what` ({e}); fetch it again."""
+
+    def __init__(self, inner: IO[bytes] | io.BufferedIOBase, what: str) -> None:
+        super().__init__()
+        self._inner, self._what = inner, what
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        try:
+            data = self._inner.read(len(buffer))
+        except _READ_ERRORS as e:
+            raise UserError(f"{self._what} ({e}); fetch it again") from e
+        buffer[: len(data)] = data
+        return len(data)
+
+    # tarfile seeks in a (decompressed) archive: passed through
+    def seekable(self) -> bool:
+        return self._inner.seekable()
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        try:
+            return self._inner.seek(offset, whence)
+        except _READ_ERRORS as e:
+            raise UserError(f"{self._what} ({e}); fetch it again") from e
+
+    def tell(self) -> int:
+        return self._inner.tell()
+
+
+def _guarded(inner: IO[bytes] | io.BufferedIOBase, what: str) -> IO[bytes]:
+    return io.BufferedReader(_Guarded(inner, what), CHUNK)
+
+
+def _head(stream: IO[bytes]) -> bytes:
+    """The stream's first bytes (enough for any magic), left unread."""
+    peek = getattr(stream, "peek", None)
+    if peek is not None:
+        return bytes(peek(16)[:16])
+    at = stream.tell()
+    head = stream.read(16)
+    stream.seek(at)
+    return head
+
+
+def open_decompressed(stream: IO[bytes], name: str) -> IO[bytes]:
+    """`stream` read through its gzip, xz or bzip2 decompressor (none if plain), a chunk at a time."""
+    kind = _compression(_head(stream))
+    if kind is None:
+        return stream
+    return _guarded(_DECOMPRESSOR[kind](stream), f"{name}: a corrupt or truncated {kind} file")
 
 
 _ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")  # a zip's first file, or the end record of an empty zip
 _LISTED = 20  # member names shown when the one asked for is not there
 
 
-# Members are read into memory (TarFile.extractfile, ZipFile.read), never extracted to disk, so a
+# Members are read as streams (TarFile.extractfile, ZipFile.open), never extracted to disk, so a
 # member named ../x or /etc/x cannot write anywhere: names need no sanitizing.
 def archive_member(data: bytes, member: str, name: str) -> bytes:
     """The bytes of the regular file `member` in a tar (plain, gzip, xz or bzip2) or zip archive."""
-    if data.startswith(_ZIP_MAGIC):
-        return _zip_member(data, member, name)
-    return _tar_member(decompress(data, name), member, name)
+    with open_member(io.BytesIO(data), member, name) as found:
+        return found.read()
 
 
-def _tar_member(data: bytes, member: str, name: str) -> bytes:
+@contextlib.contextmanager
+def open_member(archive: IO[bytes], member: str, name: str) -> Iterator[IO[bytes]]:
+    """The regular file `member` of a tar or zip `archive` (a seekable stream), as a stream of its bytes."""
+    if _head(archive).startswith(_ZIP_MAGIC):
+        with _zip_member(archive, member, name) as found:
+            yield found
+    else:
+        with _tar_member(archive, member, name) as found:
+            yield found
+
+
+@contextlib.contextmanager
+def _tar_member(archive: IO[bytes], member: str, name: str) -> Iterator[IO[bytes]]:
+    stream = open_decompressed(archive, name)
     try:
-        tar = tarfile.open(fileobj=io.BytesIO(data), mode="r:")
+        tar = tarfile.open(fileobj=stream, mode="r:")
     except tarfile.TarError as e:
         raise UserError(
             f"{name}: not a tar or zip archive, plain or compressed ({e}), so it holds no {member!r}; "
@@ -104,27 +190,37 @@ def _tar_member(data: bytes, member: str, name: str) -> bytes:
     with tar:
         try:
             files = {info.name: info for info in tar.getmembers() if info.isfile()}  # the last copy wins
+            # Read on to the end: a compressed archive's length and CRC are checked there, which is
+            # what catches a truncated download before any member is used.
+            while stream.read(CHUNK):
+                pass
             found = tar.extractfile(files[_pick(list(files), member, name)])
             assert found is not None  # a regular file always has a file object
-            return found.read()
         except tarfile.TarError as e:
             raise UserError(f"{name}: a corrupt or truncated tar archive ({e}); fetch it again") from e
+        yield _guarded(found, f"{name}: a corrupt or truncated tar archive")
 
 
-def _zip_member(data: bytes, member: str, name: str) -> bytes:
+@contextlib.contextmanager
+def _zip_member(archive_file: IO[bytes], member: str, name: str) -> Iterator[IO[bytes]]:
     try:
-        with zipfile.ZipFile(io.BytesIO(data)) as archive:
-            names = [info.filename for info in archive.infolist() if not info.is_dir()]
-            picked = _pick(names, member, name)
-            try:
-                return archive.read(picked)
-            except (NotImplementedError, RuntimeError) as e:  # a compression method or an encryption
-                raise UserError(
-                    f"{name}: cannot read {picked!r} ({e}); unpack the archive with another tool "
-                    "and name the file itself"
-                ) from e
-    except (zipfile.BadZipFile, OSError, EOFError, zlib.error, lzma.LZMAError) as e:
+        archive = zipfile.ZipFile(archive_file)
+    except (zipfile.BadZipFile, OSError, EOFError) as e:
         raise UserError(f"{name}: a corrupt or truncated zip archive ({e}); fetch it again") from e
+    with archive:
+        names = [info.filename for info in archive.infolist() if not info.is_dir()]
+        picked = _pick(names, member, name)
+        try:
+            found = archive.open(picked)
+        except (NotImplementedError, RuntimeError) as e:  # a compression method or an encryption
+            raise UserError(
+                f"{name}: cannot read {picked!r} ({e}); unpack the archive with another tool "
+                "and name the file itself"
+            ) from e
+        except _READ_ERRORS as e:
+            raise UserError(f"{name}: a corrupt or truncated zip archive ({e}); fetch it again") from e
+        with found:
+            yield _guarded(found, f"{name}: a corrupt or truncated zip archive")
 
 
 def _pick(names: list[str], member: str, name: str) -> str:
@@ -149,49 +245,100 @@ def _bare(path: str) -> str:
 
 # --- text and TSV ----------------------------------------------------------------------
 
+Pairs = tuple[list[str], list[str]]  # line-aligned (src, tgt) lines: a chunk of a two-sided file
 
-def text_lines(data: bytes, name: str) -> list[str]:
-    """Lines of a file (compressed or not) under the decoding policy of docs/corpus-decoding.md."""
-    data = decompress(data, name)
-    if data.startswith(b"\xef\xbb\xbf"):
-        data = data[3:]
+
+def line_chunks(stream: IO[bytes], name: str) -> Iterator[list[str]]:
+    """The lines of a decompressed file under the decoding policy of docs/corpus-decoding.md, in chunks.
+
+    Whether a lone CR ends a line depends on the whole file (it does if the file has no LF), so
+    the text is held until the first LF: a file of CR-ended lines only is held whole.
+    """
+    blocks = iter(lambda: stream.read(CHUNK), b"")
+    first = b""
+    for block in blocks:
+        first += block
+        if b"\n" in block:
+            break
+    if first.startswith(b"\xef\xbb\xbf"):
+        first = first[3:]
+    if not first:
+        raise UserError(f"{name}: the file is empty (no lines); check the source")
+    end = b"\n" if b"\n" in first else b"\r"
+    carry, done = b"", 0  # the bytes after the last line end; the lines yielded so far
+    for block in itertools.chain([first], blocks):
+        data = carry + block
+        cut = data.rfind(end) + 1
+        if cut:
+            data, carry = data[:cut], data[cut:]
+            lines = _decode_lines(data, end, name, done)
+            done += len(lines)
+            yield lines
+        else:
+            carry = data
+    if carry:
+        yield _decode_lines(carry, end, name, done)
+
+
+def _decode_lines(data: bytes, end: bytes, name: str, before: int) -> list[str]:
+    """Lines of `data` (whole lines, the last without its end only at the end of the file)."""
     # Done on bytes, which is safe: 0x0D and 0x0A never occur inside a UTF-8 multi-byte character.
-    data = data.replace(b"\r\n", b"\n")
-    if b"\n" not in data:
-        data = data.replace(b"\r", b"\n")
+    data = data.replace(b"\r\n", b"\n") if end == b"\n" else data.replace(b"\r", b"\n")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
-        line = data.count(b"\n", 0, e.start) + 1
+        line = before + data.count(b"\n", 0, e.start) + 1
         raise UserError(
             f"{name}: invalid UTF-8 at line {line} ({e.reason}); re-encode the file as UTF-8"
         ) from e
-    if not text:
-        raise UserError(f"{name}: the file is empty (no lines); check the source")
     lines = text.split("\n")
     return lines[:-1] if text.endswith("\n") else lines
 
 
-def tsv_pairs(data: bytes, name: str, columns: tuple[int, int] = (0, 1)) -> tuple[list[str], list[str]]:
+def text_lines(data: bytes, name: str) -> list[str]:
+    """Lines of a file (compressed or not) under the decoding policy of docs/corpus-decoding.md."""
+    stream = open_decompressed(io.BytesIO(data), name)
+    return list(itertools.chain.from_iterable(line_chunks(stream, name)))
+
+
+def tsv_chunks(lines: Iterable[list[str]], name: str, columns: tuple[int, int] = (0, 1)) -> Iterator[Pairs]:
+    """Two 0-based columns of a tab-separated file's lines: every line split on every tab, no quoting."""
+    width, number = 0, 0
+    for chunk in lines:
+        if not width:
+            width = chunk[0].count("\t") + 1
+            for column in columns:
+                if not 0 <= column < width:
+                    raise UserError(
+                        f"{name}: no column {column} (0-based): its first line has {width} tab-separated "
+                        f"field(s), columns 0 to {width - 1}; fix the columns"
+                    )
+        src, tgt = [], []
+        for line in chunk:
+            number += 1
+            fields = line.split("\t")
+            if len(fields) != width:
+                raise UserError(
+                    f"{name}: line {number} has {len(fields)} tab-separated field(s), the first line "
+                    f"{width}; every line needs the same fields (a tab inside a sentence shifts them): "
+                    "fix the file"
+                )
+            src.append(fields[columns[0]])
+            tgt.append(fields[columns[1]])
+        yield src, tgt
+
+
+def tsv_pairs(data: bytes, name: str, columns: tuple[int, int] = (0, 1)) -> Pairs:
     """Two 0-based columns of a tab-separated file: every line split on every tab, no quoting."""
-    lines = text_lines(data, name)
-    width = lines[0].count("\t") + 1
-    for column in columns:
-        if not 0 <= column < width:
-            raise UserError(
-                f"{name}: no column {column} (0-based): its first line has {width} tab-separated "
-                f"field(s), columns 0 to {width - 1}; fix the columns"
-            )
-    src, tgt = [], []
-    for number, line in enumerate(lines, 1):
-        fields = line.split("\t")
-        if len(fields) != width:
-            raise UserError(
-                f"{name}: line {number} has {len(fields)} tab-separated field(s), the first line {width}; "
-                "every line needs the same fields (a tab inside a sentence shifts them): fix the file"
-            )
-        src.append(fields[columns[0]])
-        tgt.append(fields[columns[1]])
+    return _joined(tsv_chunks([text_lines(data, name)], name, columns))
+
+
+def _joined(chunks: Iterable[Pairs]) -> Pairs:
+    src: list[str] = []
+    tgt: list[str] = []
+    for s, t in chunks:
+        src += s
+        tgt += t
     return src, tgt
 
 
@@ -207,18 +354,29 @@ def _one_line(text: str) -> str:
     return _XML_SPACE.sub(" ", text).strip(" ")
 
 
+def sgm_chunks(lines: Iterable[list[str]], name: str) -> Iterator[list[str]]:
+    """The text of every <seg> of a WMT SGM file's lines, in file order, HTML entities unescaped."""
+    # SGM is not always well-formed XML (bare & and <), so it is read a line at a time, as sacrebleu does.
+    number, any_seg = 0, False
+    for chunk in lines:
+        segs = []
+        for line in chunk:
+            number += 1
+            found = _SEG.findall(line)
+            if len(found) != len(_SEG_OPEN.findall(line)):
+                raise UserError(
+                    f"{name}: line {number}: a <seg> with no </seg> on the same line; fix the file"
+                )
+            segs += [_one_line(html.unescape(seg)) for seg in found]
+        any_seg = any_seg or bool(segs)
+        yield segs
+    if not any_seg:
+        raise UserError(f"{name}: no <seg> in the file: not an SGM test set; check the source or its format")
+
+
 def sgm_lines(data: bytes, name: str) -> list[str]:
     """The text of every <seg> of a WMT SGM file, in file order, HTML entities unescaped."""
-    # SGM is not always well-formed XML (bare & and <), so it is read a line at a time, as sacrebleu does.
-    segs = []
-    for number, line in enumerate(text_lines(data, name), 1):
-        found = _SEG.findall(line)
-        if len(found) != len(_SEG_OPEN.findall(line)):
-            raise UserError(f"{name}: line {number}: a <seg> with no </seg> on the same line; fix the file")
-        segs += [_one_line(html.unescape(seg)) for seg in found]
-    if not segs:
-        raise UserError(f"{name}: no <seg> in the file: not an SGM test set; check the source or its format")
-    return segs
+    return list(itertools.chain.from_iterable(sgm_chunks([text_lines(data, name)], name)))
 
 
 _XML_LANG = "{http://www.w3.org/XML/1998/namespace}lang"
@@ -238,11 +396,11 @@ def _primary(lang: str) -> str:
 
 # ElementTree fetches no external entity (it refuses one as undefined) and expat >= 2.4.1 caps entity
 # expansion (billion laughs): the Python docs' "XML vulnerabilities" table. So no defusedxml.
-def _elements(data: bytes, name: str, tag: str) -> Iterator[ET.Element]:
-    """Each complete `tag` element of the XML `data`, dropped from the tree once used (bounded memory)."""
+def _elements(stream: IO[bytes], name: str, tag: str) -> Iterator[ET.Element]:
+    """Each complete `tag` element of the XML `stream`, dropped from the tree once used (bounded memory)."""
     open_elements: list[ET.Element] = []
     try:
-        for event, element in ET.iterparse(io.BytesIO(data), events=("start", "end")):
+        for event, element in ET.iterparse(stream, events=("start", "end")):
             if event == "start":
                 open_elements.append(element)
                 continue
@@ -281,14 +439,19 @@ def _tu_segs(tu: ET.Element) -> dict[str, ET.Element]:
     return segs
 
 
-def tmx_pairs(data: bytes, name: str, src_lang: str, tgt_lang: str) -> tuple[list[str], list[str], int]:
-    """The (src, tgt) segments of every <tu> that has both languages, and how many <tu> lacked one."""
+PAIRS_A_CHUNK = 10_000  # pairs a markup reader yields at a time
+
+
+def tmx_chunks(
+    stream: IO[bytes], name: str, src_lang: str, tgt_lang: str
+) -> Iterator[tuple[list[str], list[str], int]]:
+    """Chunks of (src, tgt) segments of every <tu> that has both languages, and how many <tu> lacked one."""
     want_src, want_tgt = _primary(src_lang), _primary(tgt_lang)
     src: list[str] = []
     tgt: list[str] = []
     seen: set[str] = set()  # every language met, for the error if none is the pair
-    skipped = 0
-    for tu in _elements(decompress(data, name), name, "tu"):
+    skipped, any_pair = 0, False
+    for tu in _elements(stream, name, "tu"):
         segs = _tu_segs(tu)
         seen.update(segs)
         if want_src in segs and want_tgt in segs:
@@ -297,9 +460,19 @@ def tmx_pairs(data: bytes, name: str, src_lang: str, tgt_lang: str) -> tuple[lis
         else:
             skipped += 1
         tu.clear()
-    if not src:
+        if len(src) == PAIRS_A_CHUNK:
+            yield src, tgt, skipped
+            src, tgt, skipped, any_pair = [], [], 0, True
+    if not (src or any_pair):
         _refuse_languages(name, "<tu>", src_lang, tgt_lang, seen)
-    return src, tgt, skipped
+    yield src, tgt, skipped
+
+
+def tmx_pairs(data: bytes, name: str, src_lang: str, tgt_lang: str) -> tuple[list[str], list[str], int]:
+    """The (src, tgt) segments of every <tu> that has both languages, and how many <tu> lacked one."""
+    chunks = list(tmx_chunks(open_decompressed(io.BytesIO(data), name), name, src_lang, tgt_lang))
+    src, tgt = _joined((s, t) for s, t, _ in chunks)
+    return src, tgt, sum(skipped for _, _, skipped in chunks)
 
 
 def _refuse_languages(name: str, unit: str, src_lang: str, tgt_lang: str, seen: set[str]) -> NoReturn:
@@ -321,13 +494,14 @@ def _doc_sides(doc: ET.Element) -> dict[str, dict[str, str]]:
     return sides
 
 
-def wmt_xml_pairs(data: bytes, name: str, src_lang: str, tgt_lang: str) -> tuple[list[str], list[str]]:
-    """The (src, tgt) segments of a WMT 2021+ XML test set, paired by seg id within each <doc>."""
+def wmt_xml_chunks(stream: IO[bytes], name: str, src_lang: str, tgt_lang: str) -> Iterator[Pairs]:
+    """Chunks (a <doc> each) of the (src, tgt) segments of a WMT 2021+ XML test set, paired by seg id."""
     want_src, want_tgt = _primary(src_lang), _primary(tgt_lang)
-    src: list[str] = []
-    tgt: list[str] = []
     seen: set[str] = set()
-    for doc in _elements(decompress(data, name), name, "doc"):
+    any_pair = False
+    for doc in _elements(stream, name, "doc"):
+        src: list[str] = []
+        tgt: list[str] = []
         sides = {} if "testsuite" in doc.attrib else _doc_sides(doc)  # test suites have no refs
         seen.update(sides)
         if want_src in sides and want_tgt in sides:
@@ -339,6 +513,12 @@ def wmt_xml_pairs(data: bytes, name: str, src_lang: str, tgt_lang: str) -> tuple
                     src.append(text)
                     tgt.append(other)
         doc.clear()
-    if not src:
+        any_pair = any_pair or bool(src)
+        yield src, tgt
+    if not any_pair:
         _refuse_languages(name, "<doc>", src_lang, tgt_lang, seen)
-    return src, tgt
+
+
+def wmt_xml_pairs(data: bytes, name: str, src_lang: str, tgt_lang: str) -> Pairs:
+    """The (src, tgt) segments of a WMT 2021+ XML test set, paired by seg id within each <doc>."""
+    return _joined(wmt_xml_chunks(open_decompressed(io.BytesIO(data), name), name, src_lang, tgt_lang))

@@ -16,15 +16,18 @@ pipeline/data/fetch.py; decoding: docs/corpus-decoding.md; sources: docs/corpora
 from __future__ import annotations
 
 import bisect
+import contextlib
 import difflib
+import heapq
 import itertools
 import os
 import random
 import re
 import tempfile
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import click
 
@@ -73,51 +76,62 @@ class SourcePlan:
     max_lines: int | None = None
 
 
-@dataclass
-class Pairs:
-    """A source's (or split's) line-aligned sides."""
+class SplitWriter:
+    """A split's two files, STEM.src and STEM.tgt, written a chunk of lines at a time."""
 
-    src: list[str]
-    tgt: list[str]
+    def __init__(self, stem: Path) -> None:
+        self.paths = {side: Path(f"{stem}.{side}") for side in SIDES}
+        self._files = {side: open(path, "wb") for side, path in self.paths.items()}
+
+    def write(self, side: str, lines: list[str]) -> None:
+        if lines:
+            self._files[side].write(("\n".join(lines) + "\n").encode("utf-8"))
+
+    def close(self) -> None:
+        for f in self._files.values():
+            f.close()
 
 
 # --- the stage -----------------------------------------------------------------
 
 
 def download(data: DataParams, out: Path) -> dict[str, Any]:
-    """Fetch, verify and decode every source `data` names; write `out` atomically; return the manifest."""
+    """Fetch, verify and decode every source `data` names; write `out` atomically; return the manifest.
+
+    Streamed: each file goes a chunk at a time from its (decompressed) source to its split's file.
+    A held-out draw needs the train split's length first, so train then goes to a scratch file
+    and is split in a second pass (`_hold_out`).
+    """
     out = Path(out)
     mirror = resolve_mirror(data)
     plan = plan_sources(data)  # refuses bad names and sources before anything is fetched
     out.parent.mkdir(parents=True, exist_ok=True)
-    read: dict[str, list[tuple[Pairs, dict[str, Any]]]] = {}
-    with tempfile.TemporaryDirectory(prefix=f".{out.name}.fetch.", dir=out.parent) as scratch:
-        reader = Reader(Path(scratch), mirror, data.src_lang, data.tgt_lang)
-        for split, sources in plan.items():
-            read[split] = [reader.read(source) for source in sources]
-    splits = {split: [record for _, record in sources] for split, sources in read.items()}
-    train = _concat([pairs for pairs, _ in read["train"]])
-    val = _concat([pairs for pairs, _ in read["val"]]) if read["val"] else None
-    tests = {record["name"]: pairs for pairs, record in read["test"]}
-    heldout = _hold_out(data, train, splits["train"], val, tests)
-    held: dict[str, Pairs] = heldout["pairs"] if heldout else {}
-    if val is None:
-        val = held["val"]
-        splits["val"] = [_heldout_record(len(val.src))]
-    if not tests:
-        tests = {HELDOUT: held["test"]}
-        splits["test"] = [_heldout_record(len(tests[HELDOUT].src))]
-    manifest = {
-        "src_lang": data.src_lang,
-        "tgt_lang": data.tgt_lang,
-        "splits": splits,
-        "heldout": {k: v for k, v in heldout.items() if k != "pairs"} if heldout else None,
+    held = {
+        "val": data.heldout_val if not plan["val"] else 0,
+        "test": data.heldout_test if not plan["test"] else 0,
     }
-    with files.atomic_path(out) as tmp:
+    with (
+        tempfile.TemporaryDirectory(prefix=f".{out.name}.fetch.", dir=out.parent) as scratch,
+        files.atomic_path(out) as tmp,
+    ):
         (tmp / "test").mkdir(parents=True)
-        for stem, pairs in [("train", train), ("val", val), *((f"test/{n}", p) for n, p in tests.items())]:
-            files.write_lines(tmp / f"{stem}.src", pairs.src)
-            files.write_lines(tmp / f"{stem}.tgt", pairs.tgt)
+        reader = Reader(Path(scratch), mirror, data.src_lang, data.tgt_lang)
+        train_stem = Path(scratch) / "train" if any(held.values()) else tmp / "train"
+        splits = {"train": reader.copy_split(plan["train"], train_stem)}
+        splits["val"] = reader.copy_split(plan["val"], tmp / "val") if plan["val"] else []
+        splits["test"] = [
+            reader.copy_split([source], tmp / "test" / source.name)[0] for source in plan["test"]
+        ]
+        heldout = _hold_out(data, held, train_stem, splits["train"], tmp) if any(held.values()) else None
+        for split in ("val", "test"):
+            if held[split]:
+                splits[split] = [_heldout_record(held[split])]
+        manifest = {
+            "src_lang": data.src_lang,
+            "tgt_lang": data.tgt_lang,
+            "splits": splits,
+            "heldout": heldout,
+        }
         files.write_json(tmp / "manifest.json", manifest)
     return manifest
 
@@ -223,45 +237,57 @@ def _check_sha(value: str | None, key: str) -> str | None:
 
 
 class Reader:
-    """Fetches (each file once, however many members are read from it) and parses sources."""
+    """Fetches (each file once, however many members are read from it) and copies sources into splits."""
 
     def __init__(self, scratch: Path, mirror: Path | None, src_lang: str, tgt_lang: str) -> None:
         self.scratch, self.mirror = scratch, mirror
         self.langs = (src_lang, tgt_lang)
         self._fetched: dict[str, Fetched] = {}
 
-    def read(self, plan: SourcePlan) -> tuple[Pairs, dict[str, Any]]:
-        """The source's pairs (capped at max_lines) and its manifest record."""
-        parsed: dict[str, list[str]] = {}
+    def copy_split(self, sources: list[SourcePlan], stem: Path) -> list[dict[str, Any]]:
+        """Write the sources' pairs, concatenated in order, to STEM.{src,tgt}; their manifest records."""
+        out = SplitWriter(stem)
+        try:
+            return [self.copy(source, out) for source in sources]
+        finally:
+            out.close()
+
+    def copy(self, plan: SourcePlan, out: SplitWriter) -> dict[str, Any]:
+        """Append the source's pairs (capped at max_lines) to `out`; its manifest record."""
         records, skipped = [], 0
-        for ref in plan.files:
-            data, record = self._bytes(ref)
-            records.append(record)
-            if ref.role == "both":
-                parsed["src"], parsed["tgt"], skipped = self._parse_both(plan, data, ref.name)
-            elif plan.format == "sgm":
-                parsed[ref.role] = formats.sgm_lines(data, ref.name)
-            else:
-                parsed[ref.role] = formats.text_lines(data, ref.name)
-        src, tgt = parsed["src"], parsed["tgt"]
-        if len(src) != len(tgt):
-            names = [ref.name for ref in plan.files]
-            where = f"{names[0]} has {len(src)} lines but {names[1]} has {len(tgt)}"
-            if len(names) == 1:
-                where = f"{names[0]} gave {len(src)} source but {len(tgt)} target lines"
-            raise UserError(
-                f"source {plan.name}: {where}; the two sides must be line-aligned: "
-                "check that they belong together"
-            )
-        fetched_lines = len(src)
-        if plan.max_lines is not None:
-            src, tgt = src[: plan.max_lines], tgt[: plan.max_lines]
-        capped = f" (first {len(src)} of {fetched_lines})" if len(src) < fetched_lines else ""
-        click.echo(f"{plan.name}: {len(src)} pairs{capped}", err=True)
+        if plan.files[0].role == "both":
+            (ref,) = plan.files
+            records.append(self._record(ref))
+            with self._open(ref) as stream:
+                fetched_lines, skipped = _copy_pairs(self._pairs(plan, stream, ref.name), out, plan.max_lines)
+            if skipped:
+                click.echo(
+                    f"{ref.name}: skipped {skipped} translation units lacking {' or '.join(self.langs)}",
+                    err=True,
+                )
+        else:
+            counts = []
+            for ref in plan.files:
+                records.append(self._record(ref))
+                with self._open(ref) as stream:
+                    chunks = formats.line_chunks(stream, ref.name)
+                    if plan.format == "sgm":
+                        chunks = formats.sgm_chunks(chunks, ref.name)
+                    counts.append(_copy_side(chunks, out, ref.role, plan.max_lines))
+            if counts[0] != counts[1]:
+                names = [ref.name for ref in plan.files]
+                raise UserError(
+                    f"source {plan.name}: {names[0]} has {counts[0]} lines but {names[1]} has {counts[1]}; "
+                    "the two sides must be line-aligned: check that they belong together"
+                )
+            fetched_lines = counts[0]
+        lines = fetched_lines if plan.max_lines is None else min(fetched_lines, plan.max_lines)
+        capped = f" (first {lines} of {fetched_lines})" if lines < fetched_lines else ""
+        click.echo(f"{plan.name}: {lines} pairs{capped}", err=True)
         record = {
             "name": plan.name,
             "catalog": plan.catalog,
-            "lines": len(src),
+            "lines": lines,
             "fetched_lines": fetched_lines,
             "max_lines": plan.max_lines,
             "format": plan.format,
@@ -269,75 +295,96 @@ class Reader:
         }
         if plan.format == "tmx":
             record["tmx_units_skipped"] = skipped
-        return Pairs(src, tgt), record
+        return record
 
-    def _parse_both(self, plan: SourcePlan, data: bytes, name: str) -> tuple[list[str], list[str], int]:
+    def _pairs(
+        self, plan: SourcePlan, stream: IO[bytes], name: str
+    ) -> Iterator[tuple[list[str], list[str], int]]:
+        """A one-file source's chunks of (src, tgt, translation units skipped)."""
         if plan.format == "tsv":
-            return (*formats.tsv_pairs(data, name, plan.columns), 0)
-        if plan.format == "tmx":
-            src, tgt, skipped = formats.tmx_pairs(data, name, *self.langs)
-            if skipped:
-                click.echo(
-                    f"{name}: skipped {skipped} translation units lacking {' or '.join(self.langs)}", err=True
-                )
-            return src, tgt, skipped
-        return (*formats.wmt_xml_pairs(data, name, *self.langs), 0)
+            for src, tgt in formats.tsv_chunks(formats.line_chunks(stream, name), name, plan.columns):
+                yield src, tgt, 0
+        elif plan.format == "tmx":
+            yield from formats.tmx_chunks(stream, name, *self.langs)
+        else:
+            for src, tgt in formats.wmt_xml_chunks(stream, name, *self.langs):
+                yield src, tgt, 0
 
-    def _bytes(self, ref: FileRef) -> tuple[bytes, dict[str, Any]]:
-        """The file's bytes, decompressed (the member's, for an archive), and its manifest record."""
+    def _fetch(self, ref: FileRef) -> Fetched:
         location = ref.source.location
         if location not in self._fetched:
             self._fetched[location] = fetch(ref.source, self.scratch, self.mirror)
-        fetched = self._fetched[location]
-        data = fetched.path.read_bytes()
-        if ref.member is not None:
-            data = formats.archive_member(data, ref.member, location)
-        record = {
+        return self._fetched[location]
+
+    def _record(self, ref: FileRef) -> dict[str, Any]:
+        """The file's manifest record (fetching it first)."""
+        fetched = self._fetch(ref)
+        return {
             "role": ref.role,
-            "source": location,
+            "source": ref.source.location,
             "member": ref.member,
             "via": fetched.via,
             "sha256": fetched.sha256,
             "verified": verified_by(ref.source),
         }
-        return formats.decompress(data, ref.name), record
+
+    @contextlib.contextmanager
+    def _open(self, ref: FileRef) -> Iterator[IO[bytes]]:
+        """The file's bytes (the member's, for an archive) as a decompressed stream."""
+        with open(self._fetch(ref).path, "rb") as raw:
+            if ref.member is None:
+                yield formats.open_decompressed(raw, ref.name)
+                return
+            with formats.open_member(raw, ref.member, ref.source.location) as member:
+                yield formats.open_decompressed(member, ref.name)
 
 
-def _concat(parts: list[Pairs]) -> Pairs:
-    return Pairs(
-        list(itertools.chain.from_iterable(p.src for p in parts)),
-        list(itertools.chain.from_iterable(p.tgt for p in parts)),
-    )
+def _copy_side(chunks: Iterable[list[str]], out: SplitWriter, side: str, cap: int | None) -> int:
+    """Write the first `cap` (all if None) lines of `chunks` to one side of `out`; count them all."""
+    n = 0
+    for lines in chunks:
+        out.write(side, lines if cap is None or n + len(lines) <= cap else lines[: max(cap - n, 0)])
+        n += len(lines)
+    return n
+
+
+def _copy_pairs(
+    chunks: Iterable[tuple[list[str], list[str], int]], out: SplitWriter, cap: int | None
+) -> tuple[int, int]:
+    """Write the first `cap` pairs of `chunks` to `out`; count the pairs and the units skipped."""
+    n, skipped = 0, 0
+    for src, tgt, skip in chunks:
+        keep = len(src) if cap is None else max(min(len(src), cap - n), 0)
+        out.write("src", src[:keep])
+        out.write("tgt", tgt[:keep])
+        n, skipped = n + len(src), skipped + skip
+    return n, skipped
 
 
 # --- held-out splits ---------------------------------------------------------------
 
 
 def heldout_indices(n_lines: int, n_val: int, n_test: int, seed: int) -> tuple[list[int], list[int]]:
-    """Line numbers (0-based, sorted) held out for val and test, by the method in HELDOUT_METHOD."""
+    """Line numbers (0-based, sorted) held out for val and test, by the method in HELDOUT_METHOD.
+
+    heapq.nsmallest is sorted()[:k], ties in line order as a stable sort gives them, in memory O(k).
+    """
     rng = random.Random(seed)
-    keys = [rng.random() for _ in range(n_lines)]
-    ranked = sorted(range(n_lines), key=keys.__getitem__)
+    keyed = ((rng.random(), i) for i in range(n_lines))
+    ranked = [i for _, i in heapq.nsmallest(n_val + n_test, keyed)]
     return sorted(ranked[:n_val]), sorted(ranked[n_val : n_val + n_test])
 
 
 def _hold_out(
-    data: DataParams,
-    train: Pairs,
-    train_records: list[dict[str, Any]],
-    val: Pairs | None,
-    tests: dict[str, Pairs],
-) -> dict[str, Any] | None:
-    """Split val and/or test off `train` (in place) where the params list none; None when both are given.
+    data: DataParams, sizes: dict[str, int], train: Path, train_records: list[dict[str, Any]], out: Path
+) -> dict[str, Any]:
+    """Split `sizes` lines for val and/or test off the train split at TRAIN.{src,tgt} into `out`.
 
-    Each train source's record gets its lines after the split; the returned dict is the
-    manifest's `heldout` entry plus `pairs`, the held-out Pairs by split.
+    Writes out/train, and out/val or out/test/heldout; each train source's record gets its lines
+    after the split. Returns the manifest's `heldout` entry.
     """
-    sizes = {"val": data.heldout_val if val is None else 0, "test": 0 if tests else data.heldout_test}
     missing = [split for split, n in sizes.items() if n]
-    if not missing:
-        return None
-    n_train, held = len(train.src), sum(sizes.values())
+    n_train, held = sum(r["lines"] for r in train_records), sum(sizes.values())
     if n_train - held < held:
         parts = " + ".join(f"{sizes[s]} (data.heldout_{s})" for s in missing)
         raise UserError(
@@ -346,19 +393,35 @@ def _hold_out(
             f"or list sets in data.{missing[0]}"
         )
     val_idx, test_idx = heldout_indices(n_train, sizes["val"], sizes["test"], data.heldout_seed)
-    taken = set(val_idx) | set(test_idx)
-    pairs = {
-        split: Pairs([train.src[i] for i in idx], [train.tgt[i] for i in idx])
-        for split, idx in (("val", val_idx), ("test", test_idx))
-        if split in missing
-    }
+    where = {**dict.fromkeys(val_idx, "val"), **dict.fromkeys(test_idx, "test")}
+    writers = {"train": SplitWriter(out / "train")}
+    writers.update({s: SplitWriter(out / ("val" if s == "val" else f"test/{HELDOUT}")) for s in missing})
+    try:
+        for side in SIDES:
+            _split_side(Path(f"{train}.{side}"), side, where, writers)
+    finally:
+        for writer in writers.values():
+            writer.close()
     ends = list(itertools.accumulate(r["lines"] for r in train_records))
-    for i in sorted(taken):
+    for i in sorted(where):
         train_records[bisect.bisect_right(ends, i)]["lines"] -= 1
-    keep = [i for i in range(n_train) if i not in taken]
-    train.src, train.tgt = [train.src[i] for i in keep], [train.tgt[i] for i in keep]
     sized = {split: sizes[split] for split in missing}
-    return {"splits": missing, "seed": data.heldout_seed, **sized, "method": HELDOUT_METHOD, "pairs": pairs}
+    return {"splits": missing, "seed": data.heldout_seed, **sized, "method": HELDOUT_METHOD}
+
+
+def _split_side(path: Path, side: str, where: dict[int, str], writers: dict[str, SplitWriter]) -> None:
+    """Copy one side of the train split, line i to writers[where[i]] (train if i is not held out)."""
+    taken = sorted(where)
+    start = 0  # the chunk's first line number
+    for lines in files.line_chunks(path):
+        end = start + len(lines)
+        kept, at = [], start
+        for i in taken[bisect.bisect_left(taken, start) : bisect.bisect_left(taken, end)]:
+            kept += lines[at - start : i - start]
+            writers[where[i]].write(side, [lines[i - start]])
+            at = i + 1
+        writers["train"].write(side, kept + lines[at - start :])
+        start = end
 
 
 def _heldout_record(lines: int) -> dict[str, Any]:

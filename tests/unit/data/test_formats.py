@@ -194,6 +194,32 @@ def test_corrupt_gzip_is_refused():
         formats.text_lines(gzip.compress(b"a\n" * 100)[:-10], "f")
 
 
+@pytest.mark.parametrize("chunk", [1, 2, 3, 5])
+def test_chunks_of_any_size_read_the_same_lines(monkeypatch, chunk):
+    files_ = [
+        "\ufeffä\r\nb\r\n\r\nc".encode(),
+        b"a\rb\rc\r",
+        b"a\rx\nb\r\r\n",
+        "x\n\n€y\nz\n".encode(),
+    ]
+    whole = [formats.text_lines(data, "f") for data in files_]
+    monkeypatch.setattr(formats, "CHUNK", chunk)
+    for data, lines in zip(files_, whole):
+        chunks = list(
+            formats.line_chunks(formats.open_decompressed(io.BytesIO(gzip.compress(data)), "f"), "f")
+        )
+        assert [line for c in chunks for line in c] == lines
+    text = message(formats.text_lines, "ok\nü\n".encode() + b"bad \xff byte\nok\n", "a.src")
+    assert text == "a.src: invalid UTF-8 at line 3 (invalid start byte); re-encode the file as UTF-8"
+
+
+def test_a_member_is_read_as_a_stream_of_its_bytes(tmp_path):
+    path = tmp_path / "c.tar.xz"
+    path.write_bytes(tar_bytes(MEMBERS, "xz"))
+    with open(path, "rb") as raw, formats.open_member(raw, "corpus/train.en", str(path)) as found:
+        assert found.read(3) == b"one" and found.read() == b"\ntwo\n"
+
+
 # --- tsv_pairs --------------------------------------------------------------------------
 
 TSV = b'id\tde\ten\n1\tEin Hund.\tA dog.\r\n2\t"Ja", sagt er.\t"Yes", he says.\n'

@@ -291,6 +291,45 @@ def test_heldout_indices_follow_the_documented_method():
     assert download.heldout_indices(30, 4, 5, 7) == (sorted(ranked[:4]), sorted(ranked[4:9]))
 
 
+def test_heldout_indices_take_memory_for_the_held_out_lines_not_the_corpus():
+    import tracemalloc
+
+    tracemalloc.start()
+    download.heldout_indices(300_000, 5, 5, 1)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 100_000  # a key per line would be over 10 MB
+
+
+def test_sources_stream_in_chunks_with_the_same_output_as_whole_files(tmp_path, monkeypatch):
+    """Chunks of a few bytes cut every line, CRLF and multi-byte character; the files do not change."""
+    archive = tgz(
+        tmp_path / "c.tgz", {"a.de": "ä1\r\nä2\r\nä3".encode(), "a.en": "\ufeffA1\nA2\nA3\n".encode()}
+    )
+    tsv = write(tmp_path / "t.tsv.gz", gzip.compress("".join(f"b{i}é\tB{i}\n" for i in range(40)).encode()))
+    data = dataclasses.replace(
+        BASE.data,
+        sources={
+            "arch": SourceSpec(archive=archive, src="a.de", tgt="a.en"),
+            "tab": SourceSpec(file=tsv, max_lines=30),
+            "n": numbered(tmp_path, 25),
+        },
+        train=("arch", "tab", "n"),
+        val=(),
+        test=("n",),
+        heldout_val=7,
+    )
+    whole = download.download(data, tmp_path / "whole")
+    monkeypatch.setattr(download.formats, "CHUNK", 3)
+    monkeypatch.setattr(download.files, "CHUNK", 5)
+    assert download.download(data, tmp_path / "chunked") == whole
+    for path in sorted((tmp_path / "whole").rglob("*.*")):
+        assert path.read_bytes() == (tmp_path / "chunked" / path.relative_to(tmp_path / "whole")).read_bytes()
+    assert files.read_lines(tmp_path / "whole" / "train.src")[:3] == ["ä1", "ä2", "ä3"]
+    train_lines = len(files.read_lines(tmp_path / "whole" / "train.src"))
+    assert sum(s["lines"] for s in whole["splits"]["train"]) == train_lines == 3 + 30 + 25 - 7
+
+
 # --- catalog sets -----------------------------------------------------------------
 
 
