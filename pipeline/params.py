@@ -68,6 +68,7 @@ class DataParams:
     heldout_seed: int
     heldout_val: int
     heldout_test: int
+    workers: int
 
 
 @dataclass(frozen=True)
@@ -426,6 +427,7 @@ def validate_data(d: DataParams) -> None:
         _check_source(name, spec)
     for name in ("heldout_val", "heldout_test"):
         _check(getattr(d, name) >= 1, f"data.{name}", "must be at least 1")
+    _check(d.workers >= 0, "data.workers", "must be 0 (every core) or a number of processes")
 
 
 def _check_source(name: str, s: SourceSpec) -> None:

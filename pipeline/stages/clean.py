@@ -1,28 +1,37 @@
 """Stage `clean`: normalize every line of every split; filter training pairs only.
 
-Normalization is pipeline.data.text.normalize. Filtering (training pairs only),
-by the first rule that applies: empty, too_long (more than clean.max_words
-words), ratio (character-length ratio over clean.max_ratio), heldout_overlap
-(clean.decontaminate: the source or target, normalized, is a line of a val or
-test set), duplicate (clean.dedupe: the same pair as an earlier kept one). Val
-and test sets are never filtered, so scores stay comparable with published ones.
+Normalization is pipeline.data.text.normalize. Filtering (training pairs only), by the first
+rule that applies: empty, too_long (over clean.max_words words), ratio (character-length ratio
+over clean.max_ratio), heldout_overlap (clean.decontaminate: the normalized source or target is
+a line of a val or test set), duplicate (clean.dedupe: the same pair as an earlier kept one).
+Val and test sets are never filtered, so scores stay comparable with published ones.
 
-stats.json: train, val, and test by set name, each with lines_in, lines_out,
-dropped per reason, and per side the lines each normalization step changed;
-train also per source (names and sizes from data/raw/manifest.json).
+Streamed in chunks of CHUNK_PAIRS pairs through data.workers processes, results taken in order,
+so the output is the same for any number of workers. Dedupe and decontamination compare 64-bit
+blake2b hashes (8 bytes a pair kept, not its text): n pairs wrongly match with probability
+about n^2 / 2^65, 3e-6 at 10M pairs (docs/corpora.md). stats.json: train, val, and test by set
+name, each with lines_in, lines_out, dropped per reason, and per side the lines each
+normalization step changed; train also per source (names and sizes from data/raw/manifest.json).
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import itertools
 import json
+import os
+import signal
 import unicodedata
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import click
+import numpy as np
 
 from pipeline import files
 from pipeline.data.text import SideStats, drop_reason, normalize_lines
@@ -32,6 +41,15 @@ from pipeline.stages.options import load_params, params_option
 
 SIDES = ("src", "tgt")
 DROP_REASONS = ("empty", "heldout_overlap", "too_long", "ratio", "duplicate")
+CHUNK_PAIRS = 10_000  # pairs a worker cleans at a time: memory is a few chunks per worker
+HASH_BYTES = 8  # 64-bit hashes: the collision rate is in the module docstring
+
+_CODES = (None, *DROP_REASONS)  # a pair's outcome as one byte: 0 kept, else 1 + its reason's index
+_CODE = {reason: code for code, reason in enumerate(_CODES)}
+
+
+def _digest(text: str) -> bytes:
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=HASH_BYTES).digest()
 
 
 @dataclass
@@ -51,19 +69,206 @@ class SplitStats:
         }
         return {**out, "sources": self.sources} if self.sources else out
 
+    def add_normalized(self, counts: dict[str, SideStats]) -> None:
+        for side, c in counts.items():
+            mine = self.normalized[side]
+            mine.control_chars += c.control_chars
+            mine.nfc += c.nfc
+            mine.whitespace += c.whitespace
+
 
 @dataclass(frozen=True)
 class Heldout:
-    """The normalized sources and targets of every val and test set: no training pair may repeat one."""
+    """Hashes of the normalized non-empty sources and targets of every val and test set."""
 
-    src: frozenset[str]
-    tgt: frozenset[str]
+    src: frozenset[bytes]
+    tgt: frozenset[bytes]
 
     def overlaps(self, src: str, tgt: str) -> bool:
-        return src in self.src or tgt in self.tgt
+        return _digest(src) in self.src or _digest(tgt) in self.tgt
 
 
 NO_HELDOUT = Heldout(frozenset(), frozenset())
+
+
+# --- one chunk: what a worker does ----------------------------------------------------------
+
+
+@dataclass
+class Cleaned:
+    """A chunk's outcome: per pair its code (_CODES), the normalized lines (train: only those that
+    passed every rule but dedupe), their pair hashes (dedupe on), and the normalization counts."""
+
+    codes: bytes
+    src: list[str]
+    tgt: list[str]
+    hashes: bytes
+    normalized: dict[str, SideStats]
+
+
+def clean_lines(
+    src: list[str], tgt: list[str], params: CleanParams, train: bool, heldout: Heldout
+) -> Cleaned:
+    """Normalize a chunk of pairs; for train apply every rule whose answer is the pair's own."""
+    normalized = {side: SideStats() for side in SIDES}
+    src = normalize_lines(src, normalized["src"])
+    tgt = normalize_lines(tgt, normalized["tgt"])
+    if not train:
+        return Cleaned(bytes(len(src)), src, tgt, b"", normalized)
+    codes = bytearray(len(src))
+    kept_src, kept_tgt, hashes = [], [], []
+    decontaminate = params.decontaminate and (heldout.src or heldout.tgt)
+    for i, (s, t) in enumerate(zip(src, tgt)):
+        reason = drop_reason(s, t, params)
+        if reason is None and decontaminate and heldout.overlaps(s, t):
+            reason = "heldout_overlap"
+        if reason is not None:
+            codes[i] = _CODE[reason]
+            continue
+        kept_src.append(s)
+        kept_tgt.append(t)
+        if params.dedupe:
+            hashes.append(_digest(f"{s}\n{t}"))  # normalized text has no LF: the pair is unambiguous
+    return Cleaned(bytes(codes), kept_src, kept_tgt, b"".join(hashes), normalized)
+
+
+def _decode(data: bytes, path: str) -> list[str]:
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UserError(f"{path}: not UTF-8 ({e.reason}); run the download stage again") from e
+    lines = text.split("\n")
+    return lines[:-1] if text.endswith("\n") else lines
+
+
+@dataclass(frozen=True)
+class Job:
+    """A chunk of a split as the files hold it: the same number of lines of each side."""
+
+    src: bytes
+    tgt: bytes
+    names: tuple[str, str]
+    train: bool
+
+
+def clean_job(job: Job, params: CleanParams, heldout: Heldout) -> Cleaned:
+    src, tgt = (_decode(data, name) for data, name in zip((job.src, job.tgt), job.names))
+    return clean_lines(src, tgt, params, job.train, heldout)
+
+
+_WORKER: tuple[CleanParams, Heldout] | None = None  # a pool worker's params, set once by _start_worker
+
+
+def _start_worker(params: CleanParams, heldout: Heldout) -> None:
+    global _WORKER
+    _WORKER = (params, heldout)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it stops the pool
+
+
+def _worker_job(job: Job) -> Cleaned:
+    assert _WORKER is not None
+    return clean_job(job, *_WORKER)
+
+
+@contextlib.contextmanager
+def _cleaned(
+    jobs: Iterable[Job], params: CleanParams, heldout: Heldout, workers: int
+) -> Iterator[Iterator[Cleaned]]:
+    """The jobs' outcomes in order: in this process for one worker, else from a pool of `workers`.
+
+    At most two jobs a worker are in flight. A worker's exception is raised here as it was raised
+    there; on any exception (Ctrl-C too) the jobs not started are cancelled and the pool shut down.
+    """
+    if workers <= 1:
+        yield (clean_job(job, params, heldout) for job in jobs)
+        return
+    with ProcessPoolExecutor(workers, initializer=_start_worker, initargs=(params, heldout)) as pool:
+        pending: deque[Future[Cleaned]] = deque()
+
+        def ordered() -> Iterator[Cleaned]:
+            for job in jobs:
+                pending.append(pool.submit(_worker_job, job))
+                if len(pending) >= 2 * workers:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+
+        try:
+            yield ordered()
+        finally:
+            for future in pending:
+                future.cancel()
+
+
+# --- the parent: dedupe in order, counts per source ------------------------------------------
+
+
+class SeenPairs:
+    """The hashes of the pairs kept so far: sorted uint64 runs, merged as they grow (8 bytes a pair)."""
+
+    def __init__(self) -> None:
+        self._runs: list[np.ndarray] = []  # sizes decreasing, so at most log2(n) runs
+
+    def first_seen(self, hashes: bytes) -> np.ndarray:
+        """For each hash, in order: True if neither an earlier one here nor any added before is equal."""
+        h = np.frombuffer(hashes, dtype=np.uint64)
+        new = np.zeros(len(h), dtype=bool)
+        new[np.unique(h, return_index=True)[1]] = True  # the first of equal hashes in this chunk
+        for run in self._runs:
+            at = np.minimum(np.searchsorted(run, h), len(run) - 1)
+            new &= run[at] != h
+        run = np.sort(h[new])
+        while self._runs and len(self._runs[-1]) <= len(run):
+            run = np.concatenate([self._runs.pop(), run])
+            run.sort()
+        if len(run):
+            self._runs.append(run)
+        return new
+
+
+class TrainFilter:
+    """Takes the train split's cleaned chunks in order: decides duplicates, counts per source."""
+
+    def __init__(self, params: CleanParams, sources: Sequence[tuple[str, int | None]], stats: SplitStats):
+        self.params, self.stats = params, stats
+        self.seen = SeenPairs()
+        self.done = 0  # pairs taken so far
+        self._ranges = []  # (first line, end line or None, counts) per source
+        start = 0
+        for name, n_lines in sources:
+            counts = {"lines_in": n_lines or 0, "lines_out": 0, "dropped": dict.fromkeys(DROP_REASONS, 0)}
+            stats.sources[name] = counts
+            self._ranges.append((start, None if n_lines is None else start + n_lines, counts))
+            start += n_lines or 0
+
+    def take(self, chunk: Cleaned) -> tuple[list[str], list[str]]:
+        """The chunk's pairs kept (duplicates of earlier kept pairs dropped); counts updated."""
+        codes = np.frombuffer(chunk.codes, dtype=np.uint8).copy()
+        src, tgt = chunk.src, chunk.tgt
+        if self.params.dedupe and src:
+            new = self.seen.first_seen(chunk.hashes)
+            if not new.all():
+                codes[np.flatnonzero(codes == 0)[~new]] = _CODE["duplicate"]
+                src, tgt = list(itertools.compress(src, new)), list(itertools.compress(tgt, new))
+        self.stats.lines_in += len(codes)
+        self.stats.lines_out += len(src)
+        start, end = self.done, self.done + len(codes)
+        for first, last, counts in self._ranges:
+            lo, hi = max(first, start), end if last is None else min(last, end)
+            if lo < hi:
+                self._count(np.bincount(codes[lo - start : hi - start], minlength=len(_CODES)), counts)
+        self._count(np.bincount(codes, minlength=len(_CODES)), None)
+        self.done = end
+        return src, tgt
+
+    def _count(self, by_code: np.ndarray, counts: dict[str, Any] | None) -> None:
+        dropped = self.stats.dropped if counts is None else counts["dropped"]
+        for code, reason in enumerate(_CODES[1:], 1):
+            dropped[reason] += int(by_code[code])
+        if counts is not None:
+            counts["lines_out"] += int(by_code[0])
+            if self._ranges[-1][1] is None:  # one source of unknown size: what was read
+                counts["lines_in"] += int(by_code.sum())
 
 
 def clean_pairs(
@@ -74,99 +279,140 @@ def clean_pairs(
     heldout: Heldout = NO_HELDOUT,
     sources: Sequence[tuple[str, int]] = (),
 ) -> tuple[list[str], list[str], SplitStats]:
-    """Normalize a split's line-aligned sides; for train also filter. Returns (src, tgt, stats).
+    """Normalize a split's line-aligned sides (in memory); for train also filter. Returns (src, tgt, stats).
 
     `sources`: the train split's (name, lines) in order, for per-source counts.
     """
     if len(src) != len(tgt):
         raise ValueError(f"sides differ in length: {len(src)} != {len(tgt)}")  # callers check first
-    stats = SplitStats(lines_in=len(src))
-    src = normalize_lines(src, stats.normalized["src"])
-    tgt = normalize_lines(tgt, stats.normalized["tgt"])
-    if train:
-        src, tgt = _filter(src, tgt, params, heldout, sources or [("train", len(src))], stats)
-    stats.lines_out = len(src)
-    return src, tgt, stats
-
-
-def _filter(
-    src: list[str],
-    tgt: list[str],
-    params: CleanParams,
-    heldout: Heldout,
-    sources: Sequence[tuple[str, int]],
-    stats: SplitStats,
-) -> tuple[list[str], list[str]]:
-    if sum(n for _, n in sources) != len(src):
+    if sum(n for _, n in sources) not in (0, len(src)):
         raise ValueError(f"sources hold {sum(n for _, n in sources)} lines, the split {len(src)}")
-    kept_src, kept_tgt, seen = [], [], set()
-    pairs = zip(src, tgt)
-    for name, n_lines in sources:
-        counts = stats.sources.setdefault(
-            name, {"lines_in": 0, "lines_out": 0, "dropped": dict.fromkeys(DROP_REASONS, 0)}
-        )
-        counts["lines_in"] += n_lines
-        for s, t in itertools.islice(pairs, n_lines):
-            reason = drop_reason(s, t, params)
-            if reason is None and params.decontaminate and heldout.overlaps(s, t):
-                reason = "heldout_overlap"
-            if reason is None and params.dedupe:
-                reason = "duplicate" if (s, t) in seen else None
-                seen.add((s, t))
-            if reason is not None:
-                stats.dropped[reason] += 1
-                counts["dropped"][reason] += 1
-                continue
-            counts["lines_out"] += 1
-            kept_src.append(s)
-            kept_tgt.append(t)
-    return kept_src, kept_tgt
+    stats = SplitStats()
+    chunk = clean_lines(list(src), list(tgt), params, train, heldout)
+    stats.add_normalized(chunk.normalized)
+    if not train:
+        stats.lines_in = stats.lines_out = len(chunk.src)
+        return chunk.src, chunk.tgt, stats
+    kept_src, kept_tgt = TrainFilter(params, sources or [("train", len(src))], stats).take(chunk)
+    return kept_src, kept_tgt, stats
 
 
-def clean(params: CleanParams, raw: Path, out: Path) -> dict[str, Any]:
-    """Clean raw/{train,val}.{src,tgt} and raw/test/*.{src,tgt} into `out` (atomically) with stats.json."""
+# --- the stage -------------------------------------------------------------------------------
+
+
+def clean(params: CleanParams, raw: Path, out: Path, workers: int = 1) -> dict[str, Any]:
+    """Clean raw/{train,val}.{src,tgt} and raw/test/*.{src,tgt} into `out` (atomically) with stats.json.
+
+    The val and test sets are cleaned here first (their hashes are decontamination's); the train
+    split then goes through `workers` processes.
+    """
     raw = Path(raw)
-    train_src, train_tgt = _read_pair(raw, "train")
-    evals = {
-        "val": _read_pair(raw, "val"),
-        **{f"test/{n}": _read_pair(raw, f"test/{n}") for n in _test_names(raw)},
-    }
-    cleaned: dict[str, tuple[list[str], list[str]]] = {}
+    for stem in ("train", "val"):
+        _check_exists(raw, stem)
+    evals = ["val", *(f"test/{n}" for n in _test_names(raw))]
+    for stem in evals[1:]:
+        _check_exists(raw, stem)
     by_split: dict[str, Any] = {"test": {}}
-    for stem, (src, tgt) in evals.items():
-        s, t, split_stats = clean_pairs(src, tgt, params, train=False)
-        cleaned[stem] = (s, t)
-        if stem == "val":
-            by_split["val"] = split_stats.to_dict()
-        else:
-            by_split["test"][stem.removeprefix("test/")] = split_stats.to_dict()
-    heldout = Heldout(
-        frozenset(line for s, _ in cleaned.values() for line in s if line),
-        frozenset(line for _, t in cleaned.values() for line in t if line),
-    )
-    sources = _train_sources(raw, len(train_src))
-    s, t, train_stats = clean_pairs(train_src, train_tgt, params, True, heldout, sources)
-    cleaned["train"], by_split["train"] = (s, t), train_stats.to_dict()
-    if not cleaned["train"][0]:
-        dropped = ", ".join(f"{k} {v}" for k, v in by_split["train"]["dropped"].items())
-        raise UserError(
-            f"clean dropped all {by_split['train']['lines_in']} training pairs ({dropped}); "
-            "raise clean.max_words or clean.max_ratio, or check the corpus"
-        )
-    # unicode_version: NFC and the categories depend on it
-    stats = {
-        "train": by_split["train"],
-        "val": by_split["val"],
-        "test": by_split["test"],
-        "unicode_version": unicodedata.unidata_version,
-    }
+    heldout_src: set[bytes] = set()
+    heldout_tgt: set[bytes] = set()
     with files.atomic_path(out) as tmp:
         (tmp / "test").mkdir(parents=True)
-        for stem, sides in cleaned.items():
-            for side, lines in zip(SIDES, sides):
-                files.write_lines(tmp / f"{stem}.{side}", lines)
+        for stem in evals:
+            split_stats = SplitStats()
+            with _Output(tmp / stem) as output:
+                for chunk in (clean_job(job, params, NO_HELDOUT) for job in _jobs(raw, stem, train=False)):
+                    split_stats.add_normalized(chunk.normalized)
+                    split_stats.lines_in += len(chunk.src)
+                    output.write(chunk.src, chunk.tgt)
+                    heldout_src.update(_digest(line) for line in chunk.src if line)
+                    heldout_tgt.update(_digest(line) for line in chunk.tgt if line)
+            split_stats.lines_out = split_stats.lines_in
+            if stem == "val":
+                by_split["val"] = split_stats.to_dict()
+            else:
+                by_split["test"][stem.removeprefix("test/")] = split_stats.to_dict()
+        heldout = Heldout(frozenset(heldout_src), frozenset(heldout_tgt))
+        by_split["train"] = _clean_train(params, raw, tmp / "train", heldout, workers)
+        # unicode_version: NFC and the categories depend on it
+        stats = {
+            "train": by_split["train"],
+            "val": by_split["val"],
+            "test": by_split["test"],
+            "unicode_version": unicodedata.unidata_version,
+        }
         files.write_json(tmp / "stats.json", stats)
     return stats
+
+
+def _clean_train(params: CleanParams, raw: Path, out: Path, heldout: Heldout, workers: int) -> dict[str, Any]:
+    manifest = _train_sources(raw)
+    stats = SplitStats()
+    train = TrainFilter(params, manifest or [("train", None)], stats)
+    with (
+        _Output(out) as output,
+        _cleaned(_jobs(raw, "train", train=True), params, heldout, workers) as chunks,
+    ):
+        for chunk in chunks:
+            stats.add_normalized(chunk.normalized)
+            output.write(*train.take(chunk))
+    if manifest and sum(n or 0 for _, n in manifest) != stats.lines_in:
+        raise UserError(
+            f"{raw / 'manifest.json'} counts {sum(n or 0 for _, n in manifest)} training lines but "
+            f"{raw}/train.src has {stats.lines_in}; run the download stage again"
+        )
+    if not stats.lines_out:
+        dropped = ", ".join(f"{k} {v}" for k, v in stats.dropped.items())
+        raise UserError(
+            f"clean dropped all {stats.lines_in} training pairs ({dropped}); "
+            "raise clean.max_words or clean.max_ratio, or check the corpus"
+        )
+    return stats.to_dict()
+
+
+class _Output:
+    """STEM.src and STEM.tgt, written a chunk of lines at a time."""
+
+    def __init__(self, stem: Path) -> None:
+        self.paths = [Path(f"{stem}.{side}") for side in SIDES]
+
+    def __enter__(self) -> _Output:
+        self._files = [open(path, "wb") for path in self.paths]  # closed in __exit__
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for f in self._files:
+            f.close()
+
+    def write(self, src: list[str], tgt: list[str]) -> None:
+        for f, lines in zip(self._files, (src, tgt)):
+            if lines:
+                f.write(("\n".join(lines) + "\n").encode("utf-8"))
+
+
+def _jobs(raw: Path, stem: str, train: bool) -> Iterator[Job]:
+    """The split's pairs as files hold them, CHUNK_PAIRS at a time; sides of unequal length refused."""
+    paths = [raw / f"{stem}.{side}" for side in SIDES]
+    names = (str(paths[0]), str(paths[1]))
+    with open(paths[0], "rb") as src, open(paths[1], "rb") as tgt:
+        done = 0
+        while True:
+            s, t = list(itertools.islice(src, CHUNK_PAIRS)), list(itertools.islice(tgt, CHUNK_PAIRS))
+            if len(s) != len(t):
+                n_src, n_tgt = done + len(s) + sum(1 for _ in src), done + len(t) + sum(1 for _ in tgt)
+                raise UserError(
+                    f"{raw}/{stem}.src has {n_src} lines but {raw}/{stem}.tgt has {n_tgt}; "
+                    "run the download stage again"
+                )
+            if not s:
+                return
+            done += len(s)
+            yield Job(b"".join(s), b"".join(t), names, train)
+
+
+def _check_exists(raw: Path, stem: str) -> None:
+    for side in SIDES:
+        if not (raw / f"{stem}.{side}").is_file():
+            raise UserError(f"{raw / f'{stem}.{side}'}: no such file; run the download stage first")
 
 
 def _test_names(raw: Path) -> list[str]:
@@ -176,40 +422,20 @@ def _test_names(raw: Path) -> list[str]:
     return names
 
 
-def _train_sources(raw: Path, n_lines: int) -> list[tuple[str, int]]:
-    """The train split's sources and line counts, from the download manifest (one source without one)."""
+def _train_sources(raw: Path) -> list[tuple[str, int | None]]:
+    """The train split's sources and line counts, from the download manifest ([] without one)."""
     manifest = raw / "manifest.json"
     if not manifest.is_file():
-        return [("train", n_lines)]
-    sources = [
-        (s["name"], s["lines"]) for s in json.loads(manifest.read_text(encoding="utf-8"))["splits"]["train"]
-    ]
-    if sum(n for _, n in sources) != n_lines:
-        raise UserError(
-            f"{manifest} counts {sum(n for _, n in sources)} training lines but {raw}/train.src has "
-            f"{n_lines}; "
-            "run the download stage again"
-        )
-    return sources
+        return []
+    train = json.loads(manifest.read_text(encoding="utf-8"))["splits"]["train"]
+    return [(s["name"], s["lines"]) for s in train]
 
 
-def _read_pair(raw: Path, stem: str) -> tuple[list[str], list[str]]:
-    src, tgt = (_read(raw / f"{stem}.{side}") for side in SIDES)
-    if len(src) != len(tgt):
-        raise UserError(
-            f"{raw}/{stem}.src has {len(src)} lines but {raw}/{stem}.tgt has {len(tgt)}; "
-            "run the download stage again"
-        )
-    return src, tgt
-
-
-def _read(path: Path) -> list[str]:
-    try:
-        return files.read_lines(path)
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file; run the download stage first") from None
-    except UnicodeDecodeError as e:
-        raise UserError(f"{path}: not UTF-8 ({e.reason}); run the download stage again") from e
+def resolve_workers(workers: int) -> int:
+    """data.workers, 0 meaning every core this process may run on."""
+    if workers:
+        return workers
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 @click.command("clean")
@@ -230,6 +456,7 @@ def _read(path: Path) -> list[str]:
 )
 def command(params_file: Path, raw: Path, out: Path) -> None:
     """Normalize the corpus in RAW and filter its training pairs into OUT."""
-    stats = clean(load_params(params_file).clean, raw, out)
+    params = load_params(params_file)
+    stats = clean(params.clean, raw, out, resolve_workers(params.data.workers))
     train = stats["train"]
     click.echo(f"wrote {out}: train {train['lines_out']} of {train['lines_in']} pairs kept")

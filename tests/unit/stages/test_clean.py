@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import multiprocessing
 import unicodedata
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 from click.testing import CliRunner
@@ -229,3 +231,81 @@ def test_a_manifest_that_disagrees_with_the_train_file_is_a_user_error(tmp_path)
     manifest(raw, {"news": 3})
     with pytest.raises(UserError, match=r"manifest.json counts 3 training lines but .*train.src has 2"):
         clean.clean(CLEAN, raw, tmp_path / "clean")
+
+
+# --- streaming, workers, hashes ---------------------------------------------------------
+
+
+def corpus(n: int) -> tuple[list[str], list[str]]:
+    """n pairs with duplicates near and far, drops of every kind, and text to normalize."""
+    src = [f"Satz  {i % 37}" if i % 5 else f"wort{i % 11}" for i in range(n)]
+    tgt = [f"sentence {i % 37}" if i % 7 else "" for i in range(n)]
+    src[3], tgt[3] = "v", "x"  # a val line: heldout_overlap
+    return src, tgt
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_the_output_is_the_same_for_any_number_of_workers_and_chunk_size(tmp_path, monkeypatch, workers):
+    raw = write_raw(tmp_path / "raw", {"train": corpus(200), **EVAL})
+    manifest(raw, {"a": 120, "b": 80})
+    whole = clean.clean(CLEAN, raw, tmp_path / "whole")  # one chunk, this process
+    monkeypatch.setattr(clean, "CHUNK_PAIRS", 7)
+    assert clean.clean(CLEAN, raw, tmp_path / "chunked", workers=workers) == whole
+    for path in sorted((tmp_path / "whole").rglob("*.*")):
+        assert path.read_bytes() == (tmp_path / "chunked" / path.relative_to(tmp_path / "whole")).read_bytes()
+    heldout = clean.Heldout(frozenset({clean._digest("v")}), frozenset({clean._digest("v")}))
+    in_memory, _, _ = clean.clean_pairs(*corpus(200), CLEAN, True, heldout)
+    assert files.read_lines(tmp_path / "whole" / "train.src") == in_memory
+    assert whole["train"]["dropped"]["duplicate"] > 0 and whole["train"]["dropped"]["heldout_overlap"] == 1
+
+
+def test_a_failing_worker_fails_the_stage_with_its_error_and_the_old_output_stays(tmp_path, monkeypatch):
+    src, tgt = corpus(50)
+    raw = write_raw(tmp_path / "raw", {"train": (src, tgt), **EVAL})
+    out = tmp_path / "clean"
+    clean.clean(CLEAN, raw, out)
+    before = {p: p.read_bytes() for p in out.rglob("*.*")}
+    with open(raw / "train.src", "ab") as f:
+        f.write(b"bad \xff\n")
+    with open(raw / "train.tgt", "ab") as f:
+        f.write(b"bad\n")
+    monkeypatch.setattr(clean, "CHUNK_PAIRS", 4)
+    with pytest.raises(
+        UserError, match=r"train.src: not UTF-8 \(invalid start byte\); run the download stage"
+    ):
+        clean.clean(CLEAN, raw, out, workers=2)
+    assert {p: p.read_bytes() for p in out.rglob("*.*")} == before
+    assert not multiprocessing.active_children()
+
+
+def test_ctrl_c_stops_the_workers_and_keeps_the_old_output(tmp_path, monkeypatch):
+    raw = write_raw(tmp_path / "raw", {"train": corpus(60), **EVAL})
+    out = tmp_path / "clean"
+    clean.clean(CLEAN, raw, out)
+    before = {p: p.read_bytes() for p in out.rglob("*.*")}
+    taken = clean.TrainFilter.take
+
+    def interrupted(self, chunk):
+        if self.done >= 12:
+            raise KeyboardInterrupt
+        return taken(self, chunk)
+
+    monkeypatch.setattr(clean, "CHUNK_PAIRS", 4)
+    monkeypatch.setattr(clean.TrainFilter, "take", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        clean.clean(dataclasses.replace(CLEAN, max_ratio=10.0), raw, out, workers=2)
+    assert {p: p.read_bytes() for p in out.rglob("*.*")} == before
+    assert not multiprocessing.active_children()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["clean", "raw"]
+
+
+def test_seen_pairs_keeps_the_first_of_equal_hashes_across_chunks():
+    rng = np.random.default_rng(0)
+    seen, reference = clean.SeenPairs(), set()
+    for size in rng.integers(0, 50, 40):
+        chunk = rng.integers(0, 300, size).astype(np.uint64)
+        expected = []
+        for h in chunk.tolist():
+            expected.append(h not in reference)
+            reference.add(h)
+        assert seen.first_seen(chunk.tobytes()).tolist() == expected
