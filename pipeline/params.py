@@ -85,6 +85,8 @@ class BpeParams:
     vocab_size: int
     character_coverage: float
     byte_fallback: bool
+    sample_lines: int
+    seed: int
 
 
 @dataclass(frozen=True)
@@ -345,6 +347,11 @@ def validate(p: Params) -> None:
         b.vocab_size > N_SPECIAL + 2, "bpe.vocab_size", f"must exceed the {N_SPECIAL} special tokens plus 2"
     )
     _check(0.9 <= b.character_coverage <= 1.0, "bpe.character_coverage", "must be within [0.9, 1.0]")
+    _check(
+        b.sample_lines >= 2,
+        "bpe.sample_lines",
+        "must be at least 2 (a joint model takes both sides of a pair)",
+    )
 
     for name in ("d_model", "n_heads", "d_ff", "n_layers", "max_positions"):
         _check(getattr(m, name) >= 1, f"model.{name}", "must be at least 1")

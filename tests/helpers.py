@@ -111,7 +111,14 @@ def make_corpus(
     words = [" ".join(word() for _ in range(8)) for _ in range(300)]
     for side in ("src", "tgt"):
         (text / f"train.{side}").write_text("\n".join(words) + "\n", encoding="utf-8")
-    bpe = BpeParams(joint=True, vocab_size=VOCAB, character_coverage=1.0, byte_fallback=False)
+    bpe = BpeParams(
+        joint=True,
+        vocab_size=VOCAB,
+        character_coverage=1.0,
+        byte_fallback=False,
+        sample_lines=2_000_000,
+        seed=1,
+    )
     train_bpe(bpe, text, root / "bpe")
     (root / "bin").mkdir()
     for split, n in (("train", n_train), ("val", n_val), ("test", n_val)):

@@ -58,7 +58,14 @@ def write_small_run(root: Path, vocab_size: int = 64, pairs: int = 400, seed: in
     lines = [" ".join(word() for _ in range(rng.randint(3, 12))) for _ in range(500)]
     for side in ("src", "tgt"):
         (text / f"train.{side}").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    bpe = BpeParams(joint=True, vocab_size=vocab_size, character_coverage=1.0, byte_fallback=False)
+    bpe = BpeParams(
+        joint=True,
+        vocab_size=vocab_size,
+        character_coverage=1.0,
+        byte_fallback=False,
+        sample_lines=2_000_000,
+        seed=1,
+    )
     train_bpe(bpe, text, root / "bpe")
     write_binarized(root / "bin", vocab_size, {"train": pairs, "val": 20, "test": 20}, seed)
     return root / "bin", root / "bpe"

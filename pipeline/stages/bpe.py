@@ -1,36 +1,44 @@
-"""Stage bpe: train sentencepiece BPE on the training split only.
+"""Stage bpe: train sentencepiece BPE on a seeded sample of the training split.
 
 Output (one directory, written atomically): spm.model + spm.vocab when
 bpe.joint, else src.model/src.vocab and tgt.model/tgt.vocab.
 
-Determinism, as measured with sentencepiece 0.2.3: BPE training has no random
-step when every sentence is used (input_sentence_size=0, so nothing is
-sampled or shuffled), and the learned pieces are the same for any num_threads.
-But the model file records its TrainerSpec, num_threads and input paths
-included, so the thread count is fixed here and the sentences are streamed
-through `sentence_iterator` (no temp-file path lands in the model). The same
-corpus then gives a byte-identical model on any machine.
+The sample (`sample_pairs`): at most bpe.sample_lines lines a model (a joint model
+gets both sides of half as many pairs), shared equally among the train sources
+(clean's stats.json), a source smaller than its share giving all it has; all
+lines when the split is smaller, as Multi30k is. Fed in corpus order, every source
+side before the other, through `sentence_iterator` (no temp-file path lands in
+the model), with input_sentence_size=0 so that sentencepiece samples nothing
+again. BPE training then has no random step, and the learned pieces are the
+same for any num_threads (sentencepiece 0.2.3): the trainer runs on every core
+and the model file records RECORDED_THREADS, so its bytes are the machine's own.
 """
 
 from __future__ import annotations
 
+import bisect
 import io
+import json
+import os
+import random
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import click
 import sentencepiece as spm
+from sentencepiece import sentencepiece_model_pb2
 
-from pipeline import tokens
+from pipeline import files, tokens
 from pipeline.data.vocab import JOINT_MODEL, SRC_MODEL, TGT_MODEL, Vocab
 from pipeline.errors import UserError
 from pipeline.files import atomic_path
 from pipeline.params import BpeParams
 from pipeline.stages.options import clean_option, load_params, params_option
 
-# Recorded in the model file, so it must not depend on the machine (see above).
-_TRAIN_THREADS = 4
+# What the model file says of num_threads, whatever the trainer ran on: the value models were
+# trained with before the trainer used every core, so their bytes stay the same.
+RECORDED_THREADS = 4
 
 
 def train_bpe(bpe: BpeParams, clean_dir: Path, out_dir: Path) -> Vocab:
@@ -39,23 +47,52 @@ def train_bpe(bpe: BpeParams, clean_dir: Path, out_dir: Path) -> Vocab:
     for path in (src, tgt):
         if not path.is_file():
             raise UserError(f"{path}: missing; run the clean stage first (`python -m pipeline clean`)")
+    sources = _train_sources(clean_dir, _count_lines(src), _count_lines(tgt))
     with atomic_path(out_dir) as tmp:
         tmp.mkdir()
         if bpe.joint:
-            _train_one(bpe, [src, tgt], tmp / JOINT_MODEL, "the joint model")
+            picked = sample_pairs([n for _, n in sources], bpe.sample_lines // 2, bpe.seed)
+            _train_one(bpe, [src, tgt], picked, tmp / JOINT_MODEL, "the joint model")
         else:
-            _train_one(bpe, [src], tmp / SRC_MODEL, "the source model")
-            _train_one(bpe, [tgt], tmp / TGT_MODEL, "the target model")
+            picked = sample_pairs([n for _, n in sources], bpe.sample_lines, bpe.seed)
+            _train_one(bpe, [src], picked, tmp / SRC_MODEL, "the source model")
+            _train_one(bpe, [tgt], picked, tmp / TGT_MODEL, "the target model")
         Vocab.load(tmp)  # checks the special ids before the output lands
     return Vocab.load(out_dir)
 
 
-def _train_one(bpe: BpeParams, inputs: list[Path], model_path: Path, what: str) -> None:
-    """Train one BPE model on the lines of `inputs`; write model_path and its .vocab."""
+def sample_pairs(sizes: Sequence[int], budget: int, seed: int) -> list[int] | None:
+    """Line numbers (sorted) of at most `budget` pairs of sources of `sizes` lines in a row; None: all.
+
+    Each source gets an equal share; one smaller than its share gives all its lines and the rest
+    is shared among the others. Within a source the lines are random.Random(seed).sample's.
+    """
+    if sum(sizes) <= budget:
+        return None
+    shares = [0] * len(sizes)
+    left = budget
+    by_size = sorted(range(len(sizes)), key=sizes.__getitem__)
+    for done, i in enumerate(by_size):
+        shares[i] = min(sizes[i], left // (len(sizes) - done))
+        left -= shares[i]
+    rng = random.Random(seed)
+    picked: list[int] = []
+    start = 0
+    for size, share in zip(sizes, shares):
+        chosen = range(size) if share == size else sorted(rng.sample(range(size), share))
+        picked += [start + i for i in chosen]
+        start += size
+    return picked
+
+
+def _train_one(
+    bpe: BpeParams, inputs: list[Path], picked: list[int] | None, model_path: Path, what: str
+) -> None:
+    """Train one BPE model on the lines `picked` (None: all) of each of `inputs`; write it and its .vocab."""
     buffer = io.BytesIO()
     try:
         spm.SentencePieceTrainer.train(
-            sentence_iterator=_lines(inputs),
+            sentence_iterator=_lines(inputs, picked),
             model_writer=buffer,
             model_type="bpe",
             vocab_size=bpe.vocab_size,
@@ -77,22 +114,65 @@ def _train_one(bpe: BpeParams, inputs: list[Path], model_path: Path, what: str) 
             normalization_rule_name="identity",
             input_sentence_size=0,
             shuffle_input_sentence=False,
-            num_threads=_TRAIN_THREADS,
+            num_threads=_threads(),
             minloglevel=1,  # warnings (e.g. skipped over-long sentences) still show
         )
     except RuntimeError as e:
         raise _user_error(e, bpe, inputs, what) from None
-    model_path.write_bytes(buffer.getvalue())
-    sp = spm.SentencePieceProcessor(model_proto=buffer.getvalue())
+    model = _record_threads(buffer.getvalue())
+    model_path.write_bytes(model)
+    sp = spm.SentencePieceProcessor(model_proto=model)
     assert sp.piece_to_id(tokens.SEP_PIECE) == tokens.SEP, "sentencepiece gave <sep> an unexpected id"
     _write_vocab(sp, model_path.with_suffix(".vocab"))
 
 
-def _lines(paths: list[Path]) -> Iterator[str]:
+def _threads() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _record_threads(model: bytes) -> bytes:
+    """The model with RECORDED_THREADS as its TrainerSpec.num_threads (see the module docstring)."""
+    proto = sentencepiece_model_pb2.ModelProto()  # type: ignore[attr-defined]
+    proto.ParseFromString(model)
+    proto.trainer_spec.num_threads = RECORDED_THREADS
+    return proto.SerializeToString()
+
+
+def _lines(paths: list[Path], picked: list[int] | None) -> Iterator[str]:
+    """The lines numbered `picked` (all if None) of each file in turn."""
     for path in paths:
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                yield line.rstrip("\n")
+        start = 0
+        for lines in files.line_chunks(path):
+            if picked is None:
+                yield from lines
+            else:
+                lo, hi = bisect.bisect_left(picked, start), bisect.bisect_left(picked, start + len(lines))
+                yield from (lines[i - start] for i in picked[lo:hi])
+            start += len(lines)
+
+
+def _count_lines(path: Path) -> int:
+    with open(path, "rb") as f:
+        return sum(block.count(b"\n") for block in iter(lambda: f.read(files.CHUNK), b""))
+
+
+def _train_sources(clean_dir: Path, n_src: int, n_tgt: int) -> list[tuple[str, int]]:
+    """The train sources and their lines (clean's stats.json); one source if it has none."""
+    if n_src != n_tgt:
+        raise UserError(
+            f"{clean_dir}/train.src has {n_src} lines but train.tgt has {n_tgt}; run the clean stage again"
+        )
+    stats_path = clean_dir / "stats.json"
+    if not stats_path.is_file():
+        return [("train", n_src)]
+    sources = json.loads(stats_path.read_text(encoding="utf-8"))["train"].get("sources", {})
+    counted = [(name, s["lines_out"]) for name, s in sources.items()]
+    if sum(n for _, n in counted) != n_src:
+        raise UserError(
+            f"{stats_path} counts {sum(n for _, n in counted)} training lines but {clean_dir}/train.src "
+            f"has {n_src}; run the clean stage again"
+        )
+    return counted
 
 
 def _write_vocab(sp: spm.SentencePieceProcessor, path: Path) -> None:

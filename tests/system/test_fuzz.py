@@ -225,7 +225,9 @@ def _clean_dir(root: Path) -> Path:
     return clean_dir
 
 
-BYTE_FALLBACK = BpeParams(joint=True, vocab_size=400, character_coverage=1.0, byte_fallback=True)
+BYTE_FALLBACK = BpeParams(
+    joint=True, vocab_size=400, character_coverage=1.0, byte_fallback=True, sample_lines=2_000_000, seed=1
+)
 
 
 @pytest.fixture(scope="module")

@@ -34,7 +34,14 @@ def bpe_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     write_clean(root / "clean")
     dirs = {}
     for joint in (True, False):
-        params = BpeParams(joint=joint, vocab_size=80, character_coverage=1.0, byte_fallback=False)
+        params = BpeParams(
+            joint=joint,
+            vocab_size=80,
+            character_coverage=1.0,
+            byte_fallback=False,
+            sample_lines=2_000_000,
+            seed=1,
+        )
         dirs["joint" if joint else "separate"] = root / ("joint" if joint else "separate")
         train_bpe(params, root / "clean", dirs["joint" if joint else "separate"])
     return dirs

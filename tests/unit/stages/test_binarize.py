@@ -53,7 +53,14 @@ def read_lines(path: Path) -> list[str]:
 def corpus(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("binarize")
     write_clean(root / "clean")
-    params = BpeParams(joint=request.param, vocab_size=70, character_coverage=1.0, byte_fallback=False)
+    params = BpeParams(
+        joint=request.param,
+        vocab_size=70,
+        character_coverage=1.0,
+        byte_fallback=False,
+        sample_lines=2_000_000,
+        seed=1,
+    )
     train_bpe(params, root / "clean", root / "bpe")
     return root
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
+import json
 import random
 from pathlib import Path
 
@@ -10,6 +12,7 @@ import pytest
 import sentencepiece as spm
 import yaml
 from click.testing import CliRunner
+from sentencepiece import sentencepiece_model_pb2
 
 from pipeline import tokens
 from pipeline.errors import UserError
@@ -37,7 +40,14 @@ def write_corpus(clean: Path, n_train: int = 400, seed: int = 0) -> None:
 
 
 def bpe_params(joint: bool = True, vocab_size: int = 100) -> BpeParams:
-    return BpeParams(joint=joint, vocab_size=vocab_size, character_coverage=1.0, byte_fallback=False)
+    return BpeParams(
+        joint=joint,
+        vocab_size=vocab_size,
+        character_coverage=1.0,
+        byte_fallback=False,
+        sample_lines=2_000_000,
+        seed=1,
+    )
 
 
 def write_params(path: Path, **bpe: object) -> Path:
@@ -161,3 +171,43 @@ def test_real_multi30k_default_vocab_covers_val(tmp_path: Path) -> None:
     assert vocab.src_size == defaults["vocab_size"]
     val = (clean / "val.src").read_text(encoding="utf-8").splitlines()
     assert all(tokens.UNK not in ids for ids in vocab.encode_src(val))
+
+
+# --- the sample ------------------------------------------------------------------------
+
+
+def test_the_sample_is_all_lines_when_the_split_fits():
+    assert bpe_stage.sample_pairs([300, 100], 400, seed=1) is None
+
+
+def test_sources_share_the_sample_equally_a_small_one_giving_all_it_has():
+    picked = bpe_stage.sample_pairs([1000, 30, 500], 330, seed=1)
+    assert picked is not None and picked == sorted(set(picked))
+    per_source = [sum(lo <= i < hi for i in picked) for lo, hi in ((0, 1000), (1000, 1030), (1030, 1530))]
+    assert per_source == [150, 30, 150]
+    assert [i - 1000 for i in picked if 1000 <= i < 1030] == list(range(30))
+    assert bpe_stage.sample_pairs([1000, 30, 500], 330, seed=1) == picked
+    assert bpe_stage.sample_pairs([1000, 30, 500], 330, seed=2) != picked
+
+
+def test_a_sampled_model_is_deterministic_and_records_fixed_threads(tmp_path: Path) -> None:
+    write_corpus(tmp_path / "clean", n_train=400)
+    sampled = dataclasses.replace(bpe_params(), sample_lines=200)
+    for out in ("a", "b"):
+        bpe_stage.train_bpe(sampled, tmp_path / "clean", tmp_path / out)
+    bpe_stage.train_bpe(bpe_params(), tmp_path / "clean", tmp_path / "all")
+    model = (tmp_path / "a" / "spm.model").read_bytes()
+    assert model == (tmp_path / "b" / "spm.model").read_bytes()
+    assert model != (tmp_path / "all" / "spm.model").read_bytes()
+    proto = sentencepiece_model_pb2.ModelProto()
+    proto.ParseFromString(model)
+    assert proto.trainer_spec.num_threads == bpe_stage.RECORDED_THREADS
+    assert proto.trainer_spec.input_sentence_size == 0
+
+
+def test_stats_that_disagree_with_the_train_file_are_a_user_error(tmp_path: Path) -> None:
+    write_corpus(tmp_path / "clean", n_train=50)
+    stats = {"train": {"sources": {"a": {"lines_out": 30}, "b": {"lines_out": 30}}}}
+    (tmp_path / "clean" / "stats.json").write_text(json.dumps(stats), encoding="utf-8")
+    with pytest.raises(UserError, match=r"stats.json counts 60 training lines but .*train.src has 50"):
+        bpe_stage.train_bpe(bpe_params(), tmp_path / "clean", tmp_path / "bpe")
