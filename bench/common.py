@@ -15,7 +15,8 @@ from pipeline.files import write_text
 
 def merge_rows(path: Path, rows: list[dict]) -> list[dict]:
     """Existing rows of `path` (a list, or {"rows": [...]}) with these replacing their keys."""
-    key = lambda r: (r["system"], r["task"], r["precision"], r["metric"])
+    # precision: the model benchmarks' rows; pairs and workers: the data benchmark's
+    key = lambda r: tuple(r.get(k) for k in ("system", "task", "precision", "metric", "pairs", "workers"))
     old = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
     old = old.get("rows", []) if isinstance(old, dict) else old
     new = {key(r) for r in rows}

@@ -1,0 +1,346 @@
+"""The data stages at scale: download, clean, bpe and binarize on 1M, 4M and 10M pairs (issue 16).
+
+    python -m bench.data_scale                                  # the full run: an idle machine, ~1 hour
+    python -m bench.data_scale --sizes 20000 --workers 1,2      # a quick look
+
+Not a test. The corpus: Multi30k's training pairs from the mirror (CORPUS_MIRROR, else
+../shared/corpora) drawn with replacement, each pair perturbed (a word of each side replaced
+by a word of that side's vocabulary, a number appended) so that dedupe keeps most of them,
+written as two local .gz files that download reads as a data.sources entry (val and test
+held out of it). Each stage runs as `python -m pipeline <stage>` with dvc.yaml's arguments;
+clean (and binarize, once it reads data.workers) with each of --workers. Measured per stage,
+size and workers: wall seconds, lines/s (pairs in / seconds), and peak RSS: the largest sum
+of the RSS of the stage process and all its children (its workers), sampled every 20 ms.
+The floors, on the same text: plain read+write of the raw train files in 1 MiB blocks
+(clean's and download's), and sentencepiece encoding of the clean train text with every
+thread (binarize's). Rows {system, task: data-<stage>, metric, pairs, workers, value} go to
+--out, and the section between DATA_START and DATA_END of --md, with a plot, is rewritten.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import click
+import psutil  # installed with dvc
+import sentencepiece as spm
+import yaml
+
+from bench.common import machine_info, merge_rows, write_section
+from pipeline.files import write_json
+
+REPO = Path(__file__).resolve().parents[1]
+DATA_START, DATA_END = "<!-- data-scale:start -->", "<!-- data-scale:end -->"
+M30K = "raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw"
+STAGES = ("download", "clean", "bpe", "binarize")
+METRICS = ("seconds", "lines_per_s", "peak_rss_mb")
+BLOCK = 1 << 20
+
+
+def cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+# --- the corpus ------------------------------------------------------------------------------
+
+
+def base_pairs(mirror: Path) -> tuple[list[str], list[str]]:
+    sides = []
+    for lang in ("de", "en"):
+        path = mirror / M30K / f"train.{lang}.gz"
+        sides.append(gzip.decompress(path.read_bytes()).decode("utf-8").splitlines())
+    return sides[0], sides[1]
+
+
+def perturb(line: str, vocab: list[str], rng: random.Random, i: int) -> str:
+    words = line.split()
+    if words:
+        words[rng.randrange(len(words))] = rng.choice(vocab)
+    return " ".join(words) + f" {i % 1000}"
+
+
+def write_corpus(mirror: Path, pairs: int, out: Path, seed: int = 1) -> tuple[Path, Path]:
+    """`pairs` perturbed Multi30k pairs as out/train.de.gz and out/train.en.gz."""
+    de, en = base_pairs(mirror)
+    vocabs = [sorted({w for line in side for w in line.split()}) for side in (de, en)]
+    rng = random.Random(seed)
+    paths = (out / "train.de.gz", out / "train.en.gz")
+    with gzip.open(paths[0], "wt", encoding="utf-8", compresslevel=1) as fs:
+        with gzip.open(paths[1], "wt", encoding="utf-8", compresslevel=1) as ft:
+            for start in range(0, pairs, 100_000):
+                src, tgt = [], []
+                for i in range(start, min(start + 100_000, pairs)):
+                    j = rng.randrange(len(de))
+                    src.append(perturb(de[j], vocabs[0], rng, i))
+                    tgt.append(perturb(en[j], vocabs[1], rng, i))
+                fs.write("\n".join(src) + "\n")
+                ft.write("\n".join(tgt) + "\n")
+    return paths
+
+
+def write_params(path: Path, corpus: tuple[Path, Path], workers: int, vocab_size: int, heldout: int) -> Path:
+    params = yaml.safe_load((REPO / "params.yaml").read_text(encoding="utf-8"))
+    params["data"].update(
+        train=["bench"],
+        val=[],
+        test=[],
+        mirror=None,
+        sources={"bench": {"src": str(corpus[0]), "tgt": str(corpus[1])}},
+        workers=workers,
+    )
+    params["data"]["heldout_val"] = params["data"]["heldout_test"] = heldout
+    params["bpe"]["vocab_size"] = vocab_size
+    path.write_text(yaml.safe_dump(params), encoding="utf-8")
+    return path
+
+
+# --- measuring a stage -----------------------------------------------------------------------
+
+
+def run_stage(args: list[str], cwd: Path) -> tuple[float, float]:
+    """Run `python -m pipeline ARGS`: (wall seconds, peak RSS in MB of it and its children)."""
+    start = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "pipeline", *args], cwd=cwd, stdout=subprocess.DEVNULL)
+    watched = psutil.Process(proc.pid)
+    peak = 0
+    while proc.poll() is None:
+        try:
+            tree = [watched, *watched.children(recursive=True)]
+            peak = max(peak, sum(p.memory_info().rss for p in tree if p.is_running()))
+        except psutil.Error:  # a process ended between listing and reading: the next sample counts
+            pass
+        time.sleep(0.02)
+    seconds = time.perf_counter() - start
+    if proc.returncode:
+        raise click.ClickException(f"python -m pipeline {' '.join(args)} failed (exit {proc.returncode})")
+    return seconds, peak / 2**20
+
+
+def takes_params(stage: str) -> bool:
+    """Whether the stage has --params (binarize reads data.workers once it does)."""
+    out = subprocess.run([sys.executable, "-m", "pipeline", stage, "--help"], capture_output=True, text=True)
+    return "--params" in out.stdout
+
+
+def readwrite_floor(raw: Path, scratch: Path) -> float:
+    """Seconds to read raw/train.{src,tgt} and write them again, 1 MiB at a time."""
+    start = time.perf_counter()
+    for side in ("src", "tgt"):
+        with open(raw / f"train.{side}", "rb") as f, open(scratch / f"copy.{side}", "wb") as g:
+            for block in iter(lambda: f.read(BLOCK), b""):
+                g.write(block)
+    seconds = time.perf_counter() - start
+    for side in ("src", "tgt"):
+        (scratch / f"copy.{side}").unlink()
+    return seconds
+
+
+def encode_floor(clean: Path, model: Path) -> float:
+    """Seconds for sentencepiece to encode clean/train.{src,tgt} with every thread."""
+    sp = spm.SentencePieceProcessor(model_file=str(model))
+    start = time.perf_counter()
+    for side in ("src", "tgt"):
+        with open(clean / f"train.{side}", encoding="utf-8", newline="\n") as f:
+            while lines := [line.rstrip("\n") for _, line in zip(range(100_000), f)]:
+                sp.encode(lines, num_threads=cores())
+    return time.perf_counter() - start
+
+
+def row(system: str, task: str, metric: str, pairs: int, workers: int, value: float, smoke: bool) -> dict:
+    out = {"system": system, "task": task, "metric": metric, "pairs": pairs, "workers": workers}
+    return {**out, "value": float(f"{value:.4g}"), **({"smoke": True} if smoke else {})}
+
+
+def measure(
+    mirror: Path, pairs: int, workers: list[int], vocab_size: int, root: Path, smoke: bool
+) -> list[dict]:
+    """Every stage and floor on a corpus of `pairs` pairs."""
+    rows = []
+
+    def add(system: str, task: str, w: int, seconds: float, rss: float | None) -> None:
+        values = {"seconds": seconds, "lines_per_s": pairs / seconds, "peak_rss_mb": rss}
+        rows.extend(row(system, task, m, pairs, w, v, smoke) for m, v in values.items() if v is not None)
+        click.echo(f"{pairs:>10} pairs  {task:<16} {system:<6} workers {w}: {seconds:8.2f} s", err=True)
+
+    corpus = write_corpus(mirror, pairs, root)
+    data = root / "data"
+    heldout = min(1000, pairs // 20)  # val and test held out of the corpus, 1,000 each as by default
+    first = write_params(root / "params-1.yaml", corpus, workers[0], vocab_size, heldout)
+    add(
+        "ours",
+        "data-download",
+        1,
+        *run_stage(["download", "--params", str(first), "--out", str(data / "raw")], REPO),
+    )
+    add("floor", "data-readwrite", 1, readwrite_floor(data / "raw", root), None)
+    for w in workers:
+        params = write_params(root / f"params-{w}.yaml", corpus, w, vocab_size, heldout)
+        args = ["clean", "--params", str(params), "--raw", str(data / "raw"), "--out", str(data / "clean")]
+        add("ours", "data-clean", w, *run_stage(args, REPO))
+    args = ["bpe", "--params", str(first), "--clean", str(data / "clean"), "--out", str(data / "bpe")]
+    add("ours", "data-bpe", cores(), *run_stage(args, REPO))
+    binarize = [
+        "binarize",
+        "--clean",
+        str(data / "clean"),
+        "--bpe",
+        str(data / "bpe"),
+        "--out",
+        str(data / "bin"),
+    ]
+    if takes_params("binarize"):
+        for w in workers:
+            params = root / f"params-{w}.yaml"
+            add("ours", "data-binarize", w, *run_stage([*binarize, "--params", str(params)], REPO))
+    else:
+        add("ours", "data-binarize", 1, *run_stage(binarize, REPO))
+    add("floor", "data-spm-encode", cores(), encode_floor(data / "clean", data / "bpe" / "spm.model"), None)
+    return rows
+
+
+# --- the report ------------------------------------------------------------------------------
+
+
+def value(rows: list[dict], system: str, task: str, metric: str, pairs: int, workers: int) -> float | None:
+    for r in rows:
+        if (r["system"], r["task"], r["metric"], r["pairs"], r["workers"]) == (
+            system,
+            task,
+            metric,
+            pairs,
+            workers,
+        ):
+            return r["value"]
+    return None
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    series = sorted({(r["system"], r["task"], r["workers"]) for r in rows})
+    for system, task, workers in series:
+        for ax, metric in zip(axes, ("seconds", "peak_rss_mb")):
+            points = sorted(
+                (r["pairs"], r["value"])
+                for r in rows
+                if (r["system"], r["task"], r["workers"], r["metric"]) == (system, task, workers, metric)
+            )
+            if points:
+                label = f"{task.removeprefix('data-')} ({system}, {workers} w)"
+                ax.plot(*zip(*points), marker="o", label=label)
+    for ax, label in zip(axes, ("seconds", "peak RSS (MB), process + workers")):
+        ax.set_xlabel("pairs")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def section(rows: list[dict], info: dict[str, str], figure: str) -> str:
+    sizes = sorted({r["pairs"] for r in rows})
+    lines = [DATA_START, "## Data stages at scale (`bench/data_scale.py`)", ""]
+    lines += ["| machine | |", "|---|---|", *(f"| {k} | {v} |" for k, v in info.items()), ""]
+    lines += [
+        "Peak RSS: the largest sum of the RSS of the stage process and its children (its workers), "
+        "sampled every 20 ms. Floors: plain read+write of the raw train files (download, clean) "
+        "and sentencepiece encoding with every thread (binarize).",
+        "",
+        "| pairs | task | system | workers | seconds | lines/s | peak RSS MB |",
+        "|---:|---|---|---:|---:|---:|---:|",
+    ]
+    keys = sorted({(r["pairs"], r["task"], r["system"], r["workers"]) for r in rows})
+    for pairs, task, system, workers in keys:
+        got = [value(rows, system, task, m, pairs, workers) for m in METRICS]
+        cells = [
+            "" if v is None else f"{v:,.2f}" if m == "seconds" else f"{v:,.0f}" for m, v in zip(METRICS, got)
+        ]
+        lines.append(f"| {pairs:,} | {task} | {system} | {workers} | {' | '.join(cells)} |")
+    lines += ["", *targets(rows, sizes), "", f"![time and memory against corpus size]({figure})", DATA_END]
+    return "\n".join(lines)
+
+
+def targets(rows: list[dict], sizes: list[int]) -> list[str]:
+    """The issue's targets that this run's sizes can check."""
+    out = []
+    stages = sorted({(r["task"], r["workers"]) for r in rows if r["system"] == "ours"})
+    for small, big, what in ((1_000_000, 4_000_000, "time 4M/1M (target <= 4.4)"),):
+        if small in sizes and big in sizes:
+            for task, w in stages:
+                a, b = (value(rows, "ours", task, "seconds", n, w) for n in (small, big))
+                if a and b:
+                    out.append(f"- {task}, {w} workers: {what}: {b / a:.2f}")
+    if 1_000_000 in sizes and 10_000_000 in sizes:
+        for task, w in stages:
+            a, b = (value(rows, "ours", task, "peak_rss_mb", n, w) for n in (1_000_000, 10_000_000))
+            if a and b:
+                out.append(f"- {task}, {w} workers: peak RSS 10M/1M (target <= 1.25, < 2 GB): {b / a:.2f}")
+    for n in sizes:
+        one, two = (value(rows, "ours", "data-clean", "seconds", n, w) for w in (1, 2))
+        if one and two:
+            out.append(f"- clean at {n:,} pairs: 2 workers {one / two:.2f}x 1 worker (target >= 1.7)")
+    return out or ["- (the targets need sizes 1M, 4M and 10M and workers 1,2)"]
+
+
+@click.command()
+@click.option("--sizes", default="1000000,4000000,10000000", show_default=True, help="Corpus sizes in pairs.")
+@click.option("--workers", default="1,2", show_default=True, help="data.workers values clean runs with.")
+@click.option("--vocab-size", default=8000, show_default=True, help="bpe.vocab_size.")
+@click.option(
+    "--mirror", type=click.Path(file_okay=False, path_type=Path), default=None, help="Corpus mirror."
+)
+@click.option(
+    "--out", type=click.Path(path_type=Path), default=REPO / "reports/bench.json", show_default=True
+)
+@click.option("--md", type=click.Path(path_type=Path), default=REPO / "reports/bench.md", show_default=True)
+@click.option(
+    "--plot",
+    "plot_path",
+    type=click.Path(path_type=Path),
+    default=REPO / "reports/figures/bench_data_scale.png",
+    show_default=True,
+)
+@click.option("--smoke", is_flag=True, help="Mark the rows as a smoke run's.")
+def main(
+    sizes: str,
+    workers: str,
+    vocab_size: int,
+    mirror: Path | None,
+    out: Path,
+    md: Path,
+    plot_path: Path,
+    smoke: bool,
+) -> None:
+    """Time download, clean, bpe and binarize on corpora of --sizes pairs; write rows and a report."""
+    mirror = mirror or Path(os.environ.get("CORPUS_MIRROR") or REPO.parent / "shared/corpora")
+    if not (mirror / M30K / "train.de.gz").is_file():
+        raise click.ClickException(f"{mirror}: no Multi30k train.de.gz; set --mirror or CORPUS_MIRROR")
+    counts = [int(s) for s in sizes.split(",")]
+    pool = [int(w) for w in workers.split(",")]
+    rows: list[dict] = []
+    for pairs in counts:
+        with tempfile.TemporaryDirectory(prefix="data-scale.") as root:
+            rows += measure(mirror, pairs, pool, vocab_size, Path(root), smoke)
+    write_json(out, merge_rows(out, rows))
+    plot(rows, plot_path)
+    figure = os.path.relpath(plot_path, md.parent)
+    info = machine_info("workers", max(pool), ["sentencepiece"])
+    write_section(md, DATA_START, DATA_END, section(rows, info, figure))
+    click.echo(f"wrote {out}, {md}, {plot_path}", err=True)
+
+
+if __name__ == "__main__":
+    main()

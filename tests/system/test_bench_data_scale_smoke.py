@@ -1,0 +1,96 @@
+"""bench/data_scale.py at 2,000 pairs: every stage and floor is measured, and its rows and report have the
+right shape.
+
+One smoke run per module (the `smoke` fixture); each test checks one claim about it, so a failing
+test's name says what broke.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from bench import data_scale as D
+from tests.helpers import REPO
+
+MIRROR = REPO.parent / "shared" / "corpora"
+PAIRS, WORKERS = 2_000, (1, 2)
+OTHER = {
+    "system": "ours",
+    "task": "decode_greedy",
+    "precision": "fp32",
+    "metric": "sentences_per_s",
+    "value": 1.0,
+}
+TRAIN_SECTION = "<!-- train:start -->\nkept\n<!-- train:end -->"
+
+pytestmark = pytest.mark.skipif(
+    not (MIRROR / D.M30K / "train.de.gz").is_file(), reason="needs the corpus mirror's Multi30k"
+)
+
+
+@dataclass(frozen=True)
+class Smoke:
+    saved: list[dict]  # the JSON file afterwards
+    report: str  # the Markdown file afterwards
+    plot: Path
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory: pytest.TempPathFactory) -> Smoke:
+    """One smoke run into files that already hold another benchmark's row and section."""
+    root = tmp_path_factory.mktemp("bench")
+    out, md, plot = root / "bench.json", root / "bench.md", root / "figures" / "data.png"
+    out.write_text(json.dumps([OTHER]))
+    md.write_text(f"# Benchmarks\n\n{TRAIN_SECTION}\n")
+    args = ["--sizes", str(PAIRS), "--workers", ",".join(map(str, WORKERS)), "--vocab-size", "500"]
+    args += ["--mirror", str(MIRROR), "--out", str(out), "--md", str(md), "--plot", str(plot), "--smoke"]
+    result = CliRunner().invoke(D.main, args)
+    assert result.exit_code == 0, result.output
+    return Smoke(json.loads(out.read_text()), md.read_text(), plot)
+
+
+def ours(smoke: Smoke) -> list[dict]:
+    return [r for r in smoke.saved if r.get("smoke")]
+
+
+def test_every_stage_is_measured_in_every_metric_and_clean_with_each_worker_count(smoke: Smoke) -> None:
+    got = {(r["task"], r["metric"], r["workers"]) for r in ours(smoke) if r["system"] == "ours"}
+    for stage in D.STAGES:
+        for metric in D.METRICS:
+            assert any(t == f"data-{stage}" and m == metric for t, m, _ in got), (stage, metric)
+    assert {w for t, m, w in got if t == "data-clean"} == set(WORKERS)
+
+
+def test_the_floors_are_measured(smoke: Smoke) -> None:
+    floors = {(r["task"], r["metric"]) for r in ours(smoke) if r["system"] == "floor"}
+    assert {("data-readwrite", "seconds"), ("data-spm-encode", "lines_per_s")} <= floors
+
+
+def test_rows_have_the_issues_fields_and_positive_values(smoke: Smoke) -> None:
+    for r in ours(smoke):
+        assert set(r) == {"system", "task", "metric", "pairs", "workers", "value", "smoke"}, r
+        assert r["pairs"] == PAIRS and r["value"] > 0, r
+
+
+def test_lines_per_s_is_the_pairs_over_the_seconds(smoke: Smoke) -> None:
+    rows = ours(smoke)
+    for r in rows:
+        if r["metric"] == "seconds":
+            rate = D.value(rows, r["system"], r["task"], "lines_per_s", r["pairs"], r["workers"])
+            assert rate == pytest.approx(PAIRS / r["value"], rel=0.01)
+
+
+def test_other_benchmarks_rows_and_sections_are_kept(smoke: Smoke) -> None:
+    assert OTHER in smoke.saved
+    assert TRAIN_SECTION in smoke.report
+    assert D.DATA_START in smoke.report and D.DATA_END in smoke.report
+
+
+def test_the_report_shows_the_plot(smoke: Smoke) -> None:
+    assert smoke.plot.is_file() and smoke.plot.read_bytes().startswith(b"\x89PNG")
+    assert "](figures/data.png)" in smoke.report
