@@ -206,7 +206,10 @@ def from_dict(raw: Any) -> Params:
 
 # Settings added since models were first saved, each with the value that keeps the old behaviour.
 _ADDED = {
+    ("data", "workers"): 1,  # one process: what clean ran on before
     ("clean", "decontaminate"): False,
+    ("bpe", "sample_lines"): 2**62,  # every line: what the bpe stage trained on before
+    ("bpe", "seed"): 1,
     ("train", "source_weights"): {},
     ("train", "source_temperature"): 1.0,
     ("tracking", "register_model"): None,
@@ -232,7 +235,7 @@ def from_saved(raw: Any) -> Params:
 
 
 def _data_before_sources(old: dict[str, Any]) -> dict[str, Any]:
-    keep = ("src_lang", "tgt_lang", "mirror", "heldout_seed", "heldout_val", "heldout_test")
+    keep = ("src_lang", "tgt_lang", "mirror", "heldout_seed", "heldout_val", "heldout_test", "workers")
     data: dict[str, Any] = {k: old[k] for k in keep if k in old}
     if old["corpus"] == "multi30k":
         test = old.get("multi30k_test", "test_2016_flickr")

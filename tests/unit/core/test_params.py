@@ -169,11 +169,13 @@ def test_params_saved_before_sources_and_new_settings_load_as_they_meant(params)
     saved = params.to_dict()
     del saved["clean"]["decontaminate"], saved["tracking"]["register_model"]
     del saved["train"]["source_weights"], saved["train"]["source_temperature"]
+    del saved["data"]["workers"], saved["bpe"]["sample_lines"], saved["bpe"]["seed"]
     for key in ("train", "val", "test", "sources"):
         del saved["data"][key]
     multi30k = {**saved, "data": {**saved["data"], "corpus": "multi30k", "multi30k_test": "test_2017_mscoco"}}
     old = P.from_saved(multi30k)
     assert old.clean.decontaminate is False  # it did not exist: the model was trained without it
+    assert (old.data.workers, old.bpe.sample_lines, old.bpe.seed) == (1, 2**62, 1)  # one process, every line
     assert (old.train.source_weights, old.train.source_temperature, old.tracking.register_model) == (
         {},
         1.0,
