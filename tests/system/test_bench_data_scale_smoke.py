@@ -58,12 +58,18 @@ def ours(smoke: Smoke) -> list[dict]:
     return [r for r in smoke.saved if r.get("smoke")]
 
 
-def test_every_stage_is_measured_in_every_metric_and_clean_with_each_worker_count(smoke: Smoke) -> None:
+def test_every_stage_is_measured_in_every_metric_clean_and_binarize_with_each_worker_count(
+    smoke: Smoke,
+) -> None:
     got = {(r["task"], r["metric"], r["workers"]) for r in ours(smoke) if r["system"] == "ours"}
     for stage in D.STAGES:
         for metric in D.METRICS:
             assert any(t == f"data-{stage}" and m == metric for t, m, _ in got), (stage, metric)
-    assert {w for t, m, w in got if t == "data-clean"} == set(WORKERS)
+    assert (
+        {w for t, m, w in got if t == "data-clean"}
+        == {w for t, m, w in got if t == "data-binarize"}
+        == set(WORKERS)
+    )
 
 
 def test_the_floors_are_measured(smoke: Smoke) -> None:
