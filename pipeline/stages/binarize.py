@@ -33,7 +33,7 @@ from pipeline import tokens
 from pipeline.data.vocab import Vocab
 from pipeline.errors import UserError
 from pipeline.files import atomic_path, write_json
-from pipeline.stages.options import bpe_option, clean_option
+from pipeline.stages.options import bpe_option, clean_option, load_params, params_option
 
 SPLITS = ("train", "val")  # not the test sets: decode reads them as text, nothing trains on them
 SIDES = ("src", "tgt")
@@ -242,12 +242,13 @@ def _sha256(path: Path) -> str:
     required=True,
     help="Where to write the binarized splits.",
 )
+@params_option
 @click.option(
     "--workers",
     type=click.IntRange(min=0),
-    default=0,
-    show_default=True,
-    help="Encoding processes; 0: one per core. The output is the same for any number.",
+    default=None,
+    help="Encoding processes (default: data.workers of --params; 0: one per core). Any number gives "
+    "the same output.",
 )
 @click.option(
     "--shard-lines",
@@ -256,8 +257,12 @@ def _sha256(path: Path) -> str:
     show_default=True,
     help="Sentences per shard file.",
 )
-def command(clean_dir: Path, bpe_dir: Path, out_dir: Path, workers: int, shard_lines: int) -> None:
+def command(
+    params_file: Path, clean_dir: Path, bpe_dir: Path, out_dir: Path, workers: int | None, shard_lines: int
+) -> None:
     """Encode the train and val splits with the BPE model(s) into sharded id arrays."""
+    if workers is None:
+        workers = load_params(params_file).data.workers
     meta = binarize(clean_dir, bpe_dir, out_dir, workers, shard_lines)
     counts = ", ".join(f"{split} {s['sentences']}" for split, s in meta["splits"].items())
     shards = sum(len(s) for s in meta["shards"].values())

@@ -68,6 +68,7 @@ STAGE_ARGS = {
     "download": ["--out", "raw"],
     "clean": ["--raw", "raw", "--out", "clean"],
     "bpe": ["--clean", "clean", "--out", "bpe"],
+    "binarize": ["--clean", "clean", "--bpe", "bpe", "--out", "bin"],
     "train": ["--bin", "bin", "--bpe", "bpe", "--out", "model", "--checkpoints", "ckpt", "--log", "log"],
     "decode": ["--model", "model", "--clean", "clean", "--out", "decode"],
     "report": [
