@@ -48,7 +48,7 @@ class Source:
     """One file to fetch: where it is, the param that named it, the sha256 it must have."""
 
     location: str  # a URL or a local path, as the user gave it
-    key: str  # e.g. data.bitext.train.src, for messages
+    key: str  # the param that named it, e.g. data.sources.europarl.src, for messages
     sha256: str | None
 
 
