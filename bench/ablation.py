@@ -1,42 +1,71 @@
-"""Ablation of the architecture choices, as DVC experiments on a reduced training budget.
+"""The architecture ablation at the full default budget, as DVC experiments (issue 19, part 4).
 
-    python -m bench.ablation queue          # one queued `dvc exp run ... train` per variant
-    dvc queue start -j 1                    # run them (dvc queue status to follow)
-    python -m bench.ablation table          # reports/ablation.{md,json} from those runs in MLflow
+    python -m bench.ablation queue      # one `dvc exp run --queue -n abl-<variant> -S ...` per variant
+    dvc queue start -j 1                # run them one at a time (dvc queue status to follow)
+    python -m bench.ablation table      # reports/ablation.{md,json} from the runs in MLflow
 
-Every variant differs from the baseline (the default params.yaml) in the
-settings listed in VARIANTS, and all of them, the baseline included, share
-BUDGET, so the table compares architectures at equal training steps. Only the
-stages up to train run: the BLEU compared is the train stage's own validation
-BLEU (greedy decoding of the val split, logged as val_bleu), which keeps an
-ablation run to a few minutes on a CPU. Runs taken through score (a full-budget
-re-run) also have BLEU per test set (test.<name>.bleu): the table adds a column
-per test set then. The numbers come from the runs themselves (MLflow, where
-train and score log them), never typed in.
+A variant is the default params.yaml plus its changes in VARIANTS; it runs the
+whole pipeline, trained as the default is and scored on every default test
+set. The baseline is not queued: it is the default pipeline's own run (`dvc
+repro`): the newest finished MLflow run with the default params, test scores
+and no DVC experiment, or --baseline. Per test set the table gives each run's
+BLEU, its 95% interval (from the run's hypotheses, as score computes it) and
+the difference to the baseline with sacreBLEU's paired bootstrap p-value (the
+functions of `python -m pipeline compare`); every number comes from the runs.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import subprocess
 import sys
+import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import click
 import pandas as pd
+import yaml
 
+from bench.common import machine_info
 from pipeline import files, tracking
 from pipeline import params as P
-from pipeline.reporting.runs import metric_name
-from pipeline.reporting.tables import common_prefix
+from pipeline.errors import UserError
+from pipeline.reporting import hypotheses, runs
+from pipeline.reporting.hypotheses import RunHypotheses, key_of, testset_of
+from pipeline.reporting.metrics import (
+    BOOTSTRAP_RESAMPLES,
+    BOOTSTRAP_SEED,
+    SIGNIFICANCE_LEVEL,
+    confidence_intervals,
+)
+from pipeline.reporting.runs import RunRecord, param_text
+from pipeline.reporting.significance import compare, references_path, unusable
+from pipeline.reporting.tables import (
+    common_prefix,
+    escape_cell,
+    fmt_delta,
+    fmt_hms,
+    fmt_p,
+    fmt_score,
+    fmt_whole,
+    markdown_table,
+)
 
-BUDGET = {"train.max_steps": 200, "train.warmup_steps": 100}
+BASELINE = "baseline"
+BASELINE_CHANGE = "none: the default params.yaml (encoder-decoder 3+3, pre-LN, sinusoidal, three-way tied)"
+# name: (what it changes, its settings as `-S key=value`). Only the changes: everything else is the default.
 VARIANTS: dict[str, tuple[str, dict[str, object]]] = {
-    "abl-baseline": ("encoder-decoder 3+3, pre-LN, sinusoidal, three-way tied", {}),
     "abl-post-ln": ("post-LN instead of pre-LN", {"model.norm": "post"}),
     "abl-learned-pos": ("learned instead of sinusoidal positions", {"model.positions": "learned"}),
-    "abl-untied": ("untied embeddings (joint vocabulary)", {"model.tie_embeddings": "none"}),
+    # Separate vocabularies need untied embeddings: tie "all" shares one table, which needs bpe.joint.
+    "abl-untied": (
+        "untied embeddings, separate source and target vocabularies",
+        {"bpe.joint": False, "model.tie_embeddings": "none"},
+    ),
     "abl-10-2": (
         "deep encoder, shallow decoder: 10+2",
         {"model.encoder_layers": 10, "model.decoder_layers": 2},
@@ -46,11 +75,27 @@ VARIANTS: dict[str, tuple[str, dict[str, object]]] = {
         {"model.arch": "decoder_only", "model.decoder_layers": 6},
     ),
 }
+NOT_RUN = "not run yet (queued?)"
+QUEUE_COMMAND = "python -m bench.ablation queue"
 
 
 def _dvc() -> str:
     beside = Path(sys.executable).parent / "dvc"
     return str(beside) if beside.exists() else (shutil.which("dvc") or "dvc")
+
+
+def settings(changes: dict[str, object]) -> list[str]:
+    """A variant's changes as `dvc exp run -S` takes them, spelled as in params.yaml (false, null)."""
+    return [f"{key}={param_text(value)}" for key, value in changes.items()]
+
+
+def variant_params(raw: dict[str, Any], changes: dict[str, object]) -> P.Params:
+    """params.yaml's raw mapping with `changes` applied, validated (ParamsError names a bad one)."""
+    raw = json.loads(json.dumps(raw))  # a deep copy
+    for key, value in changes.items():
+        section, name = key.split(".", 1)
+        raw[section][name] = value
+    return P.from_dict(raw)
 
 
 @click.group()
@@ -59,124 +104,422 @@ def cli() -> None:
 
 
 @cli.command()
-def queue() -> None:
-    """Queue one `dvc exp run` per variant (then run `dvc queue start -j 1`)."""
-    for name, (_, changes) in VARIANTS.items():
-        settings = {**BUDGET, **changes}
-        args = [_dvc(), "exp", "run", "--queue", "-n", name, "train"]
-        for key, value in settings.items():
-            args += ["-S", f"{key}={value}"]
+@click.argument("names", nargs=-1, type=click.Choice(sorted(VARIANTS)), metavar="[VARIANT]...")
+@click.option("--params", "params_file", type=click.Path(exists=True, path_type=Path), default="params.yaml")
+@click.option("--dry-run", is_flag=True, help="Print the commands instead of queueing them.")
+def queue(names: tuple[str, ...], params_file: Path, dry_run: bool) -> None:
+    """Queue one full-pipeline `dvc exp run` per variant (all, or those named); then `dvc queue start -j 1`.
+
+    The baseline is not queued: it is the default pipeline's own run (`dvc repro`).
+    """
+    raw = yaml.safe_load(params_file.read_text(encoding="utf-8"))
+    for name in names or VARIANTS:
+        changes = VARIANTS[name][1]
+        variant_params(raw, changes)  # refuse a variant params.py would refuse, before queueing any
+        args = [_dvc(), "exp", "run", "--queue", "-n", name]
+        for setting in settings(changes):
+            args += ["-S", setting]
+        if dry_run:
+            click.echo(" ".join(["dvc", *args[1:]]))
+            continue
         subprocess.run(args, check=True)
-        click.echo(f"queued {name}: {settings}")
+        click.echo(f"queued {name}: {' '.join(settings(changes))}")
 
 
 @cli.command()
+@click.option("--baseline", "baseline_ref", default=None, help="MLflow run id or DVC experiment name.")
 @click.option("--params", "params_file", type=click.Path(exists=True, path_type=Path), default="params.yaml")
+@click.option(
+    "--refs",
+    "refs_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default="data/raw",
+    show_default=True,
+    help="The references: test/<name>.tgt, as the download stage writes them.",
+)
 @click.option("--out", type=click.Path(path_type=Path), default="reports/ablation.md", show_default=True)
-def table(params_file: Path, out: Path) -> None:
-    """Write the ablation table from the variants' latest finished runs in MLflow."""
-    params = P.load(params_file)
-    frame = latest_runs(mlflow_runs(params.tracking.experiment))
-    files.write_text(out, render(frame))
-    files.write_json(out.with_suffix(".json"), json.loads(frame.to_json(orient="records")))
-    click.echo(f"wrote {out}")
+def table(baseline_ref: str | None, params_file: Path, refs_dir: Path, out: Path) -> None:
+    """Write the ablation table from the baseline's and each variant's latest scored run in MLflow."""
+    ablation = collect(P.load(params_file), refs_dir, baseline_ref)
+    files.write_text(out, render(ablation))
+    files.write_json(out.with_suffix(".json"), ablation.to_json())
+    click.echo(f"wrote {out} and {out.with_suffix('.json')}")
 
 
-METRICS = ("val_bleu", "val_loss", "n_params", "train_seconds", "tokens_per_s")
+# --- the runs ----------------------------------------------------------------------
 
 
-def mlflow_runs(experiment: str) -> pd.DataFrame:
-    """The ablation variants' finished runs: dvc_exp, commit, started and METRICS (their last values)."""
-    from mlflow import MlflowClient
+@dataclass
+class Row:
+    """One line of the table: a variant, its run (None if there is none yet) and its scores per test set."""
 
-    client = MlflowClient(tracking.tracking_uri())
-    found = client.get_experiment_by_name(experiment)
-    if found is None:
-        raise click.ClickException(f"no MLflow experiment {experiment!r} at {tracking.tracking_uri()}")
-    runs = client.search_runs([found.experiment_id], "attributes.status = 'FINISHED'", max_results=1000)
-    runs = [run for run in runs if run.data.tags.get("dvc_exp") in VARIANTS]
-    return pd.DataFrame(
-        {
-            "dvc_exp": run.data.tags["dvc_exp"],
-            "commit": run.data.tags.get("git_commit", "")[:7],
-            "started": run.info.start_time,
-            **{m: run.data.metrics.get(m, float("nan")) for m in METRICS},
-            **bleu_per_test_set(run.data.metrics),
+    variant: str
+    change: str
+    record: RunRecord | None = None
+    status: str = NOT_RUN  # "finished" for a row with a run
+    tags: dict[str, str] = field(default_factory=dict)
+    summary: dict[str, Any] = field(default_factory=dict)  # the run's train/summary.json
+    hyps: RunHypotheses | None = None
+    ci95: dict[str, tuple[float, float]] = field(default_factory=dict)  # by test set: BLEU's
+    delta: dict[str, float] = field(default_factory=dict)
+    p: dict[str, float | None] = field(default_factory=dict)
+
+    def bleu(self, name: str) -> float:
+        return self.record.metrics.get(runs.test_column(name), math.nan) if self.record else math.nan
+
+
+@dataclass
+class Ablation:
+    rows: list[Row]  # the baseline first
+    tests: list[str]
+    notes: list[str]
+    machine: dict[str, str]  # where the table was made (the runs' own hosts are in their tags)
+    baseline_ref: str | None = None  # --baseline, if the baseline was named
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "tests": self.tests,
+            "bootstrap": {"n": BOOTSTRAP_RESAMPLES, "seed": BOOTSTRAP_SEED, "test": "paired bootstrap"},
+            "baseline_ref": self.baseline_ref,
+            "rows": [row_json(r, self.tests) for r in self.rows],
+            "notes": self.notes,
+            "machine": self.machine,
         }
-        for run in runs
+
+
+def collect(params: P.Params, refs_dir: Path, baseline_ref: str | None = None) -> Ablation:
+    """The baseline's and each variant's run, with intervals and paired tests on params' test sets."""
+    uri = tracking.tracking_uri()
+    try:
+        records = runs.mlflow_records(params.tracking.experiment, uri)
+    except runs.ExperimentsUnavailable as e:
+        raise UserError(str(e)) from None
+    base = Row(BASELINE, BASELINE_CHANGE, pick_baseline(records, default_params(params), baseline_ref))
+    rows = [base, *(variant_row(records, name) for name in VARIANTS)]
+    notes = [note for row in rows[1:] for note in param_notes(row, base)]
+    for row in rows:
+        if row.record is not None:
+            notes += read_run(row, uri, params.data.test)
+    notes += score_sets(rows, refs_dir, list(params.data.test))
+    import torch
+
+    return Ablation(
+        rows, list(params.data.test), notes, machine_info("torch threads", torch.get_num_threads())
     )
 
 
-def bleu_per_test_set(metrics: dict[str, float]) -> dict[str, float]:
-    """A run's BLEU per test set, as score logs it (test.<name>.bleu; an old run's test_bleu as test)."""
-    named = {metric_name(k): v for k, v in metrics.items()}
-    return {k: v for k, v in named.items() if k is not None and k.startswith("test.") and k.endswith(".bleu")}
+def default_params(params: P.Params) -> dict[str, str]:
+    """params as a run logs them to MLflow (str of each flat value), spelled as a RunRecord reads them."""
+    return {k: param_text(str(v)) for k, v in P.flatten(params.to_dict()).items()}
 
 
-def latest_runs(frame: pd.DataFrame) -> pd.DataFrame:
-    """One row per variant: its newest finished run, in VARIANTS order."""
-    if frame.empty:
-        raise click.ClickException(
-            "no finished ablation run in MLflow yet: queue them and run dvc queue start"
+def differences(a: dict[str, str], b: dict[str, str]) -> dict[str, tuple[str, str]]:
+    """The keys both have with different values: {key: (a's, b's)}; a key only one has is a newer setting."""
+    return {k: (a[k], b[k]) for k in sorted(a.keys() & b.keys()) if a[k] != b[k]}
+
+
+def scored(record: RunRecord) -> bool:
+    """Finished, with BLEU on some test set (the score stage ran)."""
+    return record.status == "finished" and any(
+        k.startswith("test.") and k.endswith(".bleu") for k in record.metrics
+    )
+
+
+def newest(records: list[RunRecord]) -> RunRecord:
+    return max(records, key=lambda r: r.started or pd.Timestamp.min)
+
+
+def pick_baseline(records: list[RunRecord], defaults: dict[str, str], ref: str | None) -> RunRecord:
+    """The run `ref` names (run id or DVC experiment), else the newest scored default run of no experiment."""
+    if ref is not None and hypotheses.is_run_id(ref):
+        found = [r for r in records if r.id == ref]
+        what = f"run {ref}"
+    elif ref is not None:
+        found = [r for r in records if r.dvc_exp == ref and scored(r)]
+        what = f"finished run of DVC experiment {ref!r} with test scores"
+    else:
+        plain = [r for r in records if r.dvc_exp is None and scored(r)]
+        found = [r for r in plain if not differences(r.params, defaults)]
+        what = "finished run of the default params.yaml with test scores (and no DVC experiment)"
+        if plain and not found:
+            near = newest(plain)
+            diff = ", ".join(
+                f"{k} {a} (default {b})" for k, (a, b) in differences(near.params, defaults).items()
+            )
+            what += f"; the newest such run of other params, {near.id}, has {diff}"
+    if not found:
+        raise UserError(
+            f"no {what} in MLflow at {tracking.tracking_uri()}: run the default pipeline (`dvc repro`) and "
+            "wait for its score stage, or name the baseline with --baseline RUN_ID|EXPERIMENT"
         )
-    done = frame.sort_values("started").groupby("dvc_exp").tail(1).set_index("dvc_exp")
-    missing = [name for name in VARIANTS if name not in done.index]
-    if missing:
-        click.echo(f"warning: no finished run yet for {', '.join(missing)}", err=True)
-    tests = [c for c in done.columns if c.startswith("test.")]
-    rows = [
-        {
-            "variant": name,
-            "change": VARIANTS[name][0],
-            **done.loc[name, ["commit", *METRICS, *tests]].to_dict(),
+    return newest(found)
+
+
+def variant_row(records: list[RunRecord], name: str) -> Row:
+    """The variant's newest finished run with test scores; else a row that says why there is none."""
+    change = VARIANTS[name][0]
+    mine = [r for r in records if r.dvc_exp == name]
+    done = [r for r in mine if scored(r)]
+    if done:
+        return Row(name, change, newest(done), "finished")
+    if not mine:
+        return Row(name, change)
+    last = newest(mine)
+    state = "finished, not scored" if last.status == "finished" else last.status
+    return Row(name, change, status=f"no scored run yet (latest {str(last.id)[:8]}: {state})")
+
+
+def param_notes(row: Row, base: Row) -> list[str]:
+    """Where a variant's run differs from the baseline's in more, or other, than its changes."""
+    if row.record is None or base.record is None:
+        return []
+    changes = {k: param_text(v) for k, v in VARIANTS[row.variant][1].items()}
+    notes = [
+        f"{row.variant} also differs from the baseline in {key} ({mine} vs {theirs})"
+        for key, (mine, theirs) in differences(row.record.params, base.record.params).items()
+        if key not in changes
+    ]
+    notes += [
+        f"{row.variant} ran with {key}={row.record.params[key]}, not {value}"
+        for key, value in changes.items()
+        if key in row.record.params and row.record.params[key] != value
+    ]
+    return notes
+
+
+def read_run(row: Row, uri: str, tests: tuple[str, ...]) -> list[str]:
+    """Fill the row's tags, train summary and test-set hypotheses from MLflow; notes on what is missing."""
+    from mlflow import MlflowClient
+
+    assert row.record is not None and row.record.id is not None
+    run_id = row.record.id
+    client = MlflowClient(tracking_uri=uri)
+    row.tags = dict(client.get_run(run_id).data.tags)
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            row.summary = json.loads(
+                Path(client.download_artifacts(run_id, "train/summary.json", tmp)).read_text()
+            )
+        except Exception:  # noqa: BLE001 - an older run without it, or a store that lost it: show –
+            row.summary = {}
+    try:
+        found = hypotheses.from_mlflow(run_id, uri)
+    except UserError as e:
+        return [f"{row.variant}: {e.message}"]
+    keys = [key_of(name) for name in tests]
+    row.hyps = RunHypotheses(
+        row.variant, {k: found.hyps[k] for k in keys if k in found.hyps}, found.refs_sha256
+    )
+    return []
+
+
+# --- the statistics ------------------------------------------------------------------
+
+
+def score_sets(rows: list[Row], refs_dir: Path, tests: list[str]) -> list[str]:
+    """Each run's BLEU interval per test set, and each variant's paired test against the baseline.
+
+    Both as `python -m pipeline compare` and the score stage compute them: a run is scored on a set only
+    with hypotheses line-aligned with the references and (where it recorded them) the same references.
+    """
+    notes = []
+    usable: dict[str, RunHypotheses] = {}
+    for row in rows:
+        if row.hyps is None:
+            continue
+        kept = {}
+        for name in tests:
+            key, path = key_of(name), references_path(refs_dir, key_of(name))
+            why = set_problem(row.hyps, key, path)
+            if why is not None:
+                notes.append(f"{name}: {row.variant} {why}")
+                continue
+            refs = files.read_lines(path)
+            kept[key] = row.hyps.hyps[key]
+            ci = confidence_intervals(kept[key], refs, BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED)["ci95"]["bleu"]
+            row.ci95[name] = (ci[0], ci[1])
+        usable[row.variant] = RunHypotheses(row.variant, kept, row.hyps.refs_sha256)
+    base = usable.get(BASELINE)
+    candidates = [h for name, h in usable.items() if name != BASELINE and h.hyps]
+    if base is None or not base.hyps or not candidates:
+        return notes
+    try:
+        comparison = compare(base, candidates, refs_dir, "bs", BOOTSTRAP_SEED, BOOTSTRAP_RESAMPLES)
+    except UserError:  # no set shared with the baseline: the notes above say which run lacks what
+        return notes
+    by_name = {row.variant: row for row in rows}
+    for split in comparison.splits:
+        test = testset_of(split.split)
+        if test is None:
+            continue
+        for variant, scores in list(split.scores.items())[1:]:  # the baseline first
+            by_name[variant].delta[test] = scores["bleu"].delta
+            by_name[variant].p[test] = scores["bleu"].p_value
+    return notes
+
+
+def set_problem(run: RunHypotheses, key: str, refs_path: Path) -> str | None:
+    """Why `run` cannot be scored on set `key` (no hypotheses, no references, other references), or None."""
+    if key not in run.hyps:
+        return "has no hypotheses for it"
+    if not refs_path.is_file():
+        return f"cannot be scored: no references at {refs_path} (run the download stage)"
+    return unusable(run, key, files.read_lines(refs_path), refs_path)
+
+
+# --- the table -----------------------------------------------------------------------
+
+
+def row_json(row: Row, tests: list[str]) -> dict[str, Any]:
+    r = row.record
+    out: dict[str, Any] = {"variant": row.variant, "change": row.change, "status": row.status}
+    out["settings"] = settings(VARIANTS[row.variant][1]) if row.variant in VARIANTS else []
+    if r is None:
+        return out
+    out |= {"run_id": r.id, "commit": r.commit, "started": str(r.started)}
+    out |= {m: _number(r.metrics.get(m)) for m in ("n_params", "train_seconds", "tokens_per_s")}
+    out |= {k: row.summary.get(k) for k in ("epochs", "steps", "stopped", "best_step")}
+    out["tests"] = {
+        name: {
+            "bleu": _number(row.bleu(name)),
+            "ci95": list(row.ci95[name]) if name in row.ci95 else None,
+            "delta": row.delta.get(name),
+            "p": row.p.get(name),
+            "significant": _p(row, name) < SIGNIFICANCE_LEVEL,
         }
-        for name in VARIANTS
-        if name in done.index
-    ]
-    return pd.DataFrame(rows)
+        for name in tests
+    }
+    return out
 
 
-def render(frame: pd.DataFrame) -> str:
-    budget = ", ".join(f"`{k}={v}`" for k, v in BUDGET.items())
+def _number(value: float | None) -> float | None:
+    return None if value is None or math.isnan(value) else value
+
+
+def render(ab: Ablation) -> str:
+    prefix = common_prefix(ab.tests)
+    short = {name: name[len(prefix) :] for name in ab.tests}
+    base = ab.rows[0].record
+    assert base is not None
     lines = [
-        "# Ablation: architecture variants at equal training budget",
+        "# Ablation: architecture variants at the full default budget",
         "",
-        f"Every run uses the default params.yaml plus {budget} (a reduced budget: about",
-        "0.8 epoch of Multi30k, so absolute BLEU is far below the full run's), and the change",
-        "named in its row. BLEU: sacreBLEU of greedy decoding of the val split at the end of",
-        "that budget, as the train stage logs it (val_bleu); loss: the val split's per-token NLL.",
-        "Train time includes that validation. Generated by `python -m bench.ablation table` from",
-        "the runs in MLflow; the experiments were run with `python -m bench.ablation queue` and",
-        "`dvc queue start -j 1` on the 2-core CPU of the README's results.",
+        *method(ab, base, prefix),
         "",
+        summary_table(ab, short),
+        "",
+        f"BLEU per test set (Δ: the difference to the baseline, p: {TEST_TEXT}; * marks p < "
+        f"{SIGNIFICANCE_LEVEL}). Train time includes validation; tokens/s are target tokens per second "
+        "of updates.",
     ]
-    tests = [c for c in frame.columns if c.startswith("test.") and c.endswith(".bleu")]
-    names = [c[len("test.") : -len(".bleu")] for c in tests]
-    prefix = common_prefix(names)
-    header = ["variant", "change", "val BLEU", *(f"{n[len(prefix) :]} BLEU" for n in names)]
-    header += ["val loss", "parameters", "train time", "target tok/s", "commit"]
-    lines += ["| " + " | ".join(header) + " |", "|---|---|" + "---:|" * (len(header) - 3) + "---|"]
-    for row in frame.to_dict("records"):
-        cells = [row["variant"], row["change"], f"{row['val_bleu']:.1f}", *(_score(row[c]) for c in tests)]
-        cells += [
-            f"{row['val_loss']:.3f}",
-            f"{int(row['n_params']):,}",
-            f"{row['train_seconds'] / 60:.1f} min",
-            f"{row['tokens_per_s']:,.0f}",
-            row["commit"] or "",
-        ]
-        lines.append("| " + " | ".join(cells) + " |")
-    if names:
-        note = f" (names without their common prefix `{prefix}`)" if prefix else ""
-        lines += [
-            "",
-            f"Test-set columns: sacreBLEU of the score stage on each test set{note}; – if not scored.",
-        ]
+    for name in ab.tests:
+        lines += ["", f"## {short[name] or name}", "", test_table(ab, name)]
+    if ab.notes:
+        lines += ["", "## Notes", "", *(f"- {escape_cell(n)}" for n in ab.notes)]
     return "\n".join(lines) + "\n"
 
 
-def _score(value: float) -> str:
-    return "–" if pd.isna(value) else f"{value:.1f}"
+TEST_TEXT = (
+    f"sacreBLEU's paired bootstrap resampling, {BOOTSTRAP_RESAMPLES:,} resamples, seed {BOOTSTRAP_SEED}"
+)
+
+
+def method(ab: Ablation, base: RunRecord, prefix: str) -> list[str]:
+    """The note above the table: what ran, how, where, and how the numbers were made."""
+    epochs, seed = base.params.get("train.max_epochs", "?"), base.params.get("train.seed", "?")
+    names = f" (named below without their common prefix `{prefix}`)" if prefix else ""
+    which = (
+        f"named with --baseline {ab.baseline_ref}"
+        if ab.baseline_ref
+        else "the default pipeline's own, `dvc repro`"
+    )
+    ran = {where_ran(r.tags) for r in ab.rows if r.record}
+    here = ", ".join(f"{k} {v}" for k, v in ab.machine.items())
+    return [
+        "Every variant is the default params.yaml plus the change in its row, trained as the default is "
+        f"({epochs} epochs at most, early stopping as configured, train.seed {seed}) and scored on every "
+        f"default test set{names}. The variants were queued with `{QUEUE_COMMAND}` (one `dvc exp run --queue "
+        "-n abl-<variant> -S ...` each: the whole pipeline) and run with `dvc queue start -j 1`; the "
+        f"baseline is MLflow run `{base.id}` ({which}). Each row names the commit whose code made it.",
+        "",
+        "BLEU: the score stage's, from MLflow. Its 95% interval: sacreBLEU's bootstrap over the run's "
+        f"hypotheses (MLflow artifacts) against data/raw's references ({BOOTSTRAP_RESAMPLES:,} resamples, "
+        f"seed {BOOTSTRAP_SEED}), as the score stage computes it. Δ and p: `python -m pipeline compare`'s "
+        "functions. Generated by `python -m bench.ablation table` from the runs in MLflow.",
+        "",
+        f"Runs made on: {'; '.join(sorted(ran))} (their MLflow tags). This table made on: {here}.",
+    ]
+
+
+def where_ran(tags: dict[str, str]) -> str:
+    """Host, device, torch and its threads, from the sys.* tags the train stage sets."""
+    host, device, torch, threads = (
+        tags.get(f"sys.{k}", "?") for k in ("hostname", "device", "torch", "torch_threads")
+    )
+    return f"{host}, {device}, torch {torch} with {threads} threads"
+
+
+def summary_table(ab: Ablation, short: dict[str, str]) -> str:
+    header = ["variant", "change", "commit", "parameters", "epochs", "train time", "tokens/s"]
+    header += [f"{short[n] or n} BLEU" for n in ab.tests]
+    rows = []
+    for row in ab.rows:
+        r = row.record
+        cells = [escape_cell(row.variant), escape_cell(row.change)]
+        if r is None:
+            rows.append([*cells, escape_cell(row.status), *["–"] * (len(header) - 3)])
+            continue
+        cells += [(r.commit or "?")[:7], fmt_whole(_int(r.metrics.get("n_params"))), epochs_text(row.summary)]
+        cells += [fmt_hms(r.metrics.get("train_seconds")), fmt_whole(r.metrics.get("tokens_per_s"))]
+        cells += [bleu_cell(row, n) for n in ab.tests]
+        rows.append(cells)
+    return markdown_table(header, rows, "lll" + "r" * (len(header) - 3), escape=False)
+
+
+def test_table(ab: Ablation, name: str) -> str:
+    header = ["variant", "BLEU", "95% CI", "Δ BLEU", "p"]
+    rows = []
+    for row in ab.rows:
+        if row.record is None:
+            continue
+        ci = row.ci95.get(name)
+        is_base = row.variant == BASELINE
+        rows.append(
+            [
+                escape_cell(row.variant),
+                fmt_score(row.bleu(name)),
+                f"{ci[0]:.2f}–{ci[1]:.2f}" if ci else "–",
+                "–" if is_base else fmt_delta(row.delta.get(name, math.nan)),
+                "–" if is_base else fmt_p(_p(row, name)),
+            ]
+        )
+    return markdown_table(header, rows, "lrrrr", escape=False)
+
+
+def bleu_cell(row: Row, name: str) -> str:
+    """BLEU, and for a variant (Δ, p) against the baseline as the experiments table writes them."""
+    text = fmt_score(row.bleu(name))
+    delta = row.delta.get(name)
+    if row.variant == BASELINE or delta is None:
+        return text
+    return f"{text} ({fmt_delta(delta)}, p {fmt_p(_p(row, name))})"
+
+
+def epochs_text(summary: dict[str, Any]) -> str:
+    """Epochs trained and why training stopped (train/summary.json), – if the run has no summary."""
+    if summary.get("epochs") is None:
+        return "–"
+    stopped = {"early_stopping": "early stop", None: "?"}.get(summary.get("stopped"), summary.get("stopped"))
+    return f"{summary['epochs']} ({stopped})"
+
+
+def _p(row: Row, name: str) -> float:
+    value = row.p.get(name)
+    return math.nan if value is None else value
+
+
+def _int(value: float | None) -> int | None:
+    return None if value is None or math.isnan(value) else int(value)
 
 
 if __name__ == "__main__":
