@@ -456,7 +456,7 @@ def where_ran(tags: dict[str, str]) -> str:
     host, device, torch, threads = (
         tags.get(f"sys.{k}", "?") for k in ("hostname", "device", "torch", "torch_threads")
     )
-    return f"{host}, {device}, torch {torch} with {threads} threads"
+    return f"{host}, {device}, torch {torch}, torch threads {threads}"
 
 
 def summary_table(ab: Ablation, short: dict[str, str]) -> str:
@@ -488,7 +488,7 @@ def test_table(ab: Ablation, name: str) -> str:
             [
                 escape_cell(row.variant),
                 fmt_score(row.bleu(name)),
-                f"{ci[0]:.2f}–{ci[1]:.2f}" if ci else "–",
+                f"{ci[0]:.1f}–{ci[1]:.1f}" if ci else "–",
                 "–" if is_base else fmt_delta(row.delta.get(name, math.nan)),
                 "–" if is_base else fmt_p(_p(row, name)),
             ]
