@@ -1,0 +1,257 @@
+"""bench/ablation.py: the queued variants, and the table made from runs in a temporary MLflow store.
+
+The runs are logged as train and score log them (Tracker, score.score on made-up hypotheses of the
+default test sets): the baseline garbles 30% of the reference words, post-LN 5% (significantly better),
+learned positions 30% with another seed (not significant), untied also changed train.max_steps and was
+not decoded on one test set, 10+2 failed, decoder-only never ran; a later run of other params and no
+DVC experiment must not be taken for the baseline.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from bench import ablation
+from pipeline import files, tracking
+from pipeline.errors import ParamsError, UserError
+from pipeline.reporting.metrics import paired_test
+from pipeline.reporting.runs import RunRecord
+from pipeline.stages import score
+from pipeline.tracking import Tracker
+from tests.helpers import BASE, REPO, garble, references, table_rows
+
+TESTS = list(BASE.data.test)
+LINES = 60
+BASE_COMMIT, NEW_COMMIT = "a" * 40, "b" * 40
+
+
+@dataclass(frozen=True)
+class Made:
+    ids: dict[str, str]  # label -> MLflow run id
+    scores: dict[str, dict[str, Any]]  # label -> what score() returned
+    hyps: dict[str, dict[str, list[str]]]  # label -> test set -> hypotheses
+    refs: dict[str, list[str]]
+    report: str
+    saved: dict[str, Any]  # ablation.json
+    output: str
+
+
+def raw_params(changes: dict[str, object]) -> dict[str, Any]:
+    raw = yaml.safe_load((REPO / "params.yaml").read_text(encoding="utf-8"))
+    for key, value in changes.items():
+        section, name = key.split(".", 1)
+        raw[section][name] = value
+    return raw
+
+
+def log_scored_run(
+    root: Path,
+    patch: pytest.MonkeyPatch,
+    label: str,
+    exp: str | None,
+    changes: dict[str, object],
+    hyps: dict[str, list[str]],
+    n_params_as_metric: bool = False,
+) -> tuple[str, dict[str, Any]]:
+    """A run as train logs it (params, n_params, totals, train/summary.json), then score's scores and
+    hypotheses of `hyps`' test sets; returns its id and what score returned."""
+    if exp is None:
+        patch.delenv("DVC_EXP_NAME", raising=False)
+    else:
+        patch.setenv("DVC_EXP_NAME", exp)
+    patch.setattr(tracking, "git_commit", lambda cwd=None: BASE_COMMIT if exp is None else NEW_COMMIT)
+    n_params = 7_000_000 + 1000 * len(label)
+    tags = {} if n_params_as_metric else {"n_params": n_params}
+    run = Tracker.start(raw_params(changes), "nmt", f"de-en {label}", tags=tags)
+    totals = {"train_seconds": 1500.0 + len(label), "tokens_per_s": 3000.0}
+    run.log_metrics(totals | ({"n_params": n_params} if n_params_as_metric else {}), step=900)
+    summary = root / label / "train" / "summary.json"
+    files.write_json(summary, {"epochs": 11, "stopped": "early_stopping", "steps": 900, "best_step": 500})
+    run.log_artifact(summary, "train")
+    run.save_run_file(root / label / "model" / "mlflow_run.json")
+    run.end("FINISHED")
+    decode = root / label / "decode"
+    for name, lines in hyps.items():
+        files.write_lines(decode / "test" / f"{name}.hyp", lines)
+    results = score.score(decode, root / "raw", root / label / "metrics.json", root / label / "model")
+    assert run.run_id is not None
+    return run.run_id, results
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory: pytest.TempPathFactory) -> Made:
+    root = tmp_path_factory.mktemp("ablation")
+    refs = {name: references(LINES, seed=i) for i, name in enumerate(TESTS)}
+    for name, lines in refs.items():
+        files.write_lines(root / "raw" / "test" / f"{name}.tgt", lines)
+    some = lambda share, seed, names=TESTS: {n: garble(refs[n], share, seed) for n in names}
+    runs: list[tuple[str, str | None, dict[str, object], dict[str, list[str]], bool]] = [
+        ("baseline", None, {}, some(0.3, 1), False),
+        ("post-ln", "abl-post-ln", {"model.norm": "post"}, some(0.05, 1), False),
+        ("learned-pos", "abl-learned-pos", {"model.positions": "learned"}, some(0.3, 2), True),
+        (
+            "untied",
+            "abl-untied",
+            {"bpe.joint": False, "model.tie_embeddings": "none", "train.max_steps": 200},
+            some(0.3, 3, TESTS[:-1]),
+            False,
+        ),
+        ("other", None, {"model.d_model": 128}, some(0.3, 4), False),  # newer than the baseline
+    ]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{root / 'mlflow.db'}")
+        ids, scores = {}, {}
+        for label, exp, changes, hyps, as_metric in runs:
+            ids[label], scores[label] = log_scored_run(root, patch, label, exp, changes, hyps, as_metric)
+        patch.setenv("DVC_EXP_NAME", "abl-10-2")
+        failed = Tracker.start(raw_params({"model.encoder_layers": 10}), "nmt", "de-en 10-2")
+        failed.end("FAILED")
+        ids["10-2"] = str(failed.run_id)
+        patch.delenv("DVC_EXP_NAME")
+        out = root / "reports" / "ablation.md"
+        args = [
+            "table",
+            "--params",
+            str(REPO / "params.yaml"),
+            "--refs",
+            str(root / "raw"),
+            "--out",
+            str(out),
+        ]
+        result = CliRunner().invoke(ablation.cli, args)
+    assert result.exit_code == 0, result.output
+    return Made(
+        ids,
+        scores,
+        {label: hyps for label, _, _, hyps, _ in runs},
+        refs,
+        out.read_text(encoding="utf-8"),
+        json.loads(out.with_suffix(".json").read_text(encoding="utf-8")),
+        result.output,
+    )
+
+
+def summary_rows(report: str) -> list[list[str]]:
+    return table_rows(report.split("## ")[0])
+
+
+def test_queue_runs_the_whole_pipeline_with_only_each_variants_changes() -> None:
+    result = CliRunner().invoke(ablation.cli, ["queue", "--params", str(REPO / "params.yaml"), "--dry-run"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert [line.split()[5] for line in lines] == list(ablation.VARIANTS)  # no baseline: it is `dvc repro`
+    assert all(line.startswith("dvc exp run --queue -n abl-") for line in lines)
+    assert not any(" train" in line or "max_steps" in line or "warmup" in line for line in lines)
+    assert "dvc exp run --queue -n abl-untied -S bpe.joint=false -S model.tie_embeddings=none" in lines
+
+
+def test_every_variant_is_valid_params_and_separate_vocabularies_need_untied_embeddings() -> None:
+    raw = raw_params({})
+    for _, changes in ablation.VARIANTS.values():
+        ablation.variant_params(raw, changes)
+    untied = ablation.variant_params(raw, ablation.VARIANTS["abl-untied"][1])
+    assert untied.bpe.joint is False and untied.model.tie_embeddings == "none"
+    with pytest.raises(ParamsError, match=r"model\.tie_embeddings: .all. ties"):
+        ablation.variant_params(raw, {"bpe.joint": False})  # tie "all" with separate vocabularies
+
+
+def test_a_row_per_variant_the_baseline_first_with_its_commit(made: Made) -> None:
+    rows = summary_rows(made.report)
+    header, body = rows[0], rows[1:]
+    assert header[:7] == ["variant", "change", "commit", "parameters", "epochs", "train time", "tokens/s"]
+    assert [r[0] for r in body] == ["baseline", *ablation.VARIANTS]
+    assert body[0][2] == BASE_COMMIT[:7] and body[1][2] == NEW_COMMIT[:7]
+    assert made.saved["rows"][0]["run_id"] == made.ids["baseline"]  # not the newer run of other params
+    assert f"MLflow run `{made.ids['baseline']}` (the default pipeline's own" in made.report
+    assert body[1][4] == "11 (early stop)" and body[1][5] == "0:25:07"
+
+
+def test_parameters_come_from_the_tag_or_from_an_old_runs_metric(made: Made) -> None:
+    body = summary_rows(made.report)[1:]
+    assert body[1][3] == f"{7_000_000 + 1000 * len('post-ln'):,}"  # a tag
+    assert body[2][3] == f"{7_000_000 + 1000 * len('learned-pos'):,}"  # a metric
+
+
+def test_runs_not_made_yet_are_rows_that_say_so(made: Made) -> None:
+    body = {r[0]: r for r in summary_rows(made.report)[1:]}
+    assert body["abl-decoder-only"][2] == "not run yet (queued?)"
+    assert body["abl-10-2"][2] == f"no scored run yet (latest {made.ids['10-2'][:8]}: failed)"
+    assert set(body["abl-10-2"][3:]) == {"–"}
+    assert made.saved["rows"][-1] == {
+        "variant": "abl-decoder-only",
+        "change": ablation.VARIANTS["abl-decoder-only"][0],
+        "status": "not run yet (queued?)",
+        "settings": ["model.arch=decoder_only", "model.decoder_layers=6"],
+    }
+
+
+def test_bleu_and_its_interval_per_test_set_are_the_score_stages(made: Made) -> None:
+    rows = {r["variant"]: r for r in made.saved["rows"]}
+    for label, variant in (("baseline", "baseline"), ("post-ln", "abl-post-ln")):
+        for name in TESTS:
+            scored = made.scores[label]["test"][name]
+            assert rows[variant]["tests"][name]["bleu"] == scored["bleu"]
+            assert rows[variant]["tests"][name]["ci95"] == scored["ci95"]["bleu"]
+    short = TESTS[0][len("multi30k-test_") :]  # without the common prefix
+    table = table_rows(made.report.split(f"## {short}\n")[1].split("## ")[0])
+    ci = made.scores["baseline"]["test"][TESTS[0]]["ci95"]["bleu"]
+    assert table[1][:3] == [
+        "baseline",
+        f"{made.scores['baseline']['test'][TESTS[0]]['bleu']:.1f}",
+        f"{ci[0]:.1f}–{ci[1]:.1f}",
+    ]
+
+
+def test_differences_and_p_values_are_the_paired_test_of_the_hypotheses(made: Made) -> None:
+    rows = {r["variant"]: r for r in made.saved["rows"]}
+    for label, variant in (("post-ln", "abl-post-ln"), ("learned-pos", "abl-learned-pos")):
+        for name in TESTS:
+            systems = {"base": made.hyps["baseline"][name], label: made.hyps[label][name]}
+            expected = paired_test(systems, made.refs[name])[label]["bleu"]
+            got = rows[variant]["tests"][name]
+            assert (got["delta"], got["p"], got["significant"]) == (
+                expected.delta,
+                expected.p_value,
+                expected.significant,
+            )
+    assert all(rows["abl-post-ln"]["tests"][n]["significant"] for n in TESTS)
+    assert not any(rows["abl-learned-pos"]["tests"][n]["significant"] for n in TESTS)
+    cell = summary_rows(made.report)[2][7]
+    assert cell.startswith(f"{rows['abl-post-ln']['tests'][TESTS[0]]['bleu']:.1f} (+") and cell.endswith(
+        " *)"
+    )
+
+
+def test_a_run_that_differs_in_more_than_its_change_or_lacks_a_set_is_noted(made: Made) -> None:
+    notes = made.report.split("## Notes")[1]
+    assert "abl-untied also differs from the baseline in train.max_steps (200 vs 0)" in notes
+    assert f"{TESTS[-1]}: abl-untied has no hypotheses for it" in notes
+    untied = summary_rows(made.report)[4]
+    assert untied[-1] == "–" and untied[7].endswith(")")
+    assert "abl-post-ln also differs" not in notes
+
+
+def record(run_id: str, exp: str | None, params: dict[str, str], day: int) -> RunRecord:
+    started = pd.Timestamp(f"2026-01-{day:02d}")
+    return RunRecord(run_id, run_id, exp, "c" * 40, "finished", started, params, {"test.t.bleu": 30.0})
+
+
+def test_the_baseline_is_the_newest_default_run_or_the_one_named() -> None:
+    defaults = {"model.norm": "pre", "train.seed": "1"}
+    older, newer = record("1" * 32, None, defaults, 1), record("2" * 32, None, defaults, 2)
+    other = record("3" * 32, None, {**defaults, "model.norm": "post"}, 3)
+    named = record("4" * 32, "abl-post-ln", {**defaults, "model.norm": "post"}, 4)
+    records = [older, newer, other, named]
+    assert ablation.pick_baseline(records, defaults, None) is newer
+    assert ablation.pick_baseline(records, defaults, "1" * 32) is older
+    assert ablation.pick_baseline(records, defaults, "abl-post-ln") is named
+    with pytest.raises(UserError, match=r"3{32}, has model.norm post \(default pre\).*--baseline"):
+        ablation.pick_baseline([other, named], defaults, None)
