@@ -194,18 +194,19 @@ def collect(params: P.Params, refs_dir: Path, baseline_ref: str | None = None) -
         records = runs.mlflow_records(params.tracking.experiment, uri)
     except runs.ExperimentsUnavailable as e:
         raise UserError(str(e)) from None
-    base = Row(BASELINE, BASELINE_CHANGE, pick_baseline(records, default_params(params), baseline_ref))
+    base = Row(
+        BASELINE, BASELINE_CHANGE, pick_baseline(records, default_params(params), baseline_ref), "finished"
+    )
     rows = [base, *(variant_row(records, name) for name in VARIANTS)]
     notes = [note for row in rows[1:] for note in param_notes(row, base)]
     for row in rows:
         if row.record is not None:
             notes += read_run(row, uri, params.data.test)
     notes += score_sets(rows, refs_dir, list(params.data.test))
-    import torch
+    import torch  # here, not at the top: `queue` needs no torch
 
-    return Ablation(
-        rows, list(params.data.test), notes, machine_info("torch threads", torch.get_num_threads())
-    )
+    here = machine_info("torch threads", torch.get_num_threads())
+    return Ablation(rows, list(params.data.test), notes, here, baseline_ref)
 
 
 def default_params(params: P.Params) -> dict[str, str]:

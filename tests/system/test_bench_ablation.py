@@ -41,7 +41,7 @@ class Made:
     refs: dict[str, list[str]]
     report: str
     saved: dict[str, Any]  # ablation.json
-    output: str
+    root: Path  # the MLflow store (mlflow.db) and the references (raw/)
 
 
 def raw_params(changes: dict[str, object]) -> dict[str, Any]:
@@ -135,7 +135,7 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> Made:
         refs,
         out.read_text(encoding="utf-8"),
         json.loads(out.with_suffix(".json").read_text(encoding="utf-8")),
-        result.output,
+        root,
     )
 
 
@@ -170,6 +170,7 @@ def test_a_row_per_variant_the_baseline_first_with_its_commit(made: Made) -> Non
     assert [r[0] for r in body] == ["baseline", *ablation.VARIANTS]
     assert body[0][2] == BASE_COMMIT[:7] and body[1][2] == NEW_COMMIT[:7]
     assert made.saved["rows"][0]["run_id"] == made.ids["baseline"]  # not the newer run of other params
+    assert made.saved["rows"][0]["status"] == "finished" and made.saved["baseline_ref"] is None
     assert f"MLflow run `{made.ids['baseline']}` (the default pipeline's own" in made.report
     assert body[1][4] == "11 (early stop)" and body[1][5] == "0:25:07"
 
@@ -237,6 +238,20 @@ def test_a_run_that_differs_in_more_than_its_change_or_lacks_a_set_is_noted(made
     untied = summary_rows(made.report)[4]
     assert untied[-1] == "–" and untied[7].endswith(")")
     assert "abl-post-ln also differs" not in notes
+
+
+def test_a_baseline_named_on_the_command_line_is_said_to_be(
+    made: Made, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{made.root / 'mlflow.db'}")
+    out = tmp_path / "ablation.md"
+    args = ["table", "--baseline", made.ids["other"], "--refs", str(made.root / "raw"), "--out", str(out)]
+    result = CliRunner().invoke(ablation.cli, [*args, "--params", str(REPO / "params.yaml")])
+    assert result.exit_code == 0, result.output
+    text = out.read_text(encoding="utf-8")
+    assert f"MLflow run `{made.ids['other']}` (named with --baseline {made.ids['other']})" in text
+    # Every variant now also differs from the baseline in the other run's d_model.
+    assert "abl-post-ln also differs from the baseline in model.d_model (256 vs 128)" in text
 
 
 def record(run_id: str, exp: str | None, params: dict[str, str], day: int) -> RunRecord:
