@@ -105,7 +105,13 @@ def cli() -> None:
 
 @cli.command()
 @click.argument("names", nargs=-1, type=click.Choice(sorted(VARIANTS)), metavar="[VARIANT]...")
-@click.option("--params", "params_file", type=click.Path(exists=True, path_type=Path), default="params.yaml")
+@click.option(
+    "--params",
+    "params_file",
+    type=click.Path(exists=True, path_type=Path),
+    default="params.yaml",
+    help="The params the experiments start from (DVC takes the workspace's): each variant is checked first.",
+)
 @click.option("--dry-run", is_flag=True, help="Print the commands instead of queueing them.")
 def queue(names: tuple[str, ...], params_file: Path, dry_run: bool) -> None:
     """Queue one full-pipeline `dvc exp run` per variant (all, or those named); then `dvc queue start -j 1`.
@@ -113,9 +119,11 @@ def queue(names: tuple[str, ...], params_file: Path, dry_run: bool) -> None:
     The baseline is not queued: it is the default pipeline's own run (`dvc repro`).
     """
     raw = yaml.safe_load(params_file.read_text(encoding="utf-8"))
-    for name in names or VARIANTS:
+    names = names or tuple(VARIANTS)
+    for name in names:  # refuse a variant params.py would refuse before queueing any
+        variant_params(raw, VARIANTS[name][1])
+    for name in names:
         changes = VARIANTS[name][1]
-        variant_params(raw, changes)  # refuse a variant params.py would refuse, before queueing any
         args = [_dvc(), "exp", "run", "--queue", "-n", name]
         for setting in settings(changes):
             args += ["-S", setting]
