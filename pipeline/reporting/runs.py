@@ -17,6 +17,7 @@ sort key: best first). An old run's single test set counts as `test`.
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 import math
 import re
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import yaml
 
 from pipeline import params as P
 from pipeline import tracking
@@ -47,6 +49,7 @@ LEGACY_TEST = "test"  # the name of an old run's one test set (metrics test_bleu
 TEST_PARAM = "data.test"
 
 SEED_PARAM = "train.seed"
+SETTINGS = "settings"  # table()'s hidden column: settings_key of the run's params
 GROUP_COLUMNS = ("n_runs", "members")  # group_seeds adds these, after a <metric>_sd per metric
 
 DVC_STATES = {None: "finished", "success": "finished"}  # executor state -> status; others kept as is
@@ -103,9 +106,9 @@ def test_sets(frame: pd.DataFrame) -> list[str]:
 def listed_tests(params: dict[str, str]) -> list[str]:
     """A run's data.test param as a list of names ([] if absent or not a list)."""
     text = params.get(TEST_PARAM)
-    try:
-        value = ast.literal_eval(text) if isinstance(text, str) else None
-    except (ValueError, SyntaxError):
+    try:  # param_text's [a, b], or str() of a Python list
+        value = yaml.safe_load(text) if isinstance(text, str) else None
+    except yaml.YAMLError:
         return []
     return [str(v) for v in value] if isinstance(value, (list, tuple)) else []
 
@@ -137,13 +140,14 @@ def table(records: Iterable[RunRecord]) -> pd.DataFrame:
     rows = [
         {
             **{c: getattr(r, c) for c in ID_COLUMNS},
+            SETTINGS: settings_key(r.params),
             **{k: r.params.get(k) for k in varied},
             **{m: r.metrics.get(m, math.nan) for m in metrics[:-1]},
             PRIMARY: primary_bleu(r, names),
         }
         for r in records
     ]
-    frame = pd.DataFrame(rows, columns=[*ID_COLUMNS, *varied, *metrics])
+    frame = pd.DataFrame(rows, columns=[*ID_COLUMNS, SETTINGS, *varied, *metrics])
     frame[metrics] = frame[metrics].astype(float)
     return best_first(frame)
 
@@ -173,10 +177,16 @@ def best_first(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.reset_index(drop=True)
 
 
+def settings_key(params: dict[str, str]) -> str:
+    """Every param but train.seed, as one string: runs with equal keys differ only in their seed."""
+    return json.dumps({k: v for k, v in sorted(params.items()) if k != SEED_PARAM})
+
+
 def is_derived(column: str) -> bool:
-    """A column group_seeds or against_baseline adds: <metric>_sd, n_runs, members, delta.<name>, p.<name>."""
+    """A column table(), group_seeds or against_baseline adds: settings, <metric>_sd, n_runs, members,
+    delta.<name>, p.<name>."""
     sd = column.endswith("_sd") and is_metric(column[: -len("_sd")])
-    return sd or column in GROUP_COLUMNS or column.startswith(("delta.", "p."))
+    return sd or column in (SETTINGS, *GROUP_COLUMNS) or column.startswith(("delta.", "p."))
 
 
 def param_columns(frame: pd.DataFrame) -> list[str]:
@@ -192,7 +202,7 @@ def group_seeds(frame: pd.DataFrame) -> pd.DataFrame:
     first), the seeds in train.seed, and the run names joined in `run`.
     Unfinished runs stay rows of their own.
     """
-    keys = ["commit", *(c for c in param_columns(frame) if c != SEED_PARAM)]
+    keys = ["commit", SETTINGS]  # all params, not only the columns shown (a key only some runs have)
     groups: dict[tuple[Any, ...], list[int]] = {}
     for i, (status, *key) in enumerate(frame[["status", *keys]].itertuples(index=False)):
         groups.setdefault(tuple(key) if status == "finished" else ("unfinished", i), []).append(i)
@@ -230,9 +240,14 @@ def _seed_order(seed: str) -> tuple[int, float, str]:
 
 
 def differing_params(params: list[dict[str, str]]) -> list[str]:
-    """Flat keys whose value is not the same in every run (absent counts as a value); sorted."""
-    keys = sorted({k for p in params for k in p})
-    return [k for k in keys if len({p.get(k) for p in params}) > 1]
+    """Flat keys that every run has and whose value is not the same in all; sorted.
+
+    A key only some runs have is a setting added or removed between versions of
+    params.yaml, not an experiment's change: showing it would give runs of an older
+    version a column for each such key.
+    """
+    shared = set.intersection(*(set(p) for p in params)) if params else set()
+    return [k for k in sorted(shared) if len({p[k] for p in params}) > 1]
 
 
 def param_text(value: Any) -> str:
@@ -241,8 +256,13 @@ def param_text(value: Any) -> str:
         return "null"
     if isinstance(value, bool):
         return str(value).lower()
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(param_text(v) for v in value) + "]"  # YAML flow style, as -S takes it
     if isinstance(value, str):
         # MLflow holds str() of the Python value.
+        if value.startswith("[") and value.endswith("]"):
+            with contextlib.suppress(ValueError, SyntaxError):
+                return param_text(ast.literal_eval(value))
         return {"None": "null", "True": "true", "False": "false"}.get(value, value)
     return str(value)
 

@@ -20,7 +20,14 @@ from pipeline import files, tracking
 from pipeline.errors import UserError
 from pipeline.reporting import hypotheses
 from pipeline.reporting.metrics import BOOTSTRAP_SEED, TESTS
-from pipeline.reporting.runs import ExperimentsUnavailable, dvc_exp_show, dvc_table, group_seeds, mlflow_table
+from pipeline.reporting.runs import (
+    SETTINGS,
+    ExperimentsUnavailable,
+    dvc_exp_show,
+    dvc_table,
+    group_seeds,
+    mlflow_table,
+)
 from pipeline.reporting.significance import against_baseline
 from pipeline.reporting.tables import experiments_markdown
 from pipeline.stages.options import load_params, params_option
@@ -49,7 +56,7 @@ def write_table(frame: pd.DataFrame, out: Path) -> None:
     """Markdown for .md (anything else), CSV for .csv; atomically."""
     if out.suffix.lower() == ".csv":
         with files.atomic_path(out) as tmp:
-            frame.to_csv(tmp, index=False)
+            frame.drop(columns=[SETTINGS], errors="ignore").to_csv(tmp, index=False)
     else:
         files.write_text(out, "# Experiments\n\n" + experiments_markdown(frame) + "\n")
 

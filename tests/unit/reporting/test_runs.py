@@ -45,7 +45,14 @@ def test_mlflow_table_shows_only_the_params_that_differ(store: dict) -> None:
     assert list(frame["model.n_layers"]) == ["4", "2", "6"]
     assert list(frame["model.dropout"]) == ["0.3", "0.1", "0.1"]
     tests = [f"{t}.{s}" for t in (T16, T17) for s in ("bleu", "chrf", "ter")]  # a column per test set's score
-    assert list(frame.columns) == [*runs.ID_COLUMNS, *params, *tests, *runs.FIXED_METRICS, runs.PRIMARY]
+    assert list(frame.columns) == [
+        *runs.ID_COLUMNS,
+        runs.SETTINGS,
+        *params,
+        *tests,
+        *runs.FIXED_METRICS,
+        runs.PRIMARY,
+    ]
     assert runs.test_sets(frame) == ["multi30k-test_2016_flickr", "multi30k-test_2017_mscoco"]
 
 
@@ -116,10 +123,15 @@ def test_param_text_matches_between_mlflow_strings_and_dvc_values() -> None:
     assert runs.param_text(None) == "null" and runs.param_text(False) == "false"
 
 
-def test_a_param_missing_from_some_runs_counts_as_differing() -> None:
+def test_a_param_missing_from_some_runs_is_a_schema_change_not_a_column() -> None:
     params = [{"a": "1", "b": "x"}, {"a": "1", "b": "x", "c": "2"}, {"a": "1", "b": "y"}]
-    assert runs.differing_params(params) == ["b", "c"]
+    assert runs.differing_params(params) == ["b"]
     assert runs.differing_params([{"a": "1"}]) == []
+
+
+def test_list_params_read_as_yaml_flow_lists_from_mlflow_and_dvc() -> None:
+    assert runs.param_text("['t16', 't17']") == runs.param_text(["t16", "t17"]) == "[t16, t17]"
+    assert runs.param_text("[0.9, 0.98]") == "[0.9, 0.98]" and runs.param_text("[not python") == "[not python"
 
 
 def test_ties_and_unscored_runs_order_newest_first() -> None:
@@ -170,7 +182,12 @@ def test_metric_names_of_mlflow_dvc_and_old_runs_meet() -> None:
 
 def test_empty_table_has_the_columns() -> None:
     frame = runs.table([])
-    assert frame.empty and list(frame.columns) == [*runs.ID_COLUMNS, *runs.FIXED_METRICS, runs.PRIMARY]
+    assert frame.empty and list(frame.columns) == [
+        *runs.ID_COLUMNS,
+        runs.SETTINGS,
+        *runs.FIXED_METRICS,
+        runs.PRIMARY,
+    ]
 
 
 # --- the table from `dvc exp show --json` ----------------------------------------------
