@@ -163,6 +163,16 @@ def _training(summary: dict[str, Any] | None, curves: str | None) -> str:
             ["stopped", fmt(summary.get("stopped"))],
         ]
         out.append(markdown_table(["", "value"], rows, "lr"))
+        drawn = summary.get("pairs_drawn_per_epoch") or {}
+        if drawn:
+            out += [
+                "",
+                "Pairs each training source gives an epoch (train.source_weights, train.source_temperature):",
+                "",
+            ]
+            out.append(
+                markdown_table(["source", "pairs an epoch"], [[n, fmt(d)] for n, d in drawn.items()], "lr")
+            )
     if curves:
         out += ["", f"![Learning curves: loss, validation BLEU and learning rate by update step]({curves})"]
     return "\n".join(out)

@@ -38,3 +38,13 @@ def test_scores_show_their_intervals_and_how_they_were_made() -> None:
     plain = page.render_report(page.ReportInputs(params=params, metrics={"test": {"t1": TEST_METRICS}}))
     assert next(r for r in table_rows(plain) if r[0] == "t1")[1] == "37.1"
     assert "confidence interval" not in plain
+
+
+def test_training_lists_the_pairs_each_source_gives_an_epoch() -> None:
+    params = P.load(REPO / "params.yaml").to_dict()
+    summary = {"n_params": 10, "pairs_drawn_per_epoch": {"news": 40, "web": 50}}
+    text = page.render_report(page.ReportInputs(params=params, metrics={"test": {}}, summary=summary))
+    rows = table_rows(text)
+    assert ["news", "40"] in rows and ["web", "50"] in rows
+    old = page.render_report(page.ReportInputs(params=params, metrics={"test": {}}, summary={"n_params": 10}))
+    assert "gives an epoch" not in old  # summaries from before source weights
