@@ -100,6 +100,11 @@ def write_side(prefix: Path, seqs: list[list[int]]) -> None:
     offsets.tofile(f"{prefix}.idx")
 
 
+def bpe_params(joint: bool = True, vocab_size: int = VOCAB, **changes) -> BpeParams:
+    """params.yaml's bpe section with a test-sized vocabulary: new settings arrive with their defaults."""
+    return dataclasses.replace(BASE.bpe, joint=joint, vocab_size=vocab_size, **changes)
+
+
 def make_corpus(
     root: Path, *, task: str = "copy", n_train: int = 400, n_val: int = 30, lengths=(3, 8), seed: int = 0
 ) -> Paths:
@@ -111,15 +116,7 @@ def make_corpus(
     words = [" ".join(word() for _ in range(8)) for _ in range(300)]
     for side in ("src", "tgt"):
         (text / f"train.{side}").write_text("\n".join(words) + "\n", encoding="utf-8")
-    bpe = BpeParams(
-        joint=True,
-        vocab_size=VOCAB,
-        character_coverage=1.0,
-        byte_fallback=False,
-        sample_lines=2_000_000,
-        seed=1,
-    )
-    train_bpe(bpe, text, root / "bpe")
+    train_bpe(bpe_params(), text, root / "bpe")
     (root / "bin").mkdir()
     for split, n in (("train", n_train), ("val", n_val), ("test", n_val)):
         src = [[rng.randrange(N_SPECIAL, VOCAB) for _ in range(rng.randint(*lengths))] for _ in range(n)]

@@ -34,11 +34,10 @@ from pipeline.data.vocab import Vocab
 from pipeline.decoding.translator import Translator
 from pipeline.model import checkpoint
 from pipeline.model.transformer import build_model
-from pipeline.params import BpeParams
 from pipeline.stages import clean
 from pipeline.stages import translate as translate_stage
 from pipeline.stages.bpe import train_bpe
-from tests.helpers import BASE, WORDS, tiny_model_params, train_spm
+from tests.helpers import BASE, WORDS, bpe_params, tiny_model_params, train_spm
 
 NASTY = [
     "\x00",
@@ -225,9 +224,7 @@ def _clean_dir(root: Path) -> Path:
     return clean_dir
 
 
-BYTE_FALLBACK = BpeParams(
-    joint=True, vocab_size=400, character_coverage=1.0, byte_fallback=True, sample_lines=2_000_000, seed=1
-)
+BYTE_FALLBACK = bpe_params(True, 400, byte_fallback=True)
 
 
 @pytest.fixture(scope="module")

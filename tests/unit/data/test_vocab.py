@@ -13,8 +13,8 @@ import sentencepiece as spm
 from pipeline import tokens
 from pipeline.data.vocab import Vocab
 from pipeline.errors import UserError
-from pipeline.params import BpeParams
 from pipeline.stages.bpe import train_bpe
+from tests.helpers import bpe_params
 
 WORDS = "der die das hund katze läuft über straße the dog cat runs over street".split()
 
@@ -34,14 +34,7 @@ def bpe_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     write_clean(root / "clean")
     dirs = {}
     for joint in (True, False):
-        params = BpeParams(
-            joint=joint,
-            vocab_size=80,
-            character_coverage=1.0,
-            byte_fallback=False,
-            sample_lines=2_000_000,
-            seed=1,
-        )
+        params = bpe_params(joint, 80)
         dirs["joint" if joint else "separate"] = root / ("joint" if joint else "separate")
         train_bpe(params, root / "clean", dirs["joint" if joint else "separate"])
     return dirs

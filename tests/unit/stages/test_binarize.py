@@ -22,10 +22,9 @@ from pipeline import tokens
 from pipeline.data.batching import ParallelData
 from pipeline.data.vocab import Vocab
 from pipeline.errors import UserError
-from pipeline.params import BpeParams
 from pipeline.stages import binarize as binarize_stage
 from pipeline.stages.bpe import train_bpe
-from tests.helpers import REPO
+from tests.helpers import REPO, bpe_params
 
 SPLITS, SIDES = ("train", "val"), ("src", "tgt")  # test sets are not binarized: nothing trains on them
 DE = "der die das ein hund katze mann läuft springt über straße weiß".split()
@@ -53,15 +52,7 @@ def read_lines(path: Path) -> list[str]:
 def corpus(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("binarize")
     write_clean(root / "clean")
-    params = BpeParams(
-        joint=request.param,
-        vocab_size=70,
-        character_coverage=1.0,
-        byte_fallback=False,
-        sample_lines=2_000_000,
-        seed=1,
-    )
-    train_bpe(params, root / "clean", root / "bpe")
+    train_bpe(bpe_params(request.param, 70), root / "clean", root / "bpe")
     return root
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import gzip
 import json
 import random
@@ -19,6 +20,9 @@ from pipeline.errors import UserError
 from pipeline.params import BpeParams
 from pipeline.stages import bpe as bpe_stage
 from tests.helpers import REPO
+from tests.helpers import bpe_params as test_sized
+
+bpe_params = functools.partial(test_sized, vocab_size=100)
 
 MULTI30K = REPO.parent / "shared/corpora/raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw"
 
@@ -37,17 +41,6 @@ def write_corpus(clean: Path, n_train: int = 400, seed: int = 0) -> None:
             src[0], tgt[0] = "Ω " + src[0], "Ω " + tgt[0]
         (clean / f"{split}.src").write_text("".join(s + "\n" for s in src), encoding="utf-8")
         (clean / f"{split}.tgt").write_text("".join(t + "\n" for t in tgt), encoding="utf-8")
-
-
-def bpe_params(joint: bool = True, vocab_size: int = 100) -> BpeParams:
-    return BpeParams(
-        joint=joint,
-        vocab_size=vocab_size,
-        character_coverage=1.0,
-        byte_fallback=False,
-        sample_lines=2_000_000,
-        seed=1,
-    )
 
 
 def write_params(path: Path, **bpe: object) -> Path:
