@@ -20,9 +20,9 @@ from pipeline.errors import UserError
 from pipeline.params import BpeParams
 from pipeline.stages import bpe as bpe_stage
 from tests.helpers import REPO
-from tests.helpers import bpe_params as test_sized
+from tests.helpers import bpe_params as sized_bpe
 
-bpe_params = functools.partial(test_sized, vocab_size=100)
+bpe_params = functools.partial(sized_bpe, vocab_size=100)
 
 MULTI30K = REPO.parent / "shared/corpora/raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw"
 
