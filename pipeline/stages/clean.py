@@ -8,10 +8,11 @@ Val and test sets are never filtered, so scores stay comparable with published o
 
 Streamed in chunks of CHUNK_PAIRS pairs through data.workers processes, results taken in order,
 so the output is the same for any number of workers. Dedupe and decontamination compare 64-bit
-blake2b hashes (8 bytes a pair kept, not its text): n pairs wrongly match with probability
-about n^2 / 2^65, 3e-6 at 10M pairs (docs/corpora.md). stats.json: train, val, and test by set
-name, each with lines_in, lines_out, dropped per reason, and per side the lines each
-normalization step changed; train also per source (names and sizes from data/raw/manifest.json).
+blake2b hashes: n pairs wrongly match with probability about n^2 / 2^65, 3e-6 at 10M pairs
+(docs/corpora.md). Dedupe spills its hashes to disk (data.dedupe) and drops the duplicates in
+a second pass over the kept text, so memory stays flat with the corpus. stats.json: train, val,
+and test by set name, each with lines_in, lines_out, dropped per reason, and per side the lines
+each normalization step changed; train also per source (names and sizes from the manifest).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import click
 import numpy as np
 
 from pipeline import files
+from pipeline.data import dedupe
 from pipeline.data.text import SideStats, drop_reason, normalize_lines
 from pipeline.errors import UserError
 from pipeline.params import CleanParams
@@ -200,58 +202,37 @@ def _cleaned(
                 future.cancel()
 
 
-# --- the parent: dedupe in order, counts per source ------------------------------------------
-
-
-class SeenPairs:
-    """The hashes of the pairs kept so far: sorted uint64 runs, merged as they grow (8 bytes a pair)."""
-
-    def __init__(self) -> None:
-        self._runs: list[np.ndarray] = []  # sizes decreasing, so at most log2(n) runs
-
-    def first_seen(self, hashes: bytes) -> np.ndarray:
-        """For each hash, in order: True if neither an earlier one here nor any added before is equal."""
-        h = np.frombuffer(hashes, dtype=np.uint64)
-        new = np.zeros(len(h), dtype=bool)
-        new[np.unique(h, return_index=True)[1]] = True  # the first of equal hashes in this chunk
-        for run in self._runs:
-            at = np.minimum(np.searchsorted(run, h), len(run) - 1)
-            new &= run[at] != h
-        run = np.sort(h[new])
-        while self._runs and len(self._runs[-1]) <= len(run):
-            run = np.concatenate([self._runs.pop(), run])
-            run.sort()
-        if len(run):
-            self._runs.append(run)
-        return new
+# --- the parent: outcomes per source, then the duplicates ---------------------------------
 
 
 class TrainFilter:
-    """Takes the train split's cleaned chunks in order: decides duplicates, counts per source."""
+    """Counts the train split's outcomes, in total and per source.
+
+    Two steps: `take` each cleaned chunk in order (every rule but dedupe; the pairs that pass are
+    the candidates), then `drop_duplicates` over the candidates, a stretch at a time in order.
+    """
 
     def __init__(self, params: CleanParams, sources: Sequence[tuple[str, int | None]], stats: SplitStats):
         self.params, self.stats = params, stats
-        self.seen = SeenPairs()
         self.done = 0  # pairs taken so far
-        self._ranges = []  # (first line, end line or None, counts) per source
+        self._ranges: list[tuple[int, int | None, dict[str, Any]]] = []  # (first line, end or None, counts)
         start = 0
         for name, n_lines in sources:
-            counts = {"lines_in": n_lines or 0, "lines_out": 0, "dropped": dict.fromkeys(DROP_REASONS, 0)}
+            counts: dict[str, Any] = {
+                "lines_in": n_lines or 0,
+                "lines_out": 0,
+                "dropped": dict.fromkeys(DROP_REASONS, 0),
+            }
             stats.sources[name] = counts
             self._ranges.append((start, None if n_lines is None else start + n_lines, counts))
             start += n_lines or 0
+        self._candidate_ends: np.ndarray | None = None  # per source, set by the first drop_duplicates
 
     def take(self, chunk: Cleaned) -> tuple[list[str], list[str]]:
-        """The chunk's pairs kept (duplicates of earlier kept pairs dropped); counts updated."""
-        codes = np.frombuffer(chunk.codes, dtype=np.uint8).copy()
-        src, tgt = chunk.src, chunk.tgt
-        if self.params.dedupe and src:
-            new = self.seen.first_seen(chunk.hashes)
-            if not new.all():
-                codes[np.flatnonzero(codes == 0)[~new]] = _CODE["duplicate"]
-                src, tgt = list(itertools.compress(src, new)), list(itertools.compress(tgt, new))
+        """The chunk's candidates (the pairs no rule but dedupe dropped); counts updated."""
+        codes = np.frombuffer(chunk.codes, dtype=np.uint8)
         self.stats.lines_in += len(codes)
-        self.stats.lines_out += len(src)
+        self.stats.lines_out += len(chunk.src)
         start, end = self.done, self.done + len(codes)
         for first, last, counts in self._ranges:
             lo, hi = max(first, start), end if last is None else min(last, end)
@@ -259,7 +240,7 @@ class TrainFilter:
                 self._count(np.bincount(codes[lo - start : hi - start], minlength=len(_CODES)), counts)
         self._count(np.bincount(codes, minlength=len(_CODES)), None)
         self.done = end
-        return src, tgt
+        return chunk.src, chunk.tgt
 
     def _count(self, by_code: np.ndarray, counts: dict[str, Any] | None) -> None:
         dropped = self.stats.dropped if counts is None else counts["dropped"]
@@ -269,6 +250,23 @@ class TrainFilter:
             counts["lines_out"] += int(by_code[0])
             if self._ranges[-1][1] is None:  # one source of unknown size: what was read
                 counts["lines_in"] += int(by_code.sum())
+
+    def drop_duplicates(self, start: int, duplicate: np.ndarray) -> None:
+        """Count candidates start.. (after every chunk was taken) where `duplicate` is True as dropped."""
+        if self._candidate_ends is None:
+            self._candidate_ends = np.cumsum([counts["lines_out"] for _, _, counts in self._ranges])
+        n = int(duplicate.sum())
+        if not n:
+            return
+        self.stats.lines_out -= n
+        self.stats.dropped["duplicate"] += n
+        at = np.flatnonzero(duplicate) + start
+        per_source = np.bincount(
+            np.searchsorted(self._candidate_ends, at, side="right"), minlength=len(self._ranges)
+        )
+        for (_, _, counts), k in zip(self._ranges, per_source.tolist()):
+            counts["lines_out"] -= k
+            counts["dropped"]["duplicate"] += k
 
 
 def clean_pairs(
@@ -293,7 +291,12 @@ def clean_pairs(
     if not train:
         stats.lines_in = stats.lines_out = len(chunk.src)
         return chunk.src, chunk.tgt, stats
-    kept_src, kept_tgt = TrainFilter(params, sources or [("train", len(src))], stats).take(chunk)
+    outcomes = TrainFilter(params, sources or [("train", len(src))], stats)
+    kept_src, kept_tgt = outcomes.take(chunk)
+    if params.dedupe:
+        duplicate = ~dedupe.first_occurrences(np.frombuffer(chunk.hashes, dtype=np.uint64))
+        outcomes.drop_duplicates(0, duplicate)
+        kept_src, kept_tgt = (list(itertools.compress(lines, ~duplicate)) for lines in (kept_src, kept_tgt))
     return kept_src, kept_tgt, stats
 
 
@@ -332,7 +335,7 @@ def clean(params: CleanParams, raw: Path, out: Path, workers: int = 1) -> dict[s
             else:
                 by_split["test"][stem.removeprefix("test/")] = split_stats.to_dict()
         heldout = Heldout(frozenset(heldout_src), frozenset(heldout_tgt))
-        by_split["train"] = _clean_train(params, raw, tmp / "train", heldout, workers)
+        by_split["train"] = _clean_train(params, raw, tmp / "train", heldout, workers, tmp.parent)
         # unicode_version: NFC and the categories depend on it
         stats = {
             "train": by_split["train"],
@@ -344,29 +347,60 @@ def clean(params: CleanParams, raw: Path, out: Path, workers: int = 1) -> dict[s
     return stats
 
 
-def _clean_train(params: CleanParams, raw: Path, out: Path, heldout: Heldout, workers: int) -> dict[str, Any]:
+def _clean_train(
+    params: CleanParams, raw: Path, out: Path, heldout: Heldout, workers: int, scratch: Path
+) -> dict[str, Any]:
+    """Clean the train split into out.{src,tgt}: the candidates (every rule but dedupe) go to
+    `scratch` with their hashes spilled beside them, then a pass in order drops the duplicates."""
     manifest = _train_sources(raw)
     stats = SplitStats()
     train = TrainFilter(params, manifest or [("train", None)], stats)
-    with (
-        _Output(out) as output,
-        _cleaned(_jobs(raw, "train", train=True), params, heldout, workers) as chunks,
-    ):
-        for chunk in chunks:
-            stats.add_normalized(chunk.normalized)
-            output.write(*train.take(chunk))
-    if manifest and sum(n or 0 for _, n in manifest) != stats.lines_in:
-        raise UserError(
-            f"{raw / 'manifest.json'} counts {sum(n or 0 for _, n in manifest)} training lines but "
-            f"{raw}/train.src has {stats.lines_in}; run the download stage again"
-        )
-    if not stats.lines_out:
-        dropped = ", ".join(f"{k} {v}" for k, v in stats.dropped.items())
-        raise UserError(
-            f"clean dropped all {stats.lines_in} training pairs ({dropped}); "
-            "raise clean.max_words or clean.max_ratio, or check the corpus"
-        )
+    candidates = scratch / "train.candidates"
+    with dedupe.SpilledHashes(scratch) as hashes:
+        with (
+            _Output(candidates) as output,
+            _cleaned(_jobs(raw, "train", train=True), params, heldout, workers) as chunks,
+        ):
+            for chunk in chunks:
+                stats.add_normalized(chunk.normalized)
+                output.write(*train.take(chunk))
+                if params.dedupe:
+                    hashes.add(np.frombuffer(chunk.hashes, dtype=np.uint64))
+        if manifest and sum(n or 0 for _, n in manifest) != stats.lines_in:
+            raise UserError(
+                f"{raw / 'manifest.json'} counts {sum(n or 0 for _, n in manifest)} training lines but "
+                f"{raw}/train.src has {stats.lines_in}; run the download stage again"
+            )
+        if not stats.lines_out:
+            dropped = ", ".join(f"{k} {v}" for k, v in stats.dropped.items())
+            raise UserError(
+                f"clean dropped all {stats.lines_in} training pairs ({dropped}); "
+                "raise clean.max_words or clean.max_ratio, or check the corpus"
+            )
+        duplicates = hashes.duplicates() if params.dedupe else None
+    _drop_duplicates(train, duplicates, candidates, out)
     return stats.to_dict()
+
+
+def _drop_duplicates(train: TrainFilter, duplicates: np.ndarray | None, candidates: Path, out: Path) -> None:
+    """Write the candidates not marked in the `duplicates` bitmap (None: none are) to out.{src,tgt}."""
+    paths = [(Path(f"{candidates}.{side}"), Path(f"{out}.{side}")) for side in SIDES]
+    if duplicates is None or not duplicates.any():
+        for candidate, final in paths:
+            os.replace(candidate, final)
+        return
+    (src, out_src), (tgt, out_tgt) = paths
+    with open(src, "rb") as fs, open(tgt, "rb") as ft, open(out_src, "wb") as gs, open(out_tgt, "wb") as gt:
+        done = 0
+        while s := list(itertools.islice(fs, CHUNK_PAIRS)):
+            t = list(itertools.islice(ft, len(s)))
+            duplicate = dedupe.bits_range(duplicates, done, done + len(s))
+            train.drop_duplicates(done, duplicate)
+            gs.write(b"".join(itertools.compress(s, ~duplicate)))
+            gt.write(b"".join(itertools.compress(t, ~duplicate)))
+            done += len(s)
+    for candidate, _ in paths:
+        candidate.unlink()
 
 
 class _Output:

@@ -8,7 +8,6 @@ import multiprocessing
 import unicodedata
 from pathlib import Path
 
-import numpy as np
 import pytest
 import yaml
 from click.testing import CliRunner
@@ -218,6 +217,33 @@ def test_training_pairs_repeating_a_val_or_test_side_are_dropped_and_counted_per
     assert stats["train"]["dropped"]["heldout_overlap"] == 0
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_duplicate_is_counted_to_the_source_that_repeats_it_and_the_first_stays(
+    tmp_path, monkeypatch, workers
+):
+    src = ["a", "b", "a", "c", "b", "d", "c  ", "e"]
+    tgt = ["A", "B", "A", "C", "B", "D", "C", "E"]
+    raw = write_raw(tmp_path / "raw", {"train": (src, tgt), **EVAL})
+    manifest(raw, {"news": 3, "web": 5})  # news repeats "a"; web repeats "b" (of news) and "c"
+    monkeypatch.setattr(clean, "CHUNK_PAIRS", 2)  # duplicates a chunk or more apart
+    stats = clean.clean(CLEAN, raw, tmp_path / "clean", workers=workers)
+    assert files.read_lines(tmp_path / "clean" / "train.src") == ["a", "b", "c", "d", "e"]
+    assert files.read_lines(tmp_path / "clean" / "train.tgt") == ["A", "B", "C", "D", "E"]
+    assert stats["train"]["sources"] == {
+        "news": {"lines_in": 3, "lines_out": 2, "dropped": {**NO_DROPS, "duplicate": 1}},
+        "web": {"lines_in": 5, "lines_out": 3, "dropped": {**NO_DROPS, "duplicate": 2}},
+    }
+    assert (stats["train"]["lines_out"], stats["train"]["dropped"]["duplicate"]) == (5, 3)
+    assert sorted(p.name for p in (tmp_path / "clean").iterdir()) == [
+        "stats.json",
+        "test",
+        "train.src",
+        "train.tgt",
+        "val.src",
+        "val.tgt",
+    ]  # no scratch file is left in the output
+
+
 def test_an_empty_line_of_a_test_set_does_not_drop_training_pairs(tmp_path):
     raw = write_raw(
         tmp_path / "raw", {"train": (["a", "b"], ["A", "B"]), "val": ([""], [""]), "test/t": (["c"], [""])}
@@ -297,15 +323,3 @@ def test_ctrl_c_stops_the_workers_and_keeps_the_old_output(tmp_path, monkeypatch
     assert {p: p.read_bytes() for p in out.rglob("*.*")} == before
     assert not multiprocessing.active_children()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["clean", "raw"]
-
-
-def test_seen_pairs_keeps_the_first_of_equal_hashes_across_chunks():
-    rng = np.random.default_rng(0)
-    seen, reference = clean.SeenPairs(), set()
-    for size in rng.integers(0, 50, 40):
-        chunk = rng.integers(0, 300, size).astype(np.uint64)
-        expected = []
-        for h in chunk.tolist():
-            expected.append(h not in reference)
-            reference.add(h)
-        assert seen.first_seen(chunk.tobytes()).tolist() == expected
