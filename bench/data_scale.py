@@ -2,6 +2,7 @@
 
     python -m bench.data_scale                                  # the full run: an idle machine, ~1 hour
     python -m bench.data_scale --sizes 20000 --workers 1,2      # a quick look
+    python -m bench.data_scale --sizes 10000000                 # one size; the report keeps the others
 
 Not a test. The corpus: Multi30k's training pairs from the mirror (CORPUS_MIRROR, else
 ../shared/corpora) drawn with replacement, each pair perturbed (a word of each side replaced
@@ -346,7 +347,10 @@ def main(
     for pairs in counts:
         with tempfile.TemporaryDirectory(prefix="data-scale.") as root:
             rows += measure(mirror, pairs, pool, vocab_size, Path(root), smoke)
-    write_json(out, merge_rows(out, rows))
+    merged = merge_rows(out, rows)
+    write_json(out, merged)
+    # The report shows every size measured so far (a run may add one size to earlier ones).
+    rows = [r for r in merged if r["task"].startswith("data-") and r.get("smoke", False) == smoke]
     plot(rows, plot_path)
     figure = os.path.relpath(plot_path, md.parent)
     info = machine_info("workers", max(pool), ["sentencepiece"])

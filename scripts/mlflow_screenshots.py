@@ -6,7 +6,9 @@ list, the newest run's page, its report artifact and a comparison of the two new
 runs, and saves them as PNGs:
 
     pip install playwright   # no browser download needed: it drives --chromium
-    python scripts/mlflow_screenshots.py --db mlflow.db --out docs/mlflow
+    python scripts/mlflow_screenshots.py --db mlflow.db --out docs/mlflow [--run ID --run ID]
+
+--run (twice) picks the run page's run and the one it is compared with instead.
 
 Playwright may live in another environment than the project; --mlflow names the
 `mlflow` executable (default: the one next to this Python, else on PATH).
@@ -110,6 +112,9 @@ def main() -> None:
     parser.add_argument("--db", type=Path, default=Path("mlflow.db"), help="the SQLite tracking store")
     parser.add_argument("--experiment", default="nmt")
     parser.add_argument("--out", type=Path, default=Path("docs/mlflow"))
+    parser.add_argument(
+        "--run", action="append", default=[], help="a run id: the first is shown, the first two compared"
+    )
     parser.add_argument("--chromium", default=shutil.which("chromium") or shutil.which("chromium-browser"))
     default_mlflow = Path(sys.executable).parent / "mlflow"
     parser.add_argument(
@@ -133,6 +138,7 @@ def main() -> None:
     try:
         wait_up(server, base)
         experiment_id, runs = newest_runs(base, args.experiment)
+        runs = args.run + [r for r in runs if r not in args.run]
         for path in shoot(base, experiment_id, runs, args.out, args.chromium):
             print(path)
     finally:
