@@ -10,7 +10,8 @@ by a word of that side's vocabulary, a number appended) so that dedupe keeps mos
 written as two local .gz files that download reads as a data.sources entry (val and test
 held out of it). Each stage runs as `python -m pipeline <stage>` with dvc.yaml's arguments;
 clean and binarize with each of --workers. Measured per stage,
-size and workers: wall seconds, lines/s (pairs in / seconds), and peak RSS: the largest sum
+size and workers: wall seconds, lines/s (pairs in / seconds), clean's ns a character and
+worker (seconds x workers / characters of the raw train text), and peak RSS: the largest sum
 of the RSS of the stage process and all its children (its workers), sampled every 20 ms.
 The floors, on the same text: plain read+write of the raw train files in 1 MiB blocks
 (clean's and download's), and sentencepiece encoding of the clean train text with every
@@ -41,7 +42,8 @@ REPO = Path(__file__).resolve().parents[1]
 DATA_START, DATA_END = "<!-- data-scale:start -->", "<!-- data-scale:end -->"
 M30K = "raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw"
 STAGES = ("download", "clean", "bpe", "binarize")
-METRICS = ("seconds", "lines_per_s", "peak_rss_mb")
+METRICS = ("seconds", "lines_per_s", "peak_rss_mb")  # every stage's
+COLUMNS = (*METRICS, "ns_per_char")  # ns_per_char: clean's and the read+write floor's only
 BLOCK = 1 << 20
 
 
@@ -130,6 +132,15 @@ def takes_workers(stage: str) -> bool:
     return "--workers" in out.stdout
 
 
+def count_chars(raw: Path) -> int:
+    """Characters (code points) of raw/train.{src,tgt}."""
+    total = 0
+    for side in ("src", "tgt"):
+        with open(raw / f"train.{side}", encoding="utf-8", newline="\n") as f:
+            total += sum(len(block) for block in iter(lambda: f.read(BLOCK), ""))
+    return total
+
+
 def readwrite_floor(raw: Path, scratch: Path) -> float:
     """Seconds to read raw/train.{src,tgt} and write them again, 1 MiB at a time."""
     start = time.perf_counter()
@@ -165,8 +176,12 @@ def measure(
     """Every stage and floor on a corpus of `pairs` pairs."""
     rows = []
 
+    chars = 0  # of the raw train text, both sides: clean's and read+write's cost a character
+
     def add(system: str, task: str, w: int, seconds: float, rss: float | None) -> None:
         values = {"seconds": seconds, "lines_per_s": pairs / seconds, "peak_rss_mb": rss}
+        if task in ("data-clean", "data-readwrite"):
+            values["ns_per_char"] = seconds * w / chars * 1e9  # per worker: what one process spends
         rows.extend(row(system, task, m, pairs, w, v, smoke) for m, v in values.items() if v is not None)
         click.echo(f"{pairs:>10} pairs  {task:<16} {system:<6} workers {w}: {seconds:8.2f} s", err=True)
 
@@ -180,6 +195,7 @@ def measure(
         1,
         *run_stage(["download", "--params", str(first), "--out", str(data / "raw")], REPO),
     )
+    chars = count_chars(data / "raw")
     add("floor", "data-readwrite", 1, readwrite_floor(data / "raw", root), None)
     for w in workers:
         params = write_params(root / f"params-{w}.yaml", corpus, w, vocab_size, heldout)
@@ -259,14 +275,15 @@ def section(rows: list[dict], info: dict[str, str], figure: str) -> str:
         "sampled every 20 ms. Floors: plain read+write of the raw train files (download, clean) "
         "and sentencepiece encoding with every thread (binarize).",
         "",
-        "| pairs | task | system | workers | seconds | lines/s | peak RSS MB |",
-        "|---:|---|---|---:|---:|---:|---:|",
+        "| pairs | task | system | workers | seconds | lines/s | peak RSS MB | ns a character and worker |",
+        "|---:|---|---|---:|---:|---:|---:|---:|",
     ]
     keys = sorted({(r["pairs"], r["task"], r["system"], r["workers"]) for r in rows})
     for pairs, task, system, workers in keys:
-        got = [value(rows, system, task, m, pairs, workers) for m in METRICS]
+        got = [value(rows, system, task, m, pairs, workers) for m in COLUMNS]
         cells = [
-            "" if v is None else f"{v:,.2f}" if m == "seconds" else f"{v:,.0f}" for m, v in zip(METRICS, got)
+            "" if v is None else f"{v:,.2f}" if m in ("seconds", "ns_per_char") else f"{v:,.0f}"
+            for m, v in zip(COLUMNS, got)
         ]
         lines.append(f"| {pairs:,} | {task} | {system} | {workers} | {' | '.join(cells)} |")
     lines += ["", *targets(rows, sizes), "", f"![time and memory against corpus size]({figure})", DATA_END]
@@ -293,6 +310,14 @@ def targets(rows: list[dict], sizes: list[int]) -> list[str]:
             one, two = (value(rows, "ours", task, "seconds", n, w) for w in (1, 2))
             if one and two:
                 out.append(f"- {task} at {n:,} pairs: 2 workers {one / two:.2f}x 1 worker (target >= 1.7)")
+        floor = value(rows, "floor", "data-readwrite", "ns_per_char", n, 1)
+        for w in sorted({r["workers"] for r in rows if r["task"] == "data-clean" and r["pairs"] == n}):
+            cost = value(rows, "ours", "data-clean", "ns_per_char", n, w)
+            if cost and floor:
+                out.append(
+                    f"- clean at {n:,} pairs, {w} workers: {cost:.0f} ns a character a worker "
+                    f"(target <= about 100; the read+write floor {floor:.2f})"
+                )
         most = max((r["workers"] for r in rows if r["task"] == "data-binarize"), default=0)
         ours, floor = (
             value(rows, "ours", "data-binarize", "seconds", n, most),

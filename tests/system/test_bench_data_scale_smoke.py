@@ -100,3 +100,16 @@ def test_other_benchmarks_rows_and_sections_are_kept(smoke: Smoke) -> None:
 def test_the_report_shows_the_plot(smoke: Smoke) -> None:
     assert smoke.plot.is_file() and smoke.plot.read_bytes().startswith(b"\x89PNG")
     assert "](figures/data.png)" in smoke.report
+
+
+def test_clean_and_the_read_write_floor_have_a_cost_a_character(smoke: Smoke) -> None:
+    rows = [r for r in ours(smoke) if r["metric"] == "ns_per_char"]
+    assert {(r["task"], r["workers"]) for r in rows} == {
+        ("data-readwrite", 1),
+        *(("data-clean", w) for w in WORKERS),
+    }
+    for r in rows:  # the same characters: the cost per worker is seconds x workers over them
+        seconds = D.value(ours(smoke), r["system"], r["task"], "seconds", PAIRS, r["workers"])
+        clean_one = D.value(ours(smoke), "ours", "data-clean", "ns_per_char", PAIRS, 1)
+        one_s = D.value(ours(smoke), "ours", "data-clean", "seconds", PAIRS, 1)
+        assert r["value"] == pytest.approx(clean_one * seconds * r["workers"] / one_s, rel=0.01)
