@@ -146,9 +146,18 @@ def queue(names: tuple[str, ...], params_file: Path, dry_run: bool) -> None:
     help="The references: test/<name>.tgt, as the download stage writes them.",
 )
 @click.option("--out", type=click.Path(path_type=Path), default="reports/ablation.md", show_default=True)
-def table(baseline_ref: str | None, params_file: Path, refs_dir: Path, out: Path) -> None:
+@click.option(
+    "--note",
+    "notes",
+    multiple=True,
+    help="A note of yours for the table's notes (repeatable), e.g. what else ran beside a run.",
+)
+def table(
+    baseline_ref: str | None, params_file: Path, refs_dir: Path, out: Path, notes: tuple[str, ...]
+) -> None:
     """Write the ablation table from the baseline's and each variant's latest scored run in MLflow."""
     ablation = collect(P.load(params_file), refs_dir, baseline_ref)
+    ablation.notes += notes
     files.write_text(out, render(ablation))
     files.write_json(out.with_suffix(".json"), ablation.to_json())
     click.echo(f"wrote {out} and {out.with_suffix('.json')}")

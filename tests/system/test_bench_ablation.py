@@ -31,6 +31,7 @@ from tests.helpers import BASE, REPO, garble, references, table_rows
 TESTS = list(BASE.data.test)
 LINES = 60
 BASE_COMMIT, NEW_COMMIT = "a" * 40, "b" * 40
+USER_NOTE = "abl-post-ln trained beside the test suite"  # a note given with --note
 
 
 @dataclass(frozen=True)
@@ -125,6 +126,8 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> Made:
             str(root / "raw"),
             "--out",
             str(out),
+            "--note",
+            USER_NOTE,
         ]
         result = CliRunner().invoke(ablation.cli, args)
     assert result.exit_code == 0, result.output
@@ -238,6 +241,7 @@ def test_a_run_that_differs_in_more_than_its_change_or_lacks_a_set_is_noted(made
     untied = summary_rows(made.report)[4]
     assert untied[-1] == "–" and untied[7].endswith(")")
     assert "abl-post-ln also differs" not in notes
+    assert f"- {USER_NOTE}" in notes and USER_NOTE in made.saved["notes"]
 
 
 def test_a_baseline_named_on_the_command_line_is_said_to_be(
