@@ -94,11 +94,15 @@ def sqlite_path(uri: str) -> Path | None:
 
 
 def git_commit(cwd: Path | None = None) -> str | None:
-    """HEAD's commit hash, or None outside a git checkout or without git."""
+    """HEAD's commit hash in `cwd` (default: the working directory), or None outside a git checkout.
+
+    Not DVC_ROOT's: a --queue/--temp experiment runs in DVC's copy of the repository at the
+    experiment's baseline, while the workspace's HEAD may have moved on since it was queued.
+    """
     try:
         out = subprocess.run(
             ["git", "rev-parse", "HEAD"],
-            cwd=cwd or project_root(),
+            cwd=cwd or Path.cwd(),
             capture_output=True,
             text=True,
             timeout=10,

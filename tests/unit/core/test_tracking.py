@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -70,6 +71,33 @@ def test_env_uri_wins_and_relative_sqlite_is_anchored(
 
 def test_git_commit_is_none_outside_a_repository(tmp_path: Path) -> None:
     assert tracking.git_commit(tmp_path) is None
+
+
+def commit_in(repo: Path, message: str) -> str:
+    """A new commit in `repo` (created if need be); its hash."""
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True)
+        return done.stdout.strip()
+
+    repo.mkdir(exist_ok=True)
+    git("init", "-q")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", message)
+    return git("rev-parse", "HEAD")
+
+
+def test_git_commit_is_the_checkout_a_stage_runs_in_not_dvc_root(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # dvc exp run --queue/--temp: the stage runs in DVC's copy at the experiment's baseline while
+    # DVC_ROOT, the workspace, has moved on to newer commits.
+    workspace, baseline_copy = tmp_path / "workspace", tmp_path / "copy"
+    commit_in(workspace, "newer")
+    baseline = commit_in(baseline_copy, "baseline")
+    monkeypatch.setenv("DVC_ROOT", str(workspace))
+    monkeypatch.chdir(baseline_copy)
+    assert tracking.git_commit() == baseline
+    assert tracking.run_tags({})["git_commit"] == baseline
 
 
 def test_system_info_names_device_torch_host_python() -> None:
