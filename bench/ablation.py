@@ -22,7 +22,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -216,6 +216,7 @@ def collect(params: P.Params, refs_dir: Path, baseline_ref: str | None = None) -
     )
     rows = [base, *(variant_row(records, name) for name in VARIANTS)]
     notes = [note for row in rows[1:] for note in param_notes(row, base)]
+    notes += experiment_commits(rows, experiment_baselines())
     for row in rows:
         if row.record is not None:
             notes += read_run(row, uri, params.data.test)
@@ -285,6 +286,41 @@ def variant_row(records: list[RunRecord], name: str) -> Row:
     last = newest(mine)
     state = "finished, not scored" if last.status == "finished" else last.status
     return Row(name, change, status=f"no scored run yet (latest {str(last.id)[:8]}: {state})")
+
+
+def experiment_baselines() -> dict[str, set[str]]:
+    """Each finished DVC experiment of this repository (the working directory's) and its baseline commit(s).
+
+    DVC keeps one as refs/exps/<baseline[:2]>/<baseline[2:]>/<name>; none outside a git checkout.
+    """
+    listed = subprocess.run(
+        ["git", "for-each-ref", "--format=%(refname)", "refs/exps"], capture_output=True, text=True
+    )
+    out: dict[str, set[str]] = {}
+    for ref in listed.stdout.split() if listed.returncode == 0 else []:
+        parts = ref.split("/")
+        if len(parts) == 5 and len(parts[2]) == 2 and len(parts[3]) == 38:
+            out.setdefault(parts[4], set()).add(parts[2] + parts[3])
+    return out
+
+
+def experiment_commits(rows: list[Row], baselines: dict[str, set[str]]) -> list[str]:
+    """A DVC experiment's row takes its experiment's baseline as commit (where there is one baseline);
+    a note where the run's own git_commit tag said otherwise."""
+    notes = []
+    for row in rows:
+        record = row.record
+        if record is None or record.dvc_exp is None or len(baselines.get(record.dvc_exp, ())) != 1:
+            continue
+        (baseline,) = baselines[record.dvc_exp]
+        if record.commit != baseline:
+            notes.append(
+                f"{row.variant}: commit {baseline[:7]} is its DVC experiment's baseline (refs/exps); "
+                f"its MLflow run's git_commit tag, {(record.commit or '?')[:7]}, is the workspace's HEAD "
+                "when the run started (the tag of runs made before tracking read the stage's own checkout)"
+            )
+            row.record = replace(record, commit=baseline)
+    return notes
 
 
 def param_notes(row: Row, base: Row) -> list[str]:

@@ -10,7 +10,8 @@ DVC experiment must not be taken for the baseline.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import subprocess
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +109,7 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> Made:
         ("other", None, {"model.d_model": 128}, some(0.3, 4), False),  # newer than the baseline
     ]
     with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ablation, "experiment_baselines", dict)  # not this checkout's own experiments
         patch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{root / 'mlflow.db'}")
         ids, scores = {}, {}
         for label, exp, changes, hyps, as_metric in runs:
@@ -274,3 +276,37 @@ def test_the_baseline_is_the_newest_default_run_or_the_one_named() -> None:
     assert ablation.pick_baseline(records, defaults, "abl-post-ln") is named
     with pytest.raises(UserError, match=r"3{32}, has model.norm post \(default pre\).*--baseline"):
         ablation.pick_baseline([other, named], defaults, None)
+
+
+def test_dvc_experiments_are_read_from_the_repositorys_refs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True, text=True)
+        return done.stdout.strip()
+
+    git("init", "-q")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "x")
+    a, b = "ab" + "1" * 38, "cd" + "2" * 38
+    for ref in (f"{a[:2]}/{a[2:]}/abl-10-2", f"{a[:2]}/{a[2:]}/abl-untied", f"{b[:2]}/{b[2:]}/abl-untied"):
+        git("update-ref", f"refs/exps/{ref}", "HEAD")
+    git("update-ref", "refs/exps/celery/stash", "HEAD")  # DVC's queue, not an experiment
+    monkeypatch.chdir(tmp_path)
+    assert ablation.experiment_baselines() == {"abl-10-2": {a}, "abl-untied": {a, b}}
+    monkeypatch.chdir(tmp_path.parent)  # not a checkout: none
+    assert ablation.experiment_baselines() == {}
+
+
+def test_an_experiments_row_names_its_baseline_commit_and_notes_a_tag_that_differs() -> None:
+    base = ablation.Row(ablation.BASELINE, "", record("1" * 32, None, {}, 1))
+    moved = ablation.Row("abl-10-2", "", record("2" * 32, "abl-10-2", {}, 2))  # tagged "c" * 40
+    right = ablation.Row("abl-post-ln", "", replace(record("3" * 32, "abl-post-ln", {}, 3), commit="d" * 40))
+    twice = ablation.Row("abl-untied", "", record("4" * 32, "abl-untied", {}, 4))
+    baselines = {"abl-10-2": {"d" * 40}, "abl-post-ln": {"d" * 40}, "abl-untied": {"d" * 40, "e" * 40}}
+    notes = ablation.experiment_commits([base, moved, right, twice], baselines)
+    assert [r.record.commit for r in (base, moved, right, twice)] == ["c" * 40, "d" * 40, "d" * 40, "c" * 40]
+    assert notes == [
+        "abl-10-2: commit ddddddd is its DVC experiment's baseline (refs/exps); its MLflow run's git_commit "
+        "tag, ccccccc, is the workspace's HEAD when the run started (the tag of runs made before tracking "
+        "read the stage's own checkout)"
+    ]
