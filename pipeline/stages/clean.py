@@ -356,7 +356,8 @@ def _clean_train(
     stats = SplitStats()
     train = TrainFilter(params, manifest or [("train", None)], stats)
     candidates = scratch / "train.candidates"
-    with dedupe.SpilledHashes(scratch) as hashes:
+    spilled = dedupe.SpilledHashes(scratch) if params.dedupe else contextlib.nullcontext(None)
+    with spilled as hashes:
         with (
             _Output(candidates) as output,
             _cleaned(_jobs(raw, "train", train=True), params, heldout, workers) as chunks,
@@ -364,7 +365,7 @@ def _clean_train(
             for chunk in chunks:
                 stats.add_normalized(chunk.normalized)
                 output.write(*train.take(chunk))
-                if params.dedupe:
+                if hashes is not None:
                     hashes.add(np.frombuffer(chunk.hashes, dtype=np.uint64))
         if manifest and sum(n or 0 for _, n in manifest) != stats.lines_in:
             raise UserError(
@@ -377,7 +378,7 @@ def _clean_train(
                 f"clean dropped all {stats.lines_in} training pairs ({dropped}); "
                 "raise clean.max_words or clean.max_ratio, or check the corpus"
             )
-        duplicates = hashes.duplicates() if params.dedupe else None
+        duplicates = hashes.duplicates() if hashes is not None else None
     _drop_duplicates(train, duplicates, candidates, out)
     return stats.to_dict()
 
