@@ -32,10 +32,11 @@ _DROP_ON_DECODE = frozenset({tokens.PAD, tokens.BOS, tokens.EOS, tokens.SEP})
 class Vocab:
     """Encoder/decoder for both sides; `joint` when one model serves both."""
 
-    def __init__(self, src_model: Path, tgt_model: Path | None = None) -> None:
+    def __init__(self, src_model: Path, tgt_model: Path | None = None, threads: int = -1) -> None:
+        """`threads`: sentencepiece's threads for a batch of lines (-1: one per core)."""
         self._files = [Path(src_model)] + ([Path(tgt_model)] if tgt_model is not None else [])
-        self._src = _load_checked(Path(src_model))
-        self._tgt = self._src if tgt_model is None else _load_checked(Path(tgt_model))
+        self._src = _load_checked(Path(src_model), threads)
+        self._tgt = self._src if tgt_model is None else _load_checked(Path(tgt_model), threads)
 
     @classmethod
     def from_files(cls, src_model: Path, tgt_model: Path | None = None) -> Vocab:
@@ -43,7 +44,7 @@ class Vocab:
         return cls(src_model, tgt_model)
 
     @classmethod
-    def load(cls, bpe_dir: str | Path) -> Vocab:
+    def load(cls, bpe_dir: str | Path, threads: int = -1) -> Vocab:
         """Find spm.model (joint) or src.model + tgt.model (separate) in `bpe_dir`."""
         bpe_dir = Path(bpe_dir)
         joint = bpe_dir / JOINT_MODEL
@@ -54,9 +55,9 @@ class Vocab:
                 f"which to use; delete the stale one(s) and rerun the bpe stage"
             )
         if joint.is_file():
-            return cls(joint)
+            return cls(joint, threads=threads)
         if src.is_file() and tgt.is_file():
-            return cls(src, tgt)
+            return cls(src, tgt, threads)
         raise UserError(
             f"{bpe_dir}: no sentencepiece model found; expected {JOINT_MODEL} (bpe.joint: true) "
             f"or {SRC_MODEL} and {TGT_MODEL} (bpe.joint: false); run `python -m pipeline bpe` first"
@@ -102,12 +103,12 @@ def _decode(sp: spm.SentencePieceProcessor, ids: Iterable[int]) -> str:
     return sp.decode([int(i) for i in ids if int(i) not in _DROP_ON_DECODE])
 
 
-def _load_checked(path: Path) -> spm.SentencePieceProcessor:
+def _load_checked(path: Path, threads: int = -1) -> spm.SentencePieceProcessor:
     """Load a model and refuse one whose special tokens differ from pipeline.tokens."""
     if not path.is_file():
         raise UserError(f"{path}: no such sentencepiece model; run `python -m pipeline bpe` first")
     try:
-        sp = spm.SentencePieceProcessor(model_file=str(path))
+        sp = spm.SentencePieceProcessor(model_file=str(path), num_threads=threads)
     except (RuntimeError, OSError) as e:
         raise UserError(
             f"{path}: not a readable sentencepiece model ({e}); rerun `python -m pipeline bpe`"

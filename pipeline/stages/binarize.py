@@ -9,27 +9,28 @@ and meta.json, the manifest: dtype, vocab sizes, joint flag, sha256 of the
 sentencepiece model(s), per split its shards' sentence counts and, per side,
 total tokens, longest sentence and UNK count; the train sources in order with
 their sentence counts (from clean's stats.json), for source weights. Shards
-are encoded by a process pool (--workers); the output is the same for any
-number of workers. data.batching.ParallelData reads it back, memory-mapped.
+are encoded CHUNK_LINES lines at a time by a pool of --workers processes of
+one sentencepiece thread each, taken in order (data.pool), so the output is
+the same for any number of workers. data.batching.ParallelData reads it back,
+memory-mapped.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import hashlib
 import itertools
 import json
 import os
-import signal
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import click
 import numpy as np
 
 from pipeline import tokens
+from pipeline.data.pool import ordered_results
 from pipeline.data.vocab import Vocab
 from pipeline.errors import UserError
 from pipeline.files import atomic_path, write_json
@@ -37,7 +38,8 @@ from pipeline.stages.options import bpe_option, clean_option, load_params, param
 
 SPLITS = ("train", "val")  # not the test sets: decode reads them as text, nothing trains on them
 SIDES = ("src", "tgt")
-# Lines encoded per step: bounds memory to one chunk's Python lists, whatever the corpus size.
+# Lines a worker encodes at a time (a task): memory is a few chunks a worker, whatever the corpus
+# size, and small tasks keep every worker busy to the end.
 CHUNK_LINES = 10_000
 SHARD_LINES = 1_000_000  # about 30-60 MB a shard and side at Multi30k/WMT sentence lengths
 
@@ -50,14 +52,25 @@ def token_dtype(vocab_size: int) -> np.dtype:
 
 
 @dataclass(frozen=True)
-class Shard:
-    """One task: `n_lines` lines of `text` from byte `start`, encoded into `prefix`.bin/.idx."""
+class Chunk:
+    """One task: `n_lines` lines of `text` from byte `start`, to encode."""
 
     text: Path
     start: int
     n_lines: int
     side: str
+
+
+@dataclass(frozen=True)
+class Shard:
+    """The files prefix.bin and prefix.idx: its chunks' lines, in order."""
+
     prefix: Path
+    chunks: tuple[Chunk, ...]
+
+    @property
+    def n_lines(self) -> int:
+        return sum(chunk.n_lines for chunk in self.chunks)
 
 
 def binarize(
@@ -81,10 +94,15 @@ def binarize(
     with atomic_path(out_dir) as tmp:
         tmp.mkdir()
         plan = {split: _plan(clean_dir, split, tmp, shard_lines) for split in SPLITS}
-        tasks = [shard for shards in plan.values() for side in SIDES for shard in shards[side]]
-        counts = dict(zip(tasks, _run(tasks, bpe_dir, dtype, workers)))
-        for split, shards in plan.items():
-            meta["splits"][split], meta["shards"][split] = _split_meta(shards, counts)
+        shards = [shard for by_side in plan.values() for side in SIDES for shard in by_side[side]]
+        chunks = [chunk for shard in shards for chunk in shard.chunks]
+        workers = min(workers or os.cpu_count() or 1, len(chunks))
+        with ordered_results(
+            _encode_chunk, chunks, workers, _init_worker, (bpe_dir, dtype), "binarize"
+        ) as encoded:
+            counts = {shard: _write_shard(shard, encoded) for shard in shards}
+        for split, by_side in plan.items():
+            meta["splits"][split], meta["shards"][split] = _split_meta(by_side, counts)
         n_train = meta["splits"]["train"]["sentences"]
         meta["sources"] = train_sources(clean_dir, n_train)
         write_json(tmp / "meta.json", meta)
@@ -107,17 +125,24 @@ def _plan(clean_dir: Path, split: str, tmp: Path, shard_lines: int) -> dict[str,
 
 
 def _shards(text: Path, shard_lines: int, side: str, prefix: Path) -> list[Shard]:
-    """`text` cut into shards of shard_lines lines (the last shorter), by byte offset; at least one."""
+    """`text` cut into shards of shard_lines lines (the last shorter; at least one shard), each
+    cut by byte offset into chunks of at most CHUNK_LINES lines."""
     shards: list[Shard] = []
-    start = pos = n = 0
+    chunks: list[Chunk] = []
+    start = pos = in_shard = in_chunk = 0
     with open(text, "rb") as f:
         for line in f:
-            pos, n = pos + len(line), n + 1
-            if n == shard_lines:
-                shards.append(Shard(text, start, n, side, Path(f"{prefix}.{len(shards):05d}")))
-                start, n = pos, 0
-    if n or not shards:
-        shards.append(Shard(text, start, n, side, Path(f"{prefix}.{len(shards):05d}")))
+            pos, in_shard, in_chunk = pos + len(line), in_shard + 1, in_chunk + 1
+            if in_chunk == CHUNK_LINES or in_shard == shard_lines:
+                chunks.append(Chunk(text, start, in_chunk, side))
+                start, in_chunk = pos, 0
+            if in_shard == shard_lines:
+                shards.append(Shard(Path(f"{prefix}.{len(shards):05d}"), tuple(chunks)))
+                chunks, in_shard = [], 0
+    if in_chunk:
+        chunks.append(Chunk(text, start, in_chunk, side))
+    if chunks or not shards:
+        shards.append(Shard(Path(f"{prefix}.{len(shards):05d}"), tuple(chunks)))
     return shards
 
 
@@ -148,60 +173,16 @@ def train_sources(clean_dir: Path, n_train: int) -> list[dict[str, Any]]:
     return [{"name": "train", "sentences": n_train}]
 
 
-# --- the pool ------------------------------------------------------------------
-
-
-def _run(tasks: list[Shard], bpe_dir: Path, dtype: np.dtype, workers: int) -> list[dict[str, int]]:
-    """Each task's counts, in task order; with workers > 1 from a process pool.
-
-    A worker's error fails the stage with that error; a worker that dies is named;
-    Ctrl-C stops the workers (the caller's atomic_path drops the partial output).
-    """
-    workers = min(workers or os.cpu_count() or 1, len(tasks))
-    if workers <= 1:
-        _init_worker(bpe_dir, dtype, ignore_sigint=False)
-        return [_encode_shard(task) for task in tasks]
-    pool = concurrent.futures.ProcessPoolExecutor(
-        workers, initializer=_init_worker, initargs=(bpe_dir, dtype, True)
-    )
-    try:
-        return list(pool.map(_encode_shard, tasks))
-    except concurrent.futures.process.BrokenProcessPool as e:
-        raise UserError(f"a binarize worker died ({e}); out of memory? try --workers 1") from e
-    except BaseException:  # a worker's error or Ctrl-C: stop the others now, not after their shards
-        for process in list(getattr(pool, "_processes", {}).values()):  # no public way before Python 3.14
-            process.terminate()
-        raise
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
-
-
-_worker: dict[str, Any] = {}
-
-
-def _init_worker(bpe_dir: Path, dtype: np.dtype, ignore_sigint: bool) -> None:
-    if ignore_sigint:  # Ctrl-C is the parent's to handle: it shuts the pool down
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-    vocab = Vocab.load(bpe_dir)
-    _worker.update(encoders={"src": vocab.encode_src, "tgt": vocab.encode_tgt}, dtype=dtype)
-
-
-def _encode_shard(shard: Shard) -> dict[str, int]:
-    """Encode the shard's lines into shard.prefix.bin / .idx; return its counts."""
-    encode: Encoder = _worker["encoders"][shard.side]
-    dtype: np.dtype = _worker["dtype"]
-    lengths: list[np.ndarray] = []
+def _write_shard(shard: Shard, encoded: Iterator[tuple[np.ndarray, np.ndarray]]) -> dict[str, int]:
+    """Write the shard's chunks, the next len(shard.chunks) of `encoded`; return its counts."""
+    lengths = [np.zeros(0, np.int64)]
     n_unk = 0
-    with open(shard.text, "rb") as f, open(f"{shard.prefix}.bin", "wb") as out:
-        f.seek(shard.start)
-        for chunk in _chunks(f, shard.n_lines):
-            ids = encode(chunk)
-            lens = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
-            flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=dtype, count=int(lens.sum()))
-            out.write(flat.tobytes())
+    with open(f"{shard.prefix}.bin", "wb") as out:
+        for _, (lens, ids) in zip(shard.chunks, encoded):  # chunks first: zip must not take one too many
+            out.write(ids.tobytes())
             lengths.append(lens)
-            n_unk += int(np.count_nonzero(flat == tokens.UNK))
-    all_lens = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
+            n_unk += int(np.count_nonzero(ids == tokens.UNK))
+    all_lens = np.concatenate(lengths)
     offsets = np.zeros(len(all_lens) + 1, dtype="<i8")
     np.cumsum(all_lens, out=offsets[1:])
     offsets.tofile(f"{shard.prefix}.idx")
@@ -213,19 +194,30 @@ def _encode_shard(shard: Shard) -> dict[str, int]:
     }
 
 
-def _chunks(f: IO[bytes], n_lines: int) -> Iterator[list[str]]:
-    """The next n_lines lines of `f`, decoded, CHUNK_LINES at a time."""
-    while n_lines > 0:
+# --- a worker: one chunk at a time -----------------------------------------------
+
+
+_worker: dict[str, Any] = {}
+
+
+def _init_worker(bpe_dir: Path, dtype: np.dtype) -> None:
+    vocab = Vocab.load(bpe_dir, threads=1)  # a worker is a core: the pool spreads the work, not sentencepiece
+    _worker.update(encoders={"src": vocab.encode_src, "tgt": vocab.encode_tgt}, dtype=dtype)
+
+
+def _encode_chunk(chunk: Chunk) -> tuple[np.ndarray, np.ndarray]:
+    """The chunk's sentence lengths and its ids end to end."""
+    encode: Encoder = _worker["encoders"][chunk.side]
+    with open(chunk.text, "rb") as f:
+        f.seek(chunk.start)
         try:
-            chunk = [
-                line.decode("utf-8").rstrip("\n") for line in itertools.islice(f, min(CHUNK_LINES, n_lines))
-            ]
+            lines = [line.decode("utf-8").rstrip("\n") for line in itertools.islice(f, chunk.n_lines)]
         except UnicodeDecodeError as e:
-            raise UserError(f"{f.name}: not UTF-8 ({e.reason}); rerun the clean stage") from None
-        if not chunk:
-            return
-        n_lines -= len(chunk)
-        yield chunk
+            raise UserError(f"{chunk.text}: not UTF-8 ({e.reason}); rerun the clean stage") from None
+    ids = encode(lines)
+    lens = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+    flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=_worker["dtype"], count=int(lens.sum()))
+    return lens, flat
 
 
 def _sha256(path: Path) -> str:
@@ -247,8 +239,8 @@ def _sha256(path: Path) -> str:
     "--workers",
     type=click.IntRange(min=0),
     default=None,
-    help="Encoding processes (default: data.workers of --params; 0: one per core). Any number gives "
-    "the same output.",
+    help="Encoding processes of one thread each (default: data.workers of --params; 0: one per core). "
+    "Any number gives the same output.",
 )
 @click.option(
     "--shard-lines",

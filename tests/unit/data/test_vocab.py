@@ -93,6 +93,16 @@ def test_encode_decode_round_trip_gives_normalized_text(bpe_dirs: dict[str, Path
         assert ids and all(tokens.N_SPECIAL <= i < vocab.src_size for i in ids)  # never BOS/EOS/PAD
 
 
+@pytest.mark.parametrize("kind", ["joint", "separate"])
+def test_one_thread_encodes_as_every_thread_does(
+    bpe_dirs: dict[str, Path], kind: str, tmp_path: Path
+) -> None:
+    lines = write_clean(tmp_path / "clean")
+    one, every = Vocab.load(bpe_dirs[kind], threads=1), Vocab.load(bpe_dirs[kind])
+    assert one.encode_src(lines) == every.encode_src(lines)
+    assert one.encode_tgt(lines) == every.encode_tgt(lines)
+
+
 def test_decode_drops_special_ids_but_shows_unknowns(bpe_dirs: dict[str, Path]) -> None:
     vocab = Vocab.load(bpe_dirs["joint"])
     (ids,) = vocab.encode_tgt(["the dog runs"])

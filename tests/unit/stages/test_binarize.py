@@ -146,8 +146,9 @@ def test_misaligned_sides_are_refused_and_nothing_is_written(corpus: Path, tmp_p
 
 @pytest.mark.parametrize("workers", [1, 2, 3])
 def test_shards_are_the_same_for_any_number_of_workers_and_read_back_as_one(
-    corpus: Path, workers: int
+    corpus: Path, workers: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(binarize_stage, "CHUNK_LINES", 7)  # tasks cut inside shards and across their ends
     out = corpus / f"sharded{workers}"
     meta = binarize_stage.binarize(corpus / "clean", corpus / "bpe", out, workers=workers, shard_lines=60)
     assert [s["sentences"] for s in meta["shards"]["train"]] == [60, 60, 60, 60, 10]
@@ -191,12 +192,12 @@ import os, sys, time
 from pathlib import Path
 from pipeline.stages import binarize
 
-encode = binarize._encode_shard
-def slow(shard):  # each worker notes its pid, then takes far longer than the test waits
+encode = binarize._encode_chunk
+def slow(chunk):  # each worker notes its pid, then takes far longer than the test waits
     Path(sys.argv[3], str(os.getpid())).touch()
     time.sleep(60)
-    return encode(shard)
-binarize._encode_shard = slow
+    return encode(chunk)
+binarize._encode_chunk = slow
 binarize.binarize(Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[4]), workers=2)
 """
 
@@ -215,7 +216,7 @@ def test_ctrl_c_stops_the_workers_and_keeps_the_previous_output(corpus: Path, tm
     started = time.monotonic()
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=30)
-    assert time.monotonic() - started < 10, "Ctrl-C waited for the workers' shards"
+    assert time.monotonic() - started < 10, "Ctrl-C waited for the workers' chunks"
     assert proc.returncode != 0 and "KeyboardInterrupt" in err
     for pid in (int(p.name) for p in pids.iterdir()):
         with pytest.raises(ProcessLookupError):
