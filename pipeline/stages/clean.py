@@ -22,20 +22,18 @@ import hashlib
 import itertools
 import json
 import os
-import signal
 import unicodedata
-from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import click
 import numpy as np
 
 from pipeline import files
 from pipeline.data import dedupe
+from pipeline.data.pool import ordered_results
 from pipeline.data.text import SideStats, drop_reason, normalize_lines
 from pipeline.errors import UserError
 from pipeline.params import CleanParams
@@ -44,6 +42,7 @@ from pipeline.stages.options import load_params, params_option
 SIDES = ("src", "tgt")
 DROP_REASONS = ("empty", "heldout_overlap", "too_long", "ratio", "duplicate")
 CHUNK_PAIRS = 10_000  # pairs a worker cleans at a time: memory is a few chunks per worker
+READ_BYTES = 1 << 20  # the parent reads the raw text in blocks of this size
 HASH_BYTES = 8  # 64-bit hashes: the collision rate is in the module docstring
 
 _CODES = (None, *DROP_REASONS)  # a pair's outcome as one byte: 0 kept, else 1 + its reason's index
@@ -158,48 +157,32 @@ def clean_job(job: Job, params: CleanParams, heldout: Heldout) -> Cleaned:
     return clean_lines(src, tgt, params, job.train, heldout)
 
 
+@dataclass(frozen=True)
+class CleanedText:
+    """A train chunk's outcome as a worker sends it: the candidates as the bytes to write."""
+
+    codes: bytes
+    text: tuple[bytes, bytes]
+    hashes: bytes
+    normalized: dict[str, SideStats]
+
+
 _WORKER: tuple[CleanParams, Heldout] | None = None  # a pool worker's params, set once by _start_worker
 
 
 def _start_worker(params: CleanParams, heldout: Heldout) -> None:
     global _WORKER
     _WORKER = (params, heldout)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it stops the pool
 
 
-def _worker_job(job: Job) -> Cleaned:
+def _worker_job(job: Job) -> CleanedText:
     assert _WORKER is not None
-    return clean_job(job, *_WORKER)
+    chunk = clean_job(job, *_WORKER)
+    return CleanedText(chunk.codes, (_joined(chunk.src), _joined(chunk.tgt)), chunk.hashes, chunk.normalized)
 
 
-@contextlib.contextmanager
-def _cleaned(
-    jobs: Iterable[Job], params: CleanParams, heldout: Heldout, workers: int
-) -> Iterator[Iterator[Cleaned]]:
-    """The jobs' outcomes in order: in this process for one worker, else from a pool of `workers`.
-
-    At most two jobs a worker are in flight. A worker's exception is raised here as it was raised
-    there; on any exception (Ctrl-C too) the jobs not started are cancelled and the pool shut down.
-    """
-    if workers <= 1:
-        yield (clean_job(job, params, heldout) for job in jobs)
-        return
-    with ProcessPoolExecutor(workers, initializer=_start_worker, initargs=(params, heldout)) as pool:
-        pending: deque[Future[Cleaned]] = deque()
-
-        def ordered() -> Iterator[Cleaned]:
-            for job in jobs:
-                pending.append(pool.submit(_worker_job, job))
-                if len(pending) >= 2 * workers:
-                    yield pending.popleft().result()
-            while pending:
-                yield pending.popleft().result()
-
-        try:
-            yield ordered()
-        finally:
-            for future in pending:
-                future.cancel()
+def _joined(lines: list[str]) -> bytes:
+    return ("\n".join(lines) + "\n").encode("utf-8") if lines else b""
 
 
 # --- the parent: outcomes per source, then the duplicates ---------------------------------
@@ -228,11 +211,11 @@ class TrainFilter:
             start += n_lines or 0
         self._candidate_ends: np.ndarray | None = None  # per source, set by the first drop_duplicates
 
-    def take(self, chunk: Cleaned) -> tuple[list[str], list[str]]:
-        """The chunk's candidates (the pairs no rule but dedupe dropped); counts updated."""
-        codes = np.frombuffer(chunk.codes, dtype=np.uint8)
+    def take(self, chunk_codes: bytes) -> None:
+        """Count a chunk's outcomes (code 0: a candidate, one no rule but dedupe dropped)."""
+        codes = np.frombuffer(chunk_codes, dtype=np.uint8)
         self.stats.lines_in += len(codes)
-        self.stats.lines_out += len(chunk.src)
+        self.stats.lines_out += len(codes) - int(np.count_nonzero(codes))
         start, end = self.done, self.done + len(codes)
         for first, last, counts in self._ranges:
             lo, hi = max(first, start), end if last is None else min(last, end)
@@ -240,7 +223,6 @@ class TrainFilter:
                 self._count(np.bincount(codes[lo - start : hi - start], minlength=len(_CODES)), counts)
         self._count(np.bincount(codes, minlength=len(_CODES)), None)
         self.done = end
-        return chunk.src, chunk.tgt
 
     def _count(self, by_code: np.ndarray, counts: dict[str, Any] | None) -> None:
         dropped = self.stats.dropped if counts is None else counts["dropped"]
@@ -292,7 +274,8 @@ def clean_pairs(
         stats.lines_in = stats.lines_out = len(chunk.src)
         return chunk.src, chunk.tgt, stats
     outcomes = TrainFilter(params, sources or [("train", len(src))], stats)
-    kept_src, kept_tgt = outcomes.take(chunk)
+    outcomes.take(chunk.codes)
+    kept_src, kept_tgt = chunk.src, chunk.tgt
     if params.dedupe:
         duplicate = ~dedupe.first_occurrences(np.frombuffer(chunk.hashes, dtype=np.uint64))
         outcomes.drop_duplicates(0, duplicate)
@@ -326,7 +309,7 @@ def clean(params: CleanParams, raw: Path, out: Path, workers: int = 1) -> dict[s
                 for chunk in (clean_job(job, params, NO_HELDOUT) for job in _jobs(raw, stem, train=False)):
                     split_stats.add_normalized(chunk.normalized)
                     split_stats.lines_in += len(chunk.src)
-                    output.write(chunk.src, chunk.tgt)
+                    output.write(_joined(chunk.src), _joined(chunk.tgt))
                     heldout_src.update(_digest(line) for line in chunk.src if line)
                     heldout_tgt.update(_digest(line) for line in chunk.tgt if line)
             split_stats.lines_out = split_stats.lines_in
@@ -356,15 +339,17 @@ def _clean_train(
     stats = SplitStats()
     train = TrainFilter(params, manifest or [("train", None)], stats)
     candidates = scratch / "train.candidates"
+    jobs = _jobs(raw, "train", train=True)
     spilled = dedupe.SpilledHashes(scratch) if params.dedupe else contextlib.nullcontext(None)
     with spilled as hashes:
         with (
             _Output(candidates) as output,
-            _cleaned(_jobs(raw, "train", train=True), params, heldout, workers) as chunks,
+            ordered_results(_worker_job, jobs, workers, _start_worker, (params, heldout), "clean") as chunks,
         ):
             for chunk in chunks:
                 stats.add_normalized(chunk.normalized)
-                output.write(*train.take(chunk))
+                train.take(chunk.codes)
+                output.write(*chunk.text)
                 if hashes is not None:
                     hashes.add(np.frombuffer(chunk.hashes, dtype=np.uint64))
         if manifest and sum(n or 0 for _, n in manifest) != stats.lines_in:
@@ -418,10 +403,9 @@ class _Output:
         for f in self._files:
             f.close()
 
-    def write(self, src: list[str], tgt: list[str]) -> None:
-        for f, lines in zip(self._files, (src, tgt)):
-            if lines:
-                f.write(("\n".join(lines) + "\n").encode("utf-8"))
+    def write(self, src: bytes, tgt: bytes) -> None:
+        for f, text in zip(self._files, (src, tgt)):
+            f.write(text)
 
 
 def _jobs(raw: Path, stem: str, train: bool) -> Iterator[Job]:
@@ -431,17 +415,39 @@ def _jobs(raw: Path, stem: str, train: bool) -> Iterator[Job]:
     with open(paths[0], "rb") as src, open(paths[1], "rb") as tgt:
         done = 0
         while True:
-            s, t = list(itertools.islice(src, CHUNK_PAIRS)), list(itertools.islice(tgt, CHUNK_PAIRS))
-            if len(s) != len(t):
-                n_src, n_tgt = done + len(s) + sum(1 for _ in src), done + len(t) + sum(1 for _ in tgt)
+            (s, n_src), (t, n_tgt) = _read_lines(src, CHUNK_PAIRS), _read_lines(tgt, CHUNK_PAIRS)
+            if n_src != n_tgt:
+                n_src, n_tgt = done + n_src + sum(1 for _ in src), done + n_tgt + sum(1 for _ in tgt)
                 raise UserError(
                     f"{raw}/{stem}.src has {n_src} lines but {raw}/{stem}.tgt has {n_tgt}; "
                     "run the download stage again"
                 )
-            if not s:
+            if not n_src:
                 return
-            done += len(s)
-            yield Job(b"".join(s), b"".join(t), names, train)
+            done += n_src
+            yield Job(s, t, names, train)
+
+
+def _read_lines(f: BinaryIO, n: int) -> tuple[bytes, int]:
+    """The next n lines of `f` (fewer at its end) as the file holds them, and how many there are.
+
+    Reads blocks and finds their line ends with numpy: a Python loop over lines would cost the
+    parent, which feeds every worker, about as much as cleaning them.
+    """
+    blocks: list[bytes] = []
+    got = 0
+    while got < n and (block := f.read(READ_BYTES)):
+        ends = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == ord("\n"))
+        if got + len(ends) >= n:  # the n-th line ends in this block: keep up to it, leave the rest
+            cut = int(ends[n - got - 1]) + 1
+            f.seek(cut - len(block), os.SEEK_CUR)
+            block, ends = block[:cut], ends[: n - got]
+        blocks.append(block)
+        got += len(ends)
+    text = b"".join(blocks)
+    if text and not text.endswith(b"\n"):
+        got += 1  # the file's last line, without a line end
+    return text, got
 
 
 def _check_exists(raw: Path, stem: str) -> None:

@@ -276,6 +276,7 @@ def test_the_output_is_the_same_for_any_number_of_workers_and_chunk_size(tmp_pat
     manifest(raw, {"a": 120, "b": 80})
     whole = clean.clean(CLEAN, raw, tmp_path / "whole")  # one chunk, this process
     monkeypatch.setattr(clean, "CHUNK_PAIRS", 7)
+    monkeypatch.setattr(clean, "READ_BYTES", 16)  # lines cut across the parent's read blocks
     assert clean.clean(CLEAN, raw, tmp_path / "chunked", workers=workers) == whole
     for path in sorted((tmp_path / "whole").rglob("*.*")):
         assert path.read_bytes() == (tmp_path / "chunked" / path.relative_to(tmp_path / "whole")).read_bytes()
@@ -283,6 +284,21 @@ def test_the_output_is_the_same_for_any_number_of_workers_and_chunk_size(tmp_pat
     in_memory, _, _ = clean.clean_pairs(*corpus(200), CLEAN, True, heldout)
     assert files.read_lines(tmp_path / "whole" / "train.src") == in_memory
     assert whole["train"]["dropped"]["duplicate"] > 0 and whole["train"]["dropped"]["heldout_overlap"] == 1
+
+
+@pytest.mark.parametrize("read_bytes", [1, 3, 64])
+def test_lines_are_read_in_counts_whatever_the_block_size(tmp_path, monkeypatch, read_bytes):
+    path = tmp_path / "text"
+    path.write_bytes(b"one\n\ntwo two\nthree\r\nlast, with no line end")
+    monkeypatch.setattr(clean, "READ_BYTES", read_bytes)
+    with open(path, "rb") as f:
+        got = [
+            clean._read_lines(f, 2),
+            clean._read_lines(f, 2),
+            clean._read_lines(f, 2),
+            clean._read_lines(f, 2),
+        ]
+    assert got == [(b"one\n\n", 2), (b"two two\nthree\r\n", 2), (b"last, with no line end", 1), (b"", 0)]
 
 
 def test_a_failing_worker_fails_the_stage_with_its_error_and_the_old_output_stays(tmp_path, monkeypatch):
