@@ -113,3 +113,21 @@ def test_clean_and_the_read_write_floor_have_a_cost_a_character(smoke: Smoke) ->
         clean_one = D.value(ours(smoke), "ours", "data-clean", "ns_per_char", PAIRS, 1)
         one_s = D.value(ours(smoke), "ours", "data-clean", "seconds", PAIRS, 1)
         assert r["value"] == pytest.approx(clean_one * seconds * r["workers"] / one_s, rel=0.01)
+
+
+def test_the_targets_table_says_which_are_missed() -> None:
+    def rows(task: str, workers: int, seconds: dict[int, float]) -> list[dict]:
+        return [
+            {"system": "ours", "task": task, "metric": "seconds", "pairs": n, "workers": workers, "value": v}
+            for n, v in seconds.items()
+        ]
+
+    got = rows("data-clean", 1, {1_000_000: 10.0, 4_000_000: 40.0})
+    got += rows("data-clean", 2, {1_000_000: 6.0, 4_000_000: 30.0})  # 5x the time for 4x the pairs
+    checked = {target: (measured, ok) for target, measured, ok in D.targets(got, [1_000_000, 4_000_000])}
+    assert checked["data-clean, 1 worker: time 4M / 1M <= 4.4"] == ("4.00", True)
+    assert checked["data-clean, 2 workers: time 4M / 1M <= 4.4"] == ("5.00", False)
+    assert checked["data-clean at 1,000,000 pairs: 2 workers >= 1.7x as fast as 1"] == ("1.67x", False)
+    assert checked["data-clean at 4,000,000 pairs: 2 workers >= 1.7x as fast as 1"] == ("1.33x", False)
+    table = "\n".join(D.targets_table(D.targets(got, [1_000_000, 4_000_000])))
+    assert "1 of 4 met" in table and table.count("| **no** |") == 3
