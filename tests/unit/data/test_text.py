@@ -51,6 +51,12 @@ def test_normalize_output_is_clean_and_stable(line):
     assert not any(unicodedata.category(c) == "Cf" for c in out if c not in "\u200c\u200d")
 
 
+def test_a_printable_line_has_no_character_that_step_1_changes():
+    # _steps skips the translate table for printable lines: that is exact only if every code point
+    # the table changes is non-printable, on this Python's Unicode version.
+    assert not [hex(c) for c in text._control_table() if chr(c).isprintable()]
+
+
 def test_normalization_changes_are_counted_per_step():
     src = ["a\tb", "e\u0301", "a  b", "ok", "\u200bx  y\u0301"]
     stats = text.SideStats()
