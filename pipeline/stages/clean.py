@@ -43,7 +43,6 @@ SIDES = ("src", "tgt")
 DROP_REASONS = ("empty", "heldout_overlap", "too_long", "ratio", "duplicate")
 CHUNK_PAIRS = 10_000  # pairs a worker cleans at a time: memory is a few chunks per worker
 READ_BYTES = 1 << 20  # the parent reads the raw text in blocks of this size
-COPY_LINES = 100_000  # lines of each side the dedupe pass copies at a time
 HASH_BYTES = 8  # 64-bit hashes: the collision rate is in the module docstring
 
 _CODES = (None, *DROP_REASONS)  # a pair's outcome as one byte: 0 kept, else 1 + its reason's index
@@ -370,11 +369,7 @@ def _clean_train(
 
 
 def _drop_duplicates(train: TrainFilter, duplicates: np.ndarray | None, candidates: Path, out: Path) -> None:
-    """Write the candidates not marked in the `duplicates` bitmap (None: none are) to out.{src,tgt}.
-
-    Serial, in the parent, so it costs what copying the text costs: blocks of lines go through
-    as they are, cut only around the duplicates, which are few.
-    """
+    """Write the candidates not marked in the `duplicates` bitmap (None: none are) to out.{src,tgt}."""
     paths = [(Path(f"{candidates}.{side}"), Path(f"{out}.{side}")) for side in SIDES]
     if duplicates is None or not duplicates.any():
         for candidate, final in paths:
@@ -383,31 +378,15 @@ def _drop_duplicates(train: TrainFilter, duplicates: np.ndarray | None, candidat
     (src, out_src), (tgt, out_tgt) = paths
     with open(src, "rb") as fs, open(tgt, "rb") as ft, open(out_src, "wb") as gs, open(out_tgt, "wb") as gt:
         done = 0
-        while True:
-            (s, n), (t, _) = _read_lines(fs, COPY_LINES), _read_lines(ft, COPY_LINES)
-            if not n:
-                break
-            duplicate = dedupe.bits_range(duplicates, done, done + n)
+        while s := list(itertools.islice(fs, CHUNK_PAIRS)):
+            t = list(itertools.islice(ft, len(s)))
+            duplicate = dedupe.bits_range(duplicates, done, done + len(s))
             train.drop_duplicates(done, duplicate)
-            gs.write(_without_lines(s, duplicate))
-            gt.write(_without_lines(t, duplicate))
-            done += n
+            gs.write(b"".join(itertools.compress(s, ~duplicate)))
+            gt.write(b"".join(itertools.compress(t, ~duplicate)))
+            done += len(s)
     for candidate, _ in paths:
         candidate.unlink()
-
-
-def _without_lines(text: bytes, drop: np.ndarray) -> bytes:
-    """`text` (lines, each ending in a newline) without the lines where `drop` is True."""
-    if not drop.any():
-        return text
-    ends = np.flatnonzero(np.frombuffer(text, dtype=np.uint8) == ord("\n")) + 1
-    starts = np.concatenate([[0], ends[:-1]])
-    kept, at = [], 0
-    for line in np.flatnonzero(drop).tolist():
-        kept.append(text[at : starts[line]])
-        at = int(ends[line])
-    kept.append(text[at:])
-    return b"".join(kept)
 
 
 class _Output:

@@ -8,7 +8,6 @@ import multiprocessing
 import unicodedata
 from pathlib import Path
 
-import numpy as np
 import pytest
 import yaml
 from click.testing import CliRunner
@@ -227,7 +226,6 @@ def test_a_duplicate_is_counted_to_the_source_that_repeats_it_and_the_first_stay
     raw = write_raw(tmp_path / "raw", {"train": (src, tgt), **EVAL})
     manifest(raw, {"news": 3, "web": 5})  # news repeats "a"; web repeats "b" (of news) and "c"
     monkeypatch.setattr(clean, "CHUNK_PAIRS", 2)  # duplicates a chunk or more apart
-    monkeypatch.setattr(clean, "COPY_LINES", 3)  # and the dedupe pass's blocks
     stats = clean.clean(CLEAN, raw, tmp_path / "clean", workers=workers)
     assert files.read_lines(tmp_path / "clean" / "train.src") == ["a", "b", "c", "d", "e"]
     assert files.read_lines(tmp_path / "clean" / "train.tgt") == ["A", "B", "C", "D", "E"]
@@ -244,14 +242,6 @@ def test_a_duplicate_is_counted_to_the_source_that_repeats_it_and_the_first_stay
         "val.src",
         "val.tgt",
     ]  # no scratch file is left in the output
-
-
-def test_the_dedupe_pass_drops_exactly_the_marked_lines():
-    lines = [b"zero\n", b"one\n", b"\n", b"three \xc3\xa4\n", b"four\n"]
-    for mask in range(1 << len(lines)):
-        drop = np.array([bool(mask >> i & 1) for i in range(len(lines))])
-        want = b"".join(line for line, d in zip(lines, drop) if not d)
-        assert clean._without_lines(b"".join(lines), drop) == want, drop
 
 
 def test_an_empty_line_of_a_test_set_does_not_drop_training_pairs(tmp_path):
