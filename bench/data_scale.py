@@ -1,6 +1,6 @@
 """The data stages at scale: download, clean, bpe and binarize on 1M, 4M and 10M pairs (issue 16).
 
-    python -m bench.data_scale                                  # the full run: an idle machine, ~1 hour
+    python -m bench.data_scale                                  # the full run: an idle machine, ~20 min
     python -m bench.data_scale --sizes 20000 --workers 1,2      # a quick look
     python -m bench.data_scale --sizes 10000000                 # one size; the report keeps the others
 
@@ -9,14 +9,16 @@ Not a test. The corpus: Multi30k's training pairs from the mirror (CORPUS_MIRROR
 by a word of that side's vocabulary, a number appended) so that dedupe keeps most of them,
 written as two local .gz files that download reads as a data.sources entry (val and test
 held out of it). Each stage runs as `python -m pipeline <stage>` with dvc.yaml's arguments;
-clean and binarize with each of --workers. Measured per stage,
-size and workers: wall seconds, lines/s (pairs in / seconds), clean's ns a character and
-worker (seconds x workers / characters of the raw train text), and peak RSS: the largest sum
-of the RSS of the stage process and all its children (its workers), sampled every 20 ms.
-The floors, on the same text: plain read+write of the raw train files in 1 MiB blocks
-(clean's and download's), and sentencepiece encoding of the clean train text with every
-thread (binarize's). Rows {system, task: data-<stage>, metric, pairs, workers, value} go to
---out, and the section between DATA_START and DATA_END of --md, with a plot, is rewritten.
+clean and binarize with each of --workers. Measured per stage, size and workers: wall
+seconds, lines/s (pairs in / seconds), clean's ns a character and worker (seconds x workers
+/ characters of the raw train text), and peak RSS: the largest sum of the RSS of the stage
+process and all its children (its workers), sampled every 20 ms. The floors, on the same
+text: plain read+write of the raw train files in 1 MiB blocks (clean's and download's), and
+sentencepiece encoding of the clean train text with every thread (binarize's). Each timed
+run starts after os.sync(), so that it does not pay for writing back the previous one's
+output (on 2 cores that writeback competes with the second worker). Rows {system, task:
+data-<stage>, metric, pairs, workers, value} go to --out, and the section between DATA_START
+and DATA_END of --md, with a plot, is rewritten.
 """
 
 from __future__ import annotations
@@ -109,6 +111,7 @@ def write_params(path: Path, corpus: tuple[Path, Path], workers: int, vocab_size
 
 def run_stage(args: list[str], cwd: Path) -> tuple[float, float]:
     """Run `python -m pipeline ARGS`: (wall seconds, peak RSS in MB of it and its children)."""
+    os.sync()  # the previous stage's dirty pages are written back now, not during this one
     start = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-m", "pipeline", *args], cwd=cwd, stdout=subprocess.DEVNULL)
     watched = psutil.Process(proc.pid)
@@ -143,6 +146,7 @@ def count_chars(raw: Path) -> int:
 
 def readwrite_floor(raw: Path, scratch: Path) -> float:
     """Seconds to read raw/train.{src,tgt} and write them again, 1 MiB at a time."""
+    os.sync()
     start = time.perf_counter()
     for side in ("src", "tgt"):
         with open(raw / f"train.{side}", "rb") as f, open(scratch / f"copy.{side}", "wb") as g:
@@ -157,6 +161,7 @@ def readwrite_floor(raw: Path, scratch: Path) -> float:
 def encode_floor(clean: Path, model: Path) -> float:
     """Seconds for sentencepiece to encode clean/train.{src,tgt} with every thread."""
     sp = spm.SentencePieceProcessor(model_file=str(model))
+    os.sync()
     start = time.perf_counter()
     for side in ("src", "tgt"):
         with open(clean / f"train.{side}", encoding="utf-8", newline="\n") as f:
