@@ -144,16 +144,28 @@ def _decode(data: bytes, path: str) -> list[str]:
 
 @dataclass(frozen=True)
 class Job:
-    """A chunk of a split as the files hold it: the same number of lines of each side."""
+    """A chunk of a split: the same number of lines of each side, as byte ranges of its files.
 
-    src: bytes
-    tgt: bytes
+    A worker reads its chunk itself (from the page cache: the parent just read it to find the
+    line ends), so the parent, which feeds every worker, does not also pipe the text to it.
+    """
+
     names: tuple[str, str]
+    starts: tuple[int, int]
+    sizes: tuple[int, int]
     train: bool
+
+    def read(self) -> tuple[bytes, bytes]:
+        sides = []
+        for name, start, size in zip(self.names, self.starts, self.sizes):
+            with open(name, "rb") as f:
+                f.seek(start)
+                sides.append(f.read(size))
+        return sides[0], sides[1]
 
 
 def clean_job(job: Job, params: CleanParams, heldout: Heldout) -> Cleaned:
-    src, tgt = (_decode(data, name) for data, name in zip((job.src, job.tgt), job.names))
+    src, tgt = (_decode(data, name) for data, name in zip(job.read(), job.names))
     return clean_lines(src, tgt, params, job.train, heldout)
 
 
@@ -413,9 +425,9 @@ def _jobs(raw: Path, stem: str, train: bool) -> Iterator[Job]:
     paths = [raw / f"{stem}.{side}" for side in SIDES]
     names = (str(paths[0]), str(paths[1]))
     with open(paths[0], "rb") as src, open(paths[1], "rb") as tgt:
-        done = 0
+        done, starts = 0, (0, 0)
         while True:
-            (s, n_src), (t, n_tgt) = _read_lines(src, CHUNK_PAIRS), _read_lines(tgt, CHUNK_PAIRS)
+            (n_src, size_src), (n_tgt, size_tgt) = (_skip_lines(f, CHUNK_PAIRS) for f in (src, tgt))
             if n_src != n_tgt:
                 n_src, n_tgt = done + n_src + sum(1 for _ in src), done + n_tgt + sum(1 for _ in tgt)
                 raise UserError(
@@ -425,29 +437,43 @@ def _jobs(raw: Path, stem: str, train: bool) -> Iterator[Job]:
             if not n_src:
                 return
             done += n_src
-            yield Job(s, t, names, train)
+            yield Job(names, starts, (size_src, size_tgt), train)
+            starts = (starts[0] + size_src, starts[1] + size_tgt)
 
 
-def _read_lines(f: BinaryIO, n: int) -> tuple[bytes, int]:
-    """The next n lines of `f` (fewer at its end) as the file holds them, and how many there are.
+def _skip_lines(f: BinaryIO, n: int) -> tuple[int, int]:
+    """Move `f` past its next n lines (fewer at its end): (how many lines, how many bytes).
 
-    Reads blocks and finds their line ends with numpy: a Python loop over lines would cost the
-    parent, which feeds every worker, about as much as cleaning them.
+    The parent feeds every worker, so this is the serial part of clean: bytes.count over whole
+    blocks, and a search near the proportional guess for the block where the n-th line ends.
     """
-    blocks: list[bytes] = []
-    got = 0
+    got = size = 0
+    last = b"\n"
     while got < n and (block := f.read(READ_BYTES)):
-        ends = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == ord("\n"))
-        if got + len(ends) >= n:  # the n-th line ends in this block: keep up to it, leave the rest
-            cut = int(ends[n - got - 1]) + 1
+        k = block.count(b"\n")
+        if got + k >= n:  # the n-th line ends in this block: stop after it, leave the rest
+            cut = _line_end(block, n - got, k)
             f.seek(cut - len(block), os.SEEK_CUR)
-            block, ends = block[:cut], ends[: n - got]
-        blocks.append(block)
-        got += len(ends)
-    text = b"".join(blocks)
-    if text and not text.endswith(b"\n"):
+            return n, size + cut
+        got, size, last = got + k, size + len(block), block[-1:]
+    if size and last != b"\n":
         got += 1  # the file's last line, without a line end
-    return text, got
+    return got, size
+
+
+def _line_end(block: bytes, m: int, k: int) -> int:
+    """The offset just past the m-th of the k line ends of `block` (1 <= m <= k)."""
+    guess = len(block) * m // k
+    before = block.count(b"\n", 0, guess)
+    at = guess
+    if before >= m:  # step back from the last line end before the guess
+        for _ in range(before - m + 1):
+            at = block.rfind(b"\n", 0, at)
+    else:
+        at -= 1
+        for _ in range(m - before):
+            at = block.find(b"\n", at + 1)
+    return at + 1
 
 
 def _check_exists(raw: Path, stem: str) -> None:
