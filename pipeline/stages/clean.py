@@ -26,13 +26,14 @@ import unicodedata
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import click
 import numpy as np
 
 from pipeline import files
 from pipeline.data import dedupe
+from pipeline.data.lines import skip_lines
 from pipeline.data.pool import ordered_results
 from pipeline.data.text import SideStats, drop_reason, normalize_lines
 from pipeline.errors import UserError
@@ -42,7 +43,6 @@ from pipeline.stages.options import load_params, params_option
 SIDES = ("src", "tgt")
 DROP_REASONS = ("empty", "heldout_overlap", "too_long", "ratio", "duplicate")
 CHUNK_PAIRS = 10_000  # pairs a worker cleans at a time: memory is a few chunks per worker
-READ_BYTES = 1 << 20  # the parent reads the raw text in blocks of this size
 HASH_BYTES = 8  # 64-bit hashes: the collision rate is in the module docstring
 
 _CODES = (None, *DROP_REASONS)  # a pair's outcome as one byte: 0 kept, else 1 + its reason's index
@@ -427,7 +427,7 @@ def _jobs(raw: Path, stem: str, train: bool) -> Iterator[Job]:
     with open(paths[0], "rb") as src, open(paths[1], "rb") as tgt:
         done, starts = 0, (0, 0)
         while True:
-            (n_src, size_src), (n_tgt, size_tgt) = (_skip_lines(f, CHUNK_PAIRS) for f in (src, tgt))
+            (n_src, size_src), (n_tgt, size_tgt) = (skip_lines(f, CHUNK_PAIRS) for f in (src, tgt))
             if n_src != n_tgt:
                 n_src, n_tgt = done + n_src + sum(1 for _ in src), done + n_tgt + sum(1 for _ in tgt)
                 raise UserError(
@@ -439,41 +439,6 @@ def _jobs(raw: Path, stem: str, train: bool) -> Iterator[Job]:
             done += n_src
             yield Job(names, starts, (size_src, size_tgt), train)
             starts = (starts[0] + size_src, starts[1] + size_tgt)
-
-
-def _skip_lines(f: BinaryIO, n: int) -> tuple[int, int]:
-    """Move `f` past its next n lines (fewer at its end): (how many lines, how many bytes).
-
-    The parent feeds every worker, so this is the serial part of clean: bytes.count over whole
-    blocks, and a search near the proportional guess for the block where the n-th line ends.
-    """
-    got = size = 0
-    last = b"\n"
-    while got < n and (block := f.read(READ_BYTES)):
-        k = block.count(b"\n")
-        if got + k >= n:  # the n-th line ends in this block: stop after it, leave the rest
-            cut = _line_end(block, n - got, k)
-            f.seek(cut - len(block), os.SEEK_CUR)
-            return n, size + cut
-        got, size, last = got + k, size + len(block), block[-1:]
-    if size and last != b"\n":
-        got += 1  # the file's last line, without a line end
-    return got, size
-
-
-def _line_end(block: bytes, m: int, k: int) -> int:
-    """The offset just past the m-th of the k line ends of `block` (1 <= m <= k)."""
-    guess = len(block) * m // k
-    before = block.count(b"\n", 0, guess)
-    at = guess
-    if before >= m:  # step back from the last line end before the guess
-        for _ in range(before - m + 1):
-            at = block.rfind(b"\n", 0, at)
-    else:
-        at -= 1
-        for _ in range(m - before):
-            at = block.find(b"\n", at + 1)
-    return at + 1
 
 
 def _check_exists(raw: Path, stem: str) -> None:

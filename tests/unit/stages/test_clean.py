@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import multiprocessing
-import random
 import unicodedata
 from pathlib import Path
 
@@ -14,7 +13,7 @@ import yaml
 from click.testing import CliRunner
 
 from pipeline import files, params
-from pipeline.data import text
+from pipeline.data import lines, text
 from pipeline.errors import UserError
 from pipeline.stages import clean
 from tests.helpers import REPO
@@ -277,7 +276,7 @@ def test_the_output_is_the_same_for_any_number_of_workers_and_chunk_size(tmp_pat
     manifest(raw, {"a": 120, "b": 80})
     whole = clean.clean(CLEAN, raw, tmp_path / "whole")  # one chunk, this process
     monkeypatch.setattr(clean, "CHUNK_PAIRS", 7)
-    monkeypatch.setattr(clean, "READ_BYTES", 16)  # lines cut across the parent's read blocks
+    monkeypatch.setattr(lines, "READ_BYTES", 16)  # lines cut across the parent's read blocks
     assert clean.clean(CLEAN, raw, tmp_path / "chunked", workers=workers) == whole
     for path in sorted((tmp_path / "whole").rglob("*.*")):
         assert path.read_bytes() == (tmp_path / "chunked" / path.relative_to(tmp_path / "whole")).read_bytes()
@@ -285,30 +284,6 @@ def test_the_output_is_the_same_for_any_number_of_workers_and_chunk_size(tmp_pat
     in_memory, _, _ = clean.clean_pairs(*corpus(200), CLEAN, True, heldout)
     assert files.read_lines(tmp_path / "whole" / "train.src") == in_memory
     assert whole["train"]["dropped"]["duplicate"] > 0 and whole["train"]["dropped"]["heldout_overlap"] == 1
-
-
-@pytest.mark.parametrize("read_bytes", [1, 3, 64])
-def test_lines_are_counted_whatever_the_block_size(tmp_path, monkeypatch, read_bytes):
-    path = tmp_path / "text"
-    path.write_bytes(b"one\n\ntwo two\nthree\r\nlast, with no line end")
-    monkeypatch.setattr(clean, "READ_BYTES", read_bytes)
-    with open(path, "rb") as f:
-        got = [clean._skip_lines(f, 2) for _ in range(4)]
-    assert got == [(2, 5), (2, 15), (1, 22), (0, 0)]  # (lines, bytes)
-
-
-def test_lines_are_counted_in_chunks_on_random_text(tmp_path, monkeypatch):
-    rng = random.Random(0)
-    for trial in range(200):
-        lines = [b"x" * rng.choice([0, 1, 2, 5, 40]) + b"\n" for _ in range(rng.randrange(0, 60))]
-        lines += [b"tail"] if trial % 3 == 0 else []  # a last line without a line end
-        (tmp_path / "text").write_bytes(b"".join(lines))
-        monkeypatch.setattr(clean, "READ_BYTES", rng.choice([1, 7, 64, 1 << 20]))
-        n = rng.randrange(1, 20)
-        chunks = [lines[i : i + n] for i in range(0, len(lines), n)]
-        want = [(len(chunk), len(b"".join(chunk))) for chunk in chunks] + [(0, 0)]
-        with open(tmp_path / "text", "rb") as f:
-            assert [clean._skip_lines(f, n) for _ in want] == want, (lines, n)
 
 
 def test_a_failing_worker_fails_the_stage_with_its_error_and_the_old_output_stays(tmp_path, monkeypatch):
