@@ -365,7 +365,7 @@ def targets_table(checked: list[tuple[str, str, bool]]) -> list[str]:
     "--plot",
     "plot_path",
     type=click.Path(path_type=Path),
-    default=REPO / "reports/figures/bench_data_scale.png",
+    default=REPO / "reports/bench_data_scale.png",  # not in figures/: the report stage owns that folder
     show_default=True,
 )
 @click.option("--smoke", is_flag=True, help="Mark the rows as a smoke run's.")
