@@ -38,6 +38,7 @@ import sentencepiece as spm
 import yaml
 
 from bench.common import machine_info, merge_rows, write_section
+from pipeline.data.pool import cores
 from pipeline.files import write_json
 
 REPO = Path(__file__).resolve().parents[1]
@@ -47,10 +48,6 @@ STAGES = ("download", "clean", "bpe", "binarize")
 METRICS = ("seconds", "lines_per_s", "peak_rss_mb")  # every stage's
 COLUMNS = (*METRICS, "ns_per_char")  # ns_per_char: clean's and the read+write floor's only
 BLOCK = 1 << 20
-
-
-def cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 # --- the corpus ------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ stopped at once, so the stage's atomic output is dropped without waiting for the
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -23,6 +24,16 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 IN_FLIGHT = 2  # tasks a worker: one running, one queued, so that no worker waits on the parent
+
+
+def cores() -> int:
+    """The cores this process may run on (its CPU affinity where the OS has one)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def resolve_workers(workers: int) -> int:
+    """data.workers, 0 meaning every core this process may run on."""
+    return workers or cores()
 
 
 @contextlib.contextmanager

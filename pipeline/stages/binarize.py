@@ -20,7 +20,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +29,7 @@ import click
 import numpy as np
 
 from pipeline import tokens
-from pipeline.data.pool import ordered_results
+from pipeline.data.pool import ordered_results, resolve_workers
 from pipeline.data.vocab import Vocab
 from pipeline.errors import UserError
 from pipeline.files import atomic_path, write_json
@@ -96,7 +95,7 @@ def binarize(
         plan = {split: _plan(clean_dir, split, tmp, shard_lines) for split in SPLITS}
         shards = [shard for by_side in plan.values() for side in SIDES for shard in by_side[side]]
         chunks = [chunk for shard in shards for chunk in shard.chunks]
-        workers = min(workers or os.cpu_count() or 1, len(chunks))
+        workers = min(resolve_workers(workers), len(chunks))
         with ordered_results(
             _encode_chunk, chunks, workers, _init_worker, (bpe_dir, dtype), "binarize"
         ) as encoded:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import bisect
 import io
 import json
-import os
 import random
 import re
 from collections.abc import Iterator, Sequence
@@ -30,6 +29,7 @@ import sentencepiece as spm
 from sentencepiece import sentencepiece_model_pb2
 
 from pipeline import files, tokens
+from pipeline.data.pool import cores
 from pipeline.data.vocab import JOINT_MODEL, SRC_MODEL, TGT_MODEL, Vocab
 from pipeline.errors import UserError
 from pipeline.files import atomic_path
@@ -114,7 +114,7 @@ def _train_one(
             normalization_rule_name="identity",
             input_sentence_size=0,
             shuffle_input_sentence=False,
-            num_threads=_threads(),
+            num_threads=cores(),
             minloglevel=1,  # warnings (e.g. skipped over-long sentences) still show
         )
     except RuntimeError as e:
@@ -124,10 +124,6 @@ def _train_one(
     sp = spm.SentencePieceProcessor(model_proto=model)
     assert sp.piece_to_id(tokens.SEP_PIECE) == tokens.SEP, "sentencepiece gave <sep> an unexpected id"
     _write_vocab(sp, model_path.with_suffix(".vocab"))
-
-
-def _threads() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def _record_threads(model: bytes) -> bytes:

@@ -34,7 +34,7 @@ import numpy as np
 from pipeline import files
 from pipeline.data import dedupe
 from pipeline.data.lines import skip_lines
-from pipeline.data.pool import ordered_results
+from pipeline.data.pool import ordered_results, resolve_workers
 from pipeline.data.text import SideStats, drop_reason, normalize_lines
 from pipeline.errors import UserError
 from pipeline.params import CleanParams
@@ -461,13 +461,6 @@ def _train_sources(raw: Path) -> list[tuple[str, int | None]]:
         return []
     train = json.loads(manifest.read_text(encoding="utf-8"))["splits"]["train"]
     return [(s["name"], s["lines"]) for s in train]
-
-
-def resolve_workers(workers: int) -> int:
-    """data.workers, 0 meaning every core this process may run on."""
-    if workers:
-        return workers
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 @click.command("clean")

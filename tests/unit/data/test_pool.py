@@ -75,3 +75,9 @@ def test_an_error_in_the_parent_stops_the_workers_at_once() -> None:
             raise KeyboardInterrupt
     assert time.monotonic() - started < 10, "waited for the workers' tasks"
     assert not multiprocessing.active_children()
+
+
+def test_zero_workers_means_every_core_this_process_may_use(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 3, 5}, raising=False)
+    assert pool.resolve_workers(0) == pool.cores() == 3  # not os.cpu_count(): a CPU-limited job
+    assert pool.resolve_workers(2) == 2
