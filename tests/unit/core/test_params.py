@@ -86,7 +86,8 @@ def test_per_stack_depths_win_over_n_layers_only_where_set(raw):
         ),
         (
             {"data": {"val": []}},
-            "data.heldout_val: null, but data.val is [] (val lines held out of train): set how many, e.g. 1000",
+            "data.heldout_val: null, but data.val is [] (val lines held out of train): set how many, "
+            "e.g. 1000",
         ),
         (
             {"train": {"source_temperature": 2.0}},
@@ -112,7 +113,7 @@ def test_per_stack_depths_win_over_n_layers_only_where_set(raw):
 def test_a_setting_that_cannot_take_effect_is_refused(raw, changes, expected):
     for section, values in changes.items():
         raw[section].update(values)
-    assert refused(raw) == expected
+    assert refused(raw).startswith(expected)
 
 
 def test_settings_that_do_take_effect_still_load(raw):
@@ -129,7 +130,7 @@ def test_settings_that_do_take_effect_still_load(raw):
 
 
 def test_a_saved_model_from_before_the_refusals_still_loads(params):
-    """Model directories written before issue 30 hold the settings that were ignored: drop them, as they were."""
+    """Model directories written before issue 30 hold settings that were ignored: null them, as they were."""
     saved = params.to_dict()
     saved["model"].update(n_layers=3, encoder_layers=10, decoder_layers=2)
     saved["data"].update(heldout_val=1000, heldout_test=1000)
@@ -213,7 +214,7 @@ def test_splits_are_lists_of_names_and_one_name_is_a_list_of_one(raw):
     assert P.from_dict(raw).data.test[0] == "multi30k-test_2016_flickr"
     raw["data"]["test"] = "newstest2018-deen"  # what `dvc exp run -S data.test=newstest2018-deen` sets
     assert P.from_dict(raw).data.test == ("newstest2018-deen",)
-    raw["data"]["val"] = []
+    raw["data"].update(val=[], heldout_val=1000)
     assert P.from_dict(raw).data.val == ()
 
 
@@ -271,6 +272,7 @@ def test_params_saved_before_sources_and_new_settings_load_as_they_meant(params)
     del saved["clean"]["decontaminate"], saved["tracking"]["register_model"]
     del saved["train"]["source_weights"], saved["train"]["source_temperature"]
     del saved["data"]["workers"], saved["bpe"]["sample_lines"], saved["bpe"]["seed"]
+    saved["data"].update(heldout_val=1000, heldout_test=1000)  # always set then, used or not
     for key in ("train", "val", "test", "sources"):
         del saved["data"][key]
     multi30k = {**saved, "data": {**saved["data"], "corpus": "multi30k", "multi30k_test": "test_2017_mscoco"}}

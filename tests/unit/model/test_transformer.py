@@ -42,7 +42,7 @@ VARIANTS: dict[str, dict] = {
     "tie-none": {"tie_embeddings": "none"},
     "output-bias": {"output_bias": True},
     "gelu": {"activation": "gelu"},
-    "deep-shallow": {"encoder_layers": 4, "decoder_layers": 1},
+    "deep-shallow": {"n_layers": None, "encoder_layers": 4, "decoder_layers": 1},
     "decoder-only": {"arch": "decoder_only"},
     "decoder-only-post-learned-untied": {
         "arch": "decoder_only",
@@ -237,8 +237,9 @@ def expected_parameters(cfg: ModelParams, src_vocab: int, tgt_vocab: int) -> int
 
 
 COUNT_CASES = {name: small(**VARIANTS[name]) for name in ALL} | {
-    "deep-10-2": small(encoder_layers=10, decoder_layers=2),
+    "deep-10-2": small(n_layers=None, encoder_layers=10, decoder_layers=2),
     "deep-10-2-post-learned-untied-bias": small(
+        n_layers=None,
         encoder_layers=10,
         decoder_layers=2,
         norm="post",

@@ -8,6 +8,7 @@ test_resume and test_distributed).
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import json
 import random
@@ -29,7 +30,7 @@ from pipeline.tracking import Tracker
 from pipeline.training import loop, state
 from pipeline.training.loop import Trainer
 from pipeline.training.state import Paths
-from tests.helpers import make_corpus, model_weights, read_tsv, tiny_params
+from tests.helpers import make_corpus, model_weights, read_tsv, tiny_params, tiny_raw
 
 # --- learning, and what a run writes --------------------------------------------------------
 
@@ -392,7 +393,12 @@ def test_source_weights_decide_each_sources_draws_per_epoch(tmp_path):
     every = np.sort(np.concatenate(natural.epoch_batches(1)))
     assert every.tolist() == natural.train_ids.tolist()  # the default: every fitting pair once, as before
 
-    weighted = Trainer(tiny_params(source_weights={"web": 2.5}), paths)
+    def sourced(**train) -> P.Params:  # params whose data.train names the corpus's two sources
+        raw = tiny_raw(**train)
+        raw["data"]["train"] = ["news", "web"]
+        return P.from_dict(raw)
+
+    weighted = Trainer(sourced(source_weights={"web": 2.5}), paths)
     assert weighted.sources.drawn_per_epoch() == {"news": 40, "web": 50}
     for epoch in (1, 2):
         drawn = np.concatenate(weighted.epoch_batches(epoch))
@@ -401,13 +407,15 @@ def test_source_weights_decide_each_sources_draws_per_epoch(tmp_path):
         assert set(counts[40:].tolist()) == {2, 3}
     assert weighted.summary(0)["pairs_drawn_per_epoch"] == {"news": 40, "web": 50}
 
-    flat = Trainer(tiny_params(source_temperature=100.0), paths)
+    flat = Trainer(sourced(source_temperature=100.0), paths)
     assert flat.sources.drawn_per_epoch() == {"news": 30, "web": 30}  # nearly equal shares of 60
 
+    blog = sourced()  # params that name a source the binarized corpus lacks (it was built from others)
+    blog = dataclasses.replace(blog, train=dataclasses.replace(blog.train, source_weights={"blog": 2.0}))
     with pytest.raises(
         UserError, match=r"train.source_weights: no train source named blog; the train sources are news, web"
     ):
-        Trainer(tiny_params(source_weights={"blog": 2.0}), paths)
+        Trainer(blog, paths)
 
 
 def test_validation_leaves_every_rng_as_it_found_it(tmp_path, monkeypatch):
