@@ -387,6 +387,17 @@ class Tracker:
             self._next_try = 0.0  # one last try to sync what is buffered
             self._try_reconnect()
 
+    def reopen(self) -> None:
+        """Mark the run RUNNING again: a training resumes it (after a signal ended it as KILLED)."""
+        if self._owns_run:
+            self._submit({"op": "status", "status": "RUNNING"})
+
+    def end_if_running(self, status: str = "KILLED") -> None:
+        """Close the run as `status` if it is still RUNNING (its process died without a word)."""
+        if self._owns_run:
+            self._submit({"op": "end_if_running", "status": status, "time_ms": _now_ms()})
+        self._ended = True
+
     def __enter__(self) -> Tracker:
         return self
 
@@ -462,6 +473,11 @@ class Tracker:
             _log_model(self._uri(), self._run_id, record)
         elif op == "end":
             client.set_terminated(self._run_id, record["status"], end_time=record["time_ms"])
+        elif op == "status":
+            client.update_run(self._run_id, status=record["status"])
+        elif op == "end_if_running":
+            if client.get_run(self._run_id).info.status == "RUNNING":
+                client.set_terminated(self._run_id, record["status"], end_time=record["time_ms"])
         else:
             raise ValueError(f"unknown tracking record {op!r}")
 

@@ -35,6 +35,7 @@ from pipeline.files import atomic_path, write_json, write_lines, write_text
 from pipeline.model import checkpoint
 from pipeline.model.transformer import Seq2SeqBase, build_model, count_parameters
 from pipeline.tracking import Tracker, tracking_uri
+from pipeline.training import signals
 from pipeline.training.distributed import ALONE, Dist
 from pipeline.training.state import (
     Interval,
@@ -296,8 +297,9 @@ class Trainer:
         p.stopped = limit or ("early_stopping" if early else None)
         p.train_seconds += time.perf_counter() - began
         if self.dist.main:
-            self.state.save(improved, rngs)
-            self.write_logs()
+            with signals.deferred():
+                self.state.save(improved, rngs)
+                self.write_logs()
 
     # --- validation ---
 
@@ -380,7 +382,7 @@ class Trainer:
         """Write data/model, the logs and summary.json (rank 0); close the MLflow run's records."""
         payload, averaged = self.state.final_payload()
         out = self.paths.out_dir
-        with atomic_path(out) as tmp:
+        with signals.deferred(), atomic_path(out) as tmp:
             tmp.mkdir()
             checkpoint.save(tmp / checkpoint.MODEL_FILE, payload)
             write_text(tmp / "params.yaml", yaml.safe_dump(self.params.to_dict(), sort_keys=False))
@@ -443,9 +445,14 @@ class Trainer:
             return self.tracker
         p, d, m = self.progress, self.params.data, self.params.model
         offline = self.paths.ckpt_dir
+        replaced = self.state.replaced_run
+        if replaced and replaced.get("run_id"):  # a training deleted for this one: its run ends here
+            uri = replaced.get("tracking_uri") or tracking_uri()
+            Tracker(uri, replaced["run_id"], offline, owns_run=True).end_if_running("KILLED")
         if p.run and p.run.get("run_id"):
             uri = p.run.get("tracking_uri") or tracking_uri()
             self.tracker = Tracker(uri, p.run["run_id"], offline, owns_run=True)
+            self.tracker.reopen()  # a run stopped by a signal said KILLED: it is running again
             self.tracker.start_system_metrics(resume=True)
         else:
             label = os.environ.get("DVC_EXP_NAME") or time.strftime("%Y-%m-%d %H:%M:%S")

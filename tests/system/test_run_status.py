@@ -52,14 +52,16 @@ def command(params_file: Path, paths: Paths) -> list[str]:
 
 
 def stop_once_saved(params_file: Path, paths: Paths, env: dict[str, str], sig: int, log: Path) -> int:
-    """Start training, send `sig` once a training state exists; -> the exit code."""
+    """Start training, send `sig` once it has saved a training state; -> the exit code."""
+    last = paths.ckpt_dir / "last.pt"
+    before = last.stat().st_mtime_ns if last.exists() else None
     with open(log, "w") as stderr:
         proc = subprocess.Popen(
             command(params_file, paths), cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=stderr
         )
     deadline = time.monotonic() + 180
     try:
-        while not (paths.ckpt_dir / "last.pt").exists():
+        while not (last.exists() and last.stat().st_mtime_ns != before):
             assert proc.poll() is None, f"training ended before the signal:\n{log.read_text()[-2000:]}"
             assert time.monotonic() < deadline, "training never saved a state"
             time.sleep(0.005)
