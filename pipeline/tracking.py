@@ -7,12 +7,10 @@ file locked by parallel runs past a few retries) the tracker warns once, keeps
 every record in `mlflow_offline.jsonl` in a local directory, retries now and
 then with growing pauses, and replays the buffer when MLflow answers again.
 
-The train stage starts a run and saves `{"run_id", "tracking_uri"}` to
-`data/model/mlflow_run.json`; score and report reopen that run
-(`Tracker.from_run_file`) to add final scores and the report. A training run
-also gets what MLflow's UI shows for one: the experiment kind, the command as
-source, the corpus splits as dataset inputs, system metrics and a logged
-model (docs/mlflow.md).
+A training opens its run with `open_training_run` (its observer, looked up by
+name: no code the train stage depends on) and saves it to
+`data/model/mlflow_run.json`; score and report reopen that run to add scores,
+datasets, the logged model and the report (docs/mlflow.md).
 """
 
 from __future__ import annotations
@@ -199,6 +197,29 @@ def manifest_datasets(manifest: dict[str, Any]) -> list[dict[str, Any]]:
                 }
             )
     return datasets
+
+
+# --- a training's run ---------------------------------------------------------------
+
+
+def open_training_run(start: Any) -> Tracker:
+    """The MLflow run of a training (pipeline/training/observer.py's RunStart): taken up again if
+    the training resumes one, else new; a run whose training state was deleted for this one is
+    marked KILLED if it never ended (its process died without a word)."""
+    replaced, resumed = start.replaced, start.resumed
+    if replaced and replaced.get("run_id"):
+        uri = replaced.get("tracking_uri") or tracking_uri()
+        Tracker(uri, replaced["run_id"], start.offline_dir, owns_run=True).end_if_running("KILLED")
+    if resumed and resumed.get("run_id"):
+        uri = resumed.get("tracking_uri") or tracking_uri()
+        tracker = Tracker(uri, resumed["run_id"], start.offline_dir, owns_run=True)
+        tracker.reopen()  # a run stopped by a signal said KILLED: it is running again
+        tracker.start_system_metrics(resume=True)
+        return tracker
+    experiment = start.params["tracking"]["experiment"]
+    tracker = Tracker.start(start.params, experiment, start.run_name, start.tags, start.offline_dir)
+    tracker.start_system_metrics()
+    return tracker
 
 
 # --- the tracker ----------------------------------------------------------------

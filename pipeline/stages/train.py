@@ -52,7 +52,7 @@ def _run(params: P.Params, paths: Paths, dist: Dist, on_change: str, tracking: b
             f"train: {count_parameters(trainer.model):,} parameters, {trainer.n_batches} batches per "
             f"epoch, {dist.world_size} process(es) on {trainer.device}, {params.train.precision}"
         )
-    with trainer.open_tracker(tracking):
+    with trainer.open_observer(tracking):
         trainer.run()
         summary = trainer.finish() if dist.main else None
     dist.barrier()
