@@ -21,7 +21,7 @@ import itertools
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import click
 
@@ -220,7 +220,7 @@ def command(
         translator.workers = workers
     # Before reading any input; a message names the option, or the model's decode key it defaults to.
     given = {"beam": beam, "batch_tokens": batch_tokens, "n_best": n_best}
-    changes = {name: value for name, value in given.items() if value is not None}
+    changes: dict[str, Any] = {name: value for name, value in given.items() if value is not None}
     options = {name: "--" + name.replace("_", "-") for name in changes}
     settings = dataclasses.replace(translator.settings, **changes)
     check_decode(settings, names=options, error=UserError)
