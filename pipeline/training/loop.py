@@ -398,7 +398,7 @@ class Trainer:
         if self.tracker.enabled:
             from pipeline.decoding import pyfunc  # imports mlflow: only when there is a run to log to
 
-            spec = pyfunc.model_spec(out, self.example_sources(), self.params.decode)
+            spec = pyfunc.model_spec(out, self.example_sources())
             self.tracker.log_model("model", spec, register_as=self.params.tracking.register_model)
         return summary
 
