@@ -7,7 +7,8 @@ serves both architectures. Its steps, as fairseq's: `step_log_probs`,
 ranked by GNMT's length penalty), `survivors` (the K best others), `advance`.
 Scores are exact teacher-forced log-probabilities (banned tokens -inf, no
 renormalization). The KV cache, greedy's ties, batches and the decoding
-workers: docs/beam-search.md.
+workers: docs/beam-search.md. `sample_search` draws instead, over the same
+interface and cache (top-k, top-p, temperature, seeded): docs/sampling.md.
 
 Shapes (docs/shapes.md): B sentences, K beam, R = B x K rows, S source length,
 V vocabulary; n sentences still searching, k beams each so far (1, then K).
@@ -328,10 +329,10 @@ def filter_logits(lprobs: torch.Tensor, sampling: SamplingParams) -> tuple[torch
     """lprobs (R, V) -> the tokens a draw may pick, likeliest first: tempered scores (R, W), -inf
     for those cut, and their ids (R, W); W = top_k, else V.
 
-    Temperature first, then top-k, then the nucleus (the smallest set whose tempered
-    probability reaches top_p; Holtzman et al. 2020), as fairseq, Hugging Face and
-    CTranslate2 order them, so a top_p means what it means there. The likeliest token is
-    always kept.
+    Temperature, top-k, then the nucleus (the likeliest tokens whose tempered probability
+    first reaches top_p; Holtzman et al. 2020): as in fairseq, Hugging Face and
+    CTranslate2 the nucleus is of the tempered distribution, so a top_p means what it
+    means there. The likeliest token is always kept. docs/sampling.md.
     """
     tempered = lprobs / sampling.temperature
     if sampling.top_k:
