@@ -325,9 +325,10 @@ def sample_draws(
     return draws
 
 
-def filter_logits(lprobs: torch.Tensor, sampling: SamplingParams) -> tuple[torch.Tensor, torch.Tensor]:
-    """lprobs (R, V) -> the tokens a draw may pick, likeliest first: tempered scores (R, W), -inf
-    for those cut, and their ids (R, W); W = top_k, else V.
+def filter_logits(lprobs: torch.Tensor, sampling: SamplingParams) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """lprobs (R, V) -> the tokens a draw may pick: tempered scores (R, W), -inf for those cut,
+    and their ids (R, W), likeliest first; W = top_k, else V. Without top_k or top_p, the
+    scores (R, V) in vocabulary order and ids None: unrestricted sampling needs no sort.
 
     Temperature, top-k, then the nucleus (the likeliest tokens whose tempered probability
     first reaches top_p; Holtzman et al. 2020): as in fairseq, Hugging Face and
@@ -337,8 +338,10 @@ def filter_logits(lprobs: torch.Tensor, sampling: SamplingParams) -> tuple[torch
     tempered = lprobs / sampling.temperature
     if sampling.top_k:
         values, ids = tempered.topk(min(sampling.top_k, tempered.size(1)), dim=1)  # sorted
-    else:
+    elif sampling.top_p < 1.0:
         values, ids = tempered.sort(dim=1, descending=True)
+    else:
+        return tempered, None
     if sampling.top_p < 1.0:
         probs = torch.softmax(values, dim=1)
         before = probs.cumsum(dim=1) - probs  # the probability of the likelier tokens
@@ -349,15 +352,18 @@ def filter_logits(lprobs: torch.Tensor, sampling: SamplingParams) -> tuple[torch
 def draw_tokens(lprobs: torch.Tensor, draws: torch.Tensor, sampling: SamplingParams) -> torch.Tensor:
     """lprobs (R, V), draws (R,) uniforms -> (R,) tokens drawn from the filtered distribution.
 
-    By inversion: the first token, likeliest first, whose cumulative probability exceeds
-    the draw. A row's token depends on its own log-probs and draw alone.
+    By inversion: the first token (in filter_logits' order) whose cumulative probability
+    exceeds the draw. A row's token depends on its own log-probs and draw alone.
     """
     values, ids = filter_logits(lprobs, sampling)
     probs = torch.softmax(values.double(), dim=1)  # (R, W), zeros where cut
     cdf = probs.cumsum(dim=1)
     pick = (cdf <= draws[:, None] * cdf[:, -1:]).sum(dim=1)  # tokens the draw passes
-    last = (probs > 0).sum(dim=1) - 1  # rounding can pass them all; cut tokens come last
-    return ids.gather(1, torch.minimum(pick, last)[:, None]).squeeze(1)
+    # Rounding can pass them all: then the last token that may be drawn.
+    order = torch.arange(probs.size(1), device=probs.device)
+    last = torch.where(probs > 0, order, -1).amax(dim=1)
+    pick = torch.minimum(pick, last)
+    return pick if ids is None else ids.gather(1, pick[:, None]).squeeze(1)
 
 
 def initial_samples(

@@ -19,6 +19,7 @@ from pipeline.decoding.search import (
     BANNED,
     Hypothesis,
     SearchStats,
+    draw_tokens,
     fit_to_model,
     length_batches,
     length_penalty,
@@ -532,3 +533,17 @@ def test_samples_never_exceed_max_length_and_empty_inputs_stay_empty() -> None:
 def test_sampling_with_a_beam_is_a_developers_error() -> None:
     with pytest.raises(ValueError, match="beam must be 1"):
         decode(tiny_model(), [[5, 6]], beam=4, sampling=sampling())
+
+
+@pytest.mark.parametrize("top_k", [0, 3])
+def test_draws_at_the_ends_of_the_interval_pick_the_first_and_last_drawable_tokens(top_k: int) -> None:
+    lprobs = step_log_probs(RANKED.repeat(3, 1), torch.zeros(3, dtype=torch.bool))  # PAD, BOS, SEP cut
+    tokens = draw_tokens(
+        lprobs, torch.tensor([0.0, 1 - 1e-15, 0.5], dtype=torch.float64), sampling(top_k=top_k)
+    )
+    drawable = sorted(set(range(RANKED.numel())) - set(BANNED))
+    if top_k:  # likeliest first: the best, then the k-th best
+        assert tokens[:2].tolist() == allowed_probs(RANKED).topk(top_k).indices[[0, -1]].tolist()
+    else:  # the vocabulary's order: its first and last drawable ids, never a banned one
+        assert tokens[:2].tolist() == [drawable[0], drawable[-1]]
+    assert int(tokens[2]) in drawable
