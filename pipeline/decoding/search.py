@@ -10,7 +10,7 @@ renormalization). The KV cache, greedy's ties, batches and the decoding
 workers: docs/beam-search.md. `sample_search` draws instead, over the same
 interface and cache (top-k, top-p, temperature, seeded): docs/sampling.md.
 
-Shapes (docs/shapes.md): B sentences, K beam, R = B x K rows, S source length,
+Shapes (docs/shapes.md): B sentences, K beam (or samples), R = B x K rows, S source length,
 V vocabulary; n sentences still searching, k beams each so far (1, then K).
 """
 
@@ -632,10 +632,7 @@ def translate_ids(
         if sorted(i for b in batches for i in b) != [i for i, f in enumerate(fitted) if f[0]]:
             raise ValueError("batches must hold the index of every non-empty input exactly once")
     search: dict[str, Any] = dict(alpha=length_penalty, use_cache=use_cache, min_len=min_len)
-    if sampling is None:
-        search |= dict(beam=beam, n_best=n_best)
-    else:
-        search |= dict(sampling=sampling, samples=n_best)
+    search |= dict(beam=beam, n_best=n_best) if sampling is None else dict(sampling=sampling, samples=n_best)
     with evaluating(model):
         found = search_batches(model, fitted, batches, workers=workers, device=device, **search)
     for batch, hyps in zip(batches, found):

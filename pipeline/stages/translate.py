@@ -10,7 +10,8 @@ output is always UTF-8. When stdin is a terminal it prompts and answers each lin
 
 --backend torch runs pipeline.decoding.translator.Translator; ctranslate2 runs a
 CTranslate2 conversion of the same model (pipeline/decoding/ct2.py, the optional
-`ct2` extra), made on first use. More: docs/translate.md, docs/ctranslate2.md.
+`ct2` extra), made on first use. --sample draws instead of searching (torch only).
+More: docs/translate.md, docs/ctranslate2.md, docs/sampling.md.
 """
 
 from __future__ import annotations
