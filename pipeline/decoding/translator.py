@@ -12,7 +12,8 @@ docs/translate.md; sampling: docs/sampling.md.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+import itertools
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -106,6 +107,17 @@ class TextTranslator:
             [Translation(self.vocab.decode_tgt(h.tokens), h.score) for h in hyps]
             for hyps in self.search(lines, settings, stats)
         ]
+
+    def translate_corpus(
+        self, lines: Iterable[str], chunk_lines: int = CHUNK_LINES, stats: SearchStats | None = None
+    ) -> Iterator[str]:
+        """A corpus of any size, `chunk_lines` at a time with self.settings: one 1-best translation
+        (or sample) per line, in order, in bounded memory. Chunks change no output: a sentence's
+        search ignores its batch, and its samples depend on the seed and the sentence alone
+        (docs/sampling.md), so a corpus may also be cut into shards decoded apart."""
+        it = iter(lines)
+        while chunk := list(itertools.islice(it, chunk_lines)):
+            yield from self.translate(chunk, stats=stats)
 
 
 # What each override sets: a DecodeParams field, or decode.sampling's (check_decode's keys).

@@ -111,3 +111,16 @@ def test_sampling_refusals_name_the_argument_and_the_fix(translator: Translator)
         translator.translate(LINES, sample=True, temperature=0.0)
     with pytest.raises(UserError, match=r"^top_p: must be within \(0, 1\]"):
         translator.translate(LINES, sample=True, top_p=1.5)
+
+
+def test_a_corpus_in_chunks_samples_what_one_call_does(translator: Translator) -> None:
+    settings = dataclasses.replace(
+        translator.settings,
+        beam=1,
+        sampling=dataclasses.replace(translator.settings.sampling, enabled=True, top_k=8, seed=9),
+    )
+    sampler = Translator(translator.model, translator.vocab, translator.params, settings, translator.device)
+    corpus = LINES * 3  # a repeated line gets the same sample wherever it is
+    chunked = list(sampler.translate_corpus(iter(corpus), chunk_lines=4))
+    assert chunked == sampler.translate(corpus) == translator.translate(corpus, sample=True, top_k=8, seed=9)
+    assert chunked[: len(LINES)] == chunked[len(LINES) : 2 * len(LINES)]
