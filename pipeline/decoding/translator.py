@@ -112,12 +112,15 @@ class TextTranslator:
         self, lines: Iterable[str], chunk_lines: int = CHUNK_LINES, stats: SearchStats | None = None
     ) -> Iterator[str]:
         """A corpus of any size, `chunk_lines` at a time with self.settings: one 1-best translation
-        (or sample) per line, in order, in bounded memory. Chunks change no output: a sentence's
-        search ignores its batch, and its samples depend on the seed and the sentence alone
-        (docs/sampling.md), so a corpus may also be cut into shards decoded apart."""
+        (or sample) per line, in order, in bounded memory, none holding a line break.
+
+        Chunks change no output: a sentence's search ignores its batch, and its samples
+        depend on the seed and the sentence alone (docs/sampling.md), so a corpus may also be
+        cut into shards decoded apart.
+        """
         it = iter(lines)
         while chunk := list(itertools.islice(it, chunk_lines)):
-            yield from self.translate(chunk, stats=stats)
+            yield from map(one_line, self.translate(chunk, stats=stats))
 
 
 # What each override sets: a DecodeParams field, or decode.sampling's (check_decode's keys).
