@@ -446,6 +446,7 @@ def validate(p: Params) -> None:
     )
 
     check_decode(dec)
+    check_sampling_takes_effect(dec.sampling)
 
 
 def validate_data(d: DataParams) -> None:
@@ -632,6 +633,23 @@ def check_decode(
     check(dec.max_len_a > 0 or dec.max_len_b > 0, "max_len_b", f"{limits} cannot both be 0")
     check(dec.batch_tokens >= 1, "batch_tokens", "must be at least 1")
     check_sampling(dec, key, check)
+
+
+# Each sampling value that changes nothing: what the key is set to while sampling is off.
+NO_SAMPLING_EFFECT = {"top_k": 0, "top_p": 1.0, "temperature": 1.0}
+
+
+def check_sampling_takes_effect(s: SamplingParams) -> None:
+    """params.yaml: a top_k, top_p or temperature that would change the draws needs sampling on
+    (a sweep that sets one and forgets decode.sampling.enabled would silently beam-search)."""
+    for name, neutral in NO_SAMPLING_EFFECT.items():
+        value = getattr(s, name)
+        _check(
+            s.enabled or value == neutral,
+            f"decode.sampling.{name}",
+            f"{value} has no effect while decode.sampling.enabled is false: set that true "
+            f"(and decode.beam: 1), or set this to {neutral}",
+        )
 
 
 def check_sampling(

@@ -333,3 +333,14 @@ def test_models_saved_before_sampling_load_with_it_off(raw):
     del raw["decode"]["sampling"]
     s = P.from_saved(raw).decode.sampling
     assert (s.enabled, s.top_k, s.top_p, s.temperature) == (False, 0, 1.0, 1.0)
+
+
+@pytest.mark.parametrize("key, value", [("top_k", 10), ("top_p", 0.9), ("temperature", 0.7)])
+def test_a_sampling_value_with_sampling_off_is_refused_as_having_no_effect(raw, key, value):
+    raw["decode"]["sampling"][key] = value
+    assert refused(copy.deepcopy(raw)).startswith(
+        f"decode.sampling.{key}: {value} has no effect while decode.sampling.enabled is false: set that true"
+    )
+    raw["decode"]["beam"] = 1
+    raw["decode"]["sampling"]["enabled"] = True
+    assert getattr(P.from_dict(raw).decode.sampling, key) == value
