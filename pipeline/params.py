@@ -15,7 +15,7 @@ import math
 import re
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -154,13 +154,26 @@ class TrainParams:
 
 
 @dataclass(frozen=True)
+class SamplingParams:
+    """decode.sampling: draw each token from the model's distribution, tempered, then cut to the
+    top_k likeliest tokens and to the nucleus of top_p probability (docs/sampling.md)."""
+
+    enabled: bool
+    top_k: int  # 0: no limit
+    top_p: float  # 1: no limit
+    temperature: float
+    seed: int
+
+
+@dataclass(frozen=True)
 class DecodeParams:
     beam: int
     length_penalty: float
     max_len_a: float
     max_len_b: int
     batch_tokens: int
-    n_best: int
+    n_best: int  # with sampling: samples per input
+    sampling: SamplingParams
 
 
 @dataclass(frozen=True)
@@ -217,6 +230,7 @@ _ADDED = {
     ("train", "source_weights"): {},
     ("train", "source_temperature"): 1.0,
     ("tracking", "register_model"): None,
+    ("decode", "sampling"): {"enabled": False, "top_k": 0, "top_p": 1.0, "temperature": 1.0, "seed": 1},
 }
 
 
@@ -432,6 +446,7 @@ def validate(p: Params) -> None:
     )
 
     check_decode(dec)
+    check_sampling_takes_effect(dec.sampling)
 
 
 def validate_data(d: DataParams) -> None:
@@ -587,7 +602,9 @@ def _check_source(name: str, s: SourceSpec) -> None:
     _check(s.max_lines is None or s.max_lines >= 1, f"{key}.max_lines", "must be null (all) or at least 1")
 
 
-DECODE_KEYS = {f.name: f"decode.{f.name}" for f in dataclasses.fields(DecodeParams)}
+DECODE_KEYS = {f.name: f"decode.{f.name}" for f in dataclasses.fields(DecodeParams)} | {
+    f"sampling.{f.name}": f"decode.sampling.{f.name}" for f in dataclasses.fields(SamplingParams)
+}
 
 
 def check_decode(
@@ -606,12 +623,49 @@ def check_decode(
             raise error(f"{key[field]}: {message}")
 
     check(dec.beam >= 1, "beam", "must be at least 1 (1 is greedy)")
-    check(1 <= dec.n_best <= dec.beam, "n_best", f"must be within [1, {key['beam']}={dec.beam}]")
+    if dec.sampling.enabled:
+        check(dec.n_best >= 1, "n_best", "must be at least 1 (with sampling: samples per input)")
+    else:
+        check(1 <= dec.n_best <= dec.beam, "n_best", f"must be within [1, {key['beam']}={dec.beam}]")
     check(dec.length_penalty >= 0, "length_penalty", "must be non-negative")
     limits = "max_len_a and max_len_b"
     check(dec.max_len_a >= 0 and dec.max_len_b >= 0, "max_len_a", f"{limits} must be non-negative")
     check(dec.max_len_a > 0 or dec.max_len_b > 0, "max_len_b", f"{limits} cannot both be 0")
     check(dec.batch_tokens >= 1, "batch_tokens", "must be at least 1")
+    check_sampling(dec, key, check)
+
+
+# Each sampling value that changes nothing: what the key is set to while sampling is off.
+NO_SAMPLING_EFFECT = {"top_k": 0, "top_p": 1.0, "temperature": 1.0}
+
+
+def check_sampling_takes_effect(s: SamplingParams) -> None:
+    """params.yaml: a top_k, top_p or temperature that would change the draws needs sampling on
+    (a sweep that sets one and forgets decode.sampling.enabled would silently beam-search)."""
+    for name, neutral in NO_SAMPLING_EFFECT.items():
+        value = getattr(s, name)
+        _check(
+            s.enabled or value == neutral,
+            f"decode.sampling.{name}",
+            f"{value} has no effect while decode.sampling.enabled is false: set that true "
+            f"(and decode.beam: 1), or set this to {neutral}",
+        )
+
+
+def check_sampling(
+    dec: DecodeParams, key: Mapping[str, str], check: Callable[[bool, str, str], None]
+) -> None:
+    """decode.sampling's values, and that sampling goes with beam 1 (a beam has nothing to rank)."""
+    s = dec.sampling
+    check(s.top_k >= 0, "sampling.top_k", "must be 0 (no limit) or a number of tokens")
+    check(0 < s.top_p <= 1, "sampling.top_p", "must be within (0, 1] (1: no limit)")
+    check(s.temperature > 0, "sampling.temperature", "must be positive (1: the model's own distribution)")
+    check(
+        not s.enabled or dec.beam == 1,
+        "sampling.enabled",
+        f"sampling draws one token a step and needs {key['beam']}=1, not {dec.beam}; "
+        f"set {key['beam']}=1, or turn sampling off",
+    )
 
 
 # --- helpers -------------------------------------------------------------------

@@ -46,6 +46,9 @@ FORMAT = "nmt-pipeline-ct2/1"
 SINUSOID_ROWS = 1024  # sinusoidal models: positions exported (an input or output longer is cut)
 LN_EPS = 1e-5  # nn.LayerNorm's default, which the model uses
 NO_EARLY_EXIT = 1e-9  # a length penalty CT2 treats as nonzero, and that changes no float32 score
+# CTranslate2 can sample, but from one process-wide seed (ctranslate2.set_random_seed), so a
+# sentence's samples would depend on its batch; ours depend on the sentence alone.
+NO_SAMPLING = "CTranslate2's random seed is process-wide, so samples would depend on batching"
 
 
 def _ctranslate2() -> types.ModuleType:
@@ -313,6 +316,11 @@ class CT2Translator(TextTranslator):
         self, seqs: Sequence[Sequence[int]], s: DecodeParams, stats: SearchStats | None = None
     ) -> list[list[Hypothesis]]:
         """Source ids (without EOS) -> per input its n_best hypotheses, in input order."""
+        if s.sampling.enabled:
+            raise UserError(
+                f"decode.sampling.enabled: the ctranslate2 backend does not sample ({NO_SAMPLING}); "
+                "use the torch backend"
+            )
         stats = stats if stats is not None else SearchStats()
         fitted = [fit_to_model(self._limits, q, s.max_len_a, s.max_len_b) if q else ([], 0) for q in seqs]
         truncated = sum(len(f[0]) < len(q) for f, q in zip(fitted, seqs))

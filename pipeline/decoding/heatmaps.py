@@ -29,8 +29,8 @@ from matplotlib.figure import Figure
 
 from pipeline.data.batching import collate_src
 from pipeline.data.text import normalize
-from pipeline.decoding.search import evaluating, translate_ids
-from pipeline.decoding.translator import Translator
+from pipeline.decoding.search import evaluating
+from pipeline.decoding.translator import API_NAMES, Translator, settings_with
 from pipeline.errors import UserError
 from pipeline.files import atomic_path
 from pipeline.model.transformer import Transformer
@@ -75,16 +75,9 @@ def cross_attention(
     if not text:
         raise UserError("an empty sentence has no attention to draw; pick a non-blank one")
     src = vocab.encode_src([text])[0]
-    ((best, *_),) = translate_ids(
-        model,
-        [src],
-        beam=beam or s.beam,
-        length_penalty=s.length_penalty,
-        max_len_a=s.max_len_a,
-        max_len_b=s.max_len_b,
-        batch_tokens=s.batch_tokens,
-        device=translator.device,
-    )
+    # The translator's own search (its samples, when it samples), as `translate` would give it.
+    settings = settings_with(s, API_NAMES, {"beam": beam, "sample": False} if beam else {})
+    ((best, *_),) = translator.search_ids([src], settings)
     src_t = collate_src([src]).to(translator.device)  # (1, S), EOS appended
     tgt_in = torch.tensor([[BOS, *best.tokens]], device=translator.device)  # (1, T)
     with evaluating(model), model.recording_attention() as records:

@@ -3,7 +3,8 @@
 `TranslatorModel` wraps `Translator` for `mlflow.pyfunc.load_model(...).predict`
 and `mlflow models serve`: a list of strings or a one-column DataFrame in, one
 translation per line out (with the inference param n_best > 1: a list of up to
-n_best, best first); `beam` and `n_best` are optional inference params.
+n_best, best first); `beam`, `n_best` and sampling's `sample`, `top_k`, `top_p`,
+`temperature` and `seed` are optional inference params (docs/sampling.md).
 `model_spec` is what the score stage hands to `Tracker.log_model`: the model
 directory as an artifact, this package as code, its pinned requirements, a
 signature and an input example. Serving and the registry: docs/mlflow.md.
@@ -25,7 +26,6 @@ from mlflow.types import ColSpec, DataType, ParamSchema, ParamSpec, Schema
 
 from pipeline.decoding.translator import Translator, one_line
 from pipeline.errors import UserError
-from pipeline.params import DecodeParams
 from pipeline.sources import PACKAGE, module_closure
 
 INPUT_COLUMN = "text"  # the DataFrame column of source lines (a single column of any name works too)
@@ -43,12 +43,14 @@ class TranslatorModel(PythonModel):
         """Lines -> one translation each (n_best 1) or a list of up to n_best (best first)."""
         lines = input_lines(model_input)
         params = params or {}
-        beam, n_best = params.get("beam"), params.get("n_best") or 1
+        n_best = params.get("n_best") or 1
+        # MLflow passes every param of the signature, None for "the model's setting".
+        given = {name: params.get(name) for name in SEARCH_PARAMS}
         try:
             if n_best == 1:
-                return [one_line(t) for t in self.translator.translate(lines, beam=beam)]
-            hyps = self.translator.translate_nbest(lines, n_best, beam=beam)
-        except UserError as e:  # a bad beam or n_best: MLflow answers 400 with this message
+                return [one_line(t) for t in self.translator.translate(lines, **given)]
+            hyps = self.translator.translate_nbest(lines, n_best, **given)
+        except UserError as e:  # a bad beam, n_best or sampling value: MLflow answers 400 with this message
             raise MlflowException.invalid_parameter_value(str(e)) from e
         return [[one_line(t.text) for t in h] for h in hyps]
 
@@ -79,14 +81,28 @@ def input_lines(model_input: Any) -> list[str]:
     return [v if isinstance(v, str) else "" for v in values]
 
 
-def signature(decode: DecodeParams) -> Any:
-    """Strings in, strings out; beam (default: the model's decode.beam) and n_best as params."""
+# Inference params besides n_best, each a keyword of Translator.translate; None: the model's setting.
+SEARCH_PARAMS = {
+    "beam": DataType.long,
+    "sample": DataType.boolean,
+    "top_k": DataType.long,
+    "top_p": DataType.double,
+    "temperature": DataType.double,
+    "seed": DataType.long,
+}
+
+
+def signature() -> Any:
+    """Strings in, strings out; n_best and SEARCH_PARAMS as params.
+
+    Their default is null, the model's own decode settings, because MLflow fills in every
+    default a request leaves out: a default beam of decode.beam would refuse `sample`.
+    """
+    specs = [ParamSpec(name, dtype, None) for name, dtype in SEARCH_PARAMS.items()]
     return ModelSignature(
         inputs=Schema([ColSpec(DataType.string)]),
         outputs=Schema([ColSpec(DataType.string)]),
-        params=ParamSchema(
-            [ParamSpec("beam", DataType.long, decode.beam), ParamSpec("n_best", DataType.long, 1)]
-        ),
+        params=ParamSchema([*specs, ParamSpec("n_best", DataType.long, 1)]),
     )
 
 
@@ -105,13 +121,13 @@ def requirements() -> list[str]:
     return sorted(pins, key=str.lower)  # '+cpu' dropped: the torch build is the serving machine's choice
 
 
-def model_spec(model_dir: str | Path, example: Sequence[str], decode: DecodeParams) -> dict[str, Any]:
+def model_spec(model_dir: str | Path, example: Sequence[str]) -> dict[str, Any]:
     """mlflow.pyfunc.log_model's arguments for the model in `model_dir`."""
     return {
         "python_model": TranslatorModel(),
         "artifacts": {ARTIFACT: str(Path(model_dir).resolve())},
         "code_paths": [str(PACKAGE)],
         "pip_requirements": requirements(),
-        "signature": signature(decode),
+        "signature": signature(),
         "input_example": list(example),
     }

@@ -3,17 +3,20 @@
 Raw lines are normalized as the training text was (pipeline.data.text.normalize),
 encoded, searched and detokenized; a blank line gives an empty output without
 running the model. `TextTranslator` is that for any backend; `Translator` is the
-torch one, and pipeline/decoding/ct2.py the CTranslate2 one. Decode settings
-are checked by pipeline.params.check_decode. The command, its n-best format and
-the backends: docs/translate.md.
+torch one, and pipeline/decoding/ct2.py the CTranslate2 one. A call's settings
+(`settings_with`, sampling's among them) are checked by
+pipeline.params.check_decode. The command, its n-best format and the backends:
+docs/translate.md; sampling: docs/sampling.md.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+import itertools
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -64,10 +67,18 @@ class TextTranslator:
         beam: int | None = None,
         length_penalty: float | None = None,
         batch_tokens: int | None = None,
+        sample: bool | None = None,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        temperature: float | None = None,
+        seed: int | None = None,
         stats: SearchStats | None = None,
     ) -> list[str]:
-        """One detokenized 1-best translation per line; None settings come from self.settings."""
-        settings = self._settings(beam, length_penalty, batch_tokens, n_best=1)
+        """One detokenized 1-best translation (or sample) per line; None settings come from
+        self.settings, and `sample=True` without a beam samples with beam 1 (see `settings_with`)."""
+        given = dict(beam=beam, length_penalty=length_penalty, batch_tokens=batch_tokens, n_best=1)
+        given |= dict(sample=sample, top_k=top_k, top_p=top_p, temperature=temperature, seed=seed)
+        settings = settings_with(self.settings, API_NAMES, given)
         return [self.vocab.decode_tgt(hyps[0].tokens) for hyps in self.search(lines, settings, stats)]
 
     def translate_nbest(
@@ -78,32 +89,80 @@ class TextTranslator:
         beam: int | None = None,
         length_penalty: float | None = None,
         batch_tokens: int | None = None,
+        sample: bool | None = None,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        temperature: float | None = None,
+        seed: int | None = None,
         stats: SearchStats | None = None,
     ) -> list[list[Translation]]:
         """Up to n_best (default: settings.n_best) translations per line, best first, with the
-        scores the backend ranked them by."""
-        settings = self._settings(beam, length_penalty, batch_tokens, n_best=n_best or None)
+        scores the backend ranked them by; with sampling, n_best samples (they may repeat)."""
+        given = dict(
+            beam=beam, length_penalty=length_penalty, batch_tokens=batch_tokens, n_best=n_best or None
+        )
+        given |= dict(sample=sample, top_k=top_k, top_p=top_p, temperature=temperature, seed=seed)
+        settings = settings_with(self.settings, API_NAMES, given)
         return [
             [Translation(self.vocab.decode_tgt(h.tokens), h.score) for h in hyps]
             for hyps in self.search(lines, settings, stats)
         ]
 
-    def _settings(
-        self, beam: int | None, length_penalty: float | None, batch_tokens: int | None, n_best: int | None
-    ) -> DecodeParams:
-        """self.settings with the arguments given (not None), checked; a message names the argument."""
-        s = self.settings
-        settings = dataclasses.replace(
-            s,
-            beam=s.beam if beam is None else beam,
-            length_penalty=s.length_penalty if length_penalty is None else length_penalty,
-            batch_tokens=s.batch_tokens if batch_tokens is None else batch_tokens,
-            n_best=s.n_best if n_best is None else n_best,
-        )
-        given = dict(beam=beam, length_penalty=length_penalty, batch_tokens=batch_tokens, n_best=n_best)
-        names = {name: name for name, value in given.items() if value is not None}
-        check_decode(settings, names=names, error=UserError)
-        return settings
+    def translate_corpus(
+        self, lines: Iterable[str], chunk_lines: int = CHUNK_LINES, stats: SearchStats | None = None
+    ) -> Iterator[str]:
+        """A corpus of any size, `chunk_lines` at a time with self.settings: one 1-best translation
+        (or sample) per line, in order, in bounded memory, none holding a line break.
+
+        Chunks change no output: a sentence's search ignores its batch, and its samples
+        depend on the seed and the sentence alone (docs/sampling.md), so a corpus may also be
+        cut into shards decoded apart.
+        """
+        it = iter(lines)
+        while chunk := list(itertools.islice(it, chunk_lines)):
+            yield from map(one_line, self.translate(chunk, stats=stats))
+
+
+# What each override sets: a DecodeParams field, or decode.sampling's (check_decode's keys).
+FIELDS = {
+    "beam": "beam",
+    "length_penalty": "length_penalty",
+    "batch_tokens": "batch_tokens",
+    "n_best": "n_best",
+    "sample": "sampling.enabled",
+    "top_k": "sampling.top_k",
+    "top_p": "sampling.top_p",
+    "temperature": "sampling.temperature",
+    "seed": "sampling.seed",
+}
+SAMPLING_VALUES = ("top_k", "top_p", "temperature", "seed")
+# The keyword arguments, as messages name them.
+API_NAMES = {name: name for name in FIELDS} | {"sample": "sample=True"}
+
+
+def settings_with(settings: DecodeParams, names: Mapping[str, str], given: Mapping[str, Any]) -> DecodeParams:
+    """`settings` with the values `given` (FIELDS' names; None: unchanged), checked; a message
+    names each value given as `names` does.
+
+    `sample` True without a beam samples with beam 1: the width of a beam search means
+    nothing to sampling, and an explicit beam > 1 is refused. A sampling value given
+    while sampling stays off is refused too, rather than silently unused.
+    """
+    given = {name: value for name, value in given.items() if value is not None}
+    enabled = given.get("sample", settings.sampling.enabled)
+    drawn = {name: given[name] for name in SAMPLING_VALUES if name in given}
+    for name in drawn:
+        if not enabled:
+            raise UserError(f"{names[name]}: applies to sampling only; turn it on with {names['sample']}")
+    sampling = dataclasses.replace(settings.sampling, enabled=enabled, **drawn)
+    if given.get("sample") and "beam" not in given:
+        given["beam"] = 1
+    searched = {
+        name: given[name] for name in ("beam", "length_penalty", "batch_tokens", "n_best") if name in given
+    }
+    new = dataclasses.replace(settings, sampling=sampling, **searched)
+    check_decode(new, names={FIELDS[name]: names[name] for name in given}, error=UserError)
+    return new
 
 
 class Translator(TextTranslator):
@@ -160,6 +219,7 @@ class Translator(TextTranslator):
         return translate_ids(
             self.model,
             seqs,
+            sampling=s.sampling if s.sampling.enabled else None,
             beam=s.beam,
             length_penalty=s.length_penalty,
             max_len_a=s.max_len_a,

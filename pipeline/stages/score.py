@@ -96,7 +96,7 @@ def log_trained_model(model_dir: Path, params: P.Params, example: list[str]) -> 
             return
         from pipeline.decoding import pyfunc  # mlflow and torch: only when there is a run to log to
 
-        spec = pyfunc.model_spec(model_dir, example, params.decode)
+        spec = pyfunc.model_spec(model_dir, example)
         tracker.log_model("model", spec, register_as=params.tracking.register_model)
 
 
@@ -175,8 +175,8 @@ def summary_lines(results: dict[str, Any]) -> list[str]:
     "params_file",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="params.yaml: with --model, log the model to its MLflow run with these decode and tracking "
-    "settings.",
+    help="params.yaml: with --model, log the model to its MLflow run (registered as "
+    "tracking.register_model, if set).",
 )
 @click.option(
     "--decode",

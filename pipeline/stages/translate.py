@@ -10,13 +10,13 @@ output is always UTF-8. When stdin is a terminal it prompts and answers each lin
 
 --backend torch runs pipeline.decoding.translator.Translator; ctranslate2 runs a
 CTranslate2 conversion of the same model (pipeline/decoding/ct2.py, the optional
-`ct2` extra), made on first use. More: docs/translate.md, docs/ctranslate2.md.
+`ct2` extra), made on first use. --sample draws instead of searching (torch only).
+More: docs/translate.md, docs/ctranslate2.md, docs/sampling.md.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import itertools
 import sys
 from collections.abc import Callable, Iterable, Iterator
@@ -28,16 +28,17 @@ import click
 from pipeline.decoding import ct2
 from pipeline.decoding.translator import (
     CHUNK_LINES,
+    FIELDS,
     QUANTIZATIONS,
     TextTranslator,
     Translator,
     nbest_row,
     one_line,
+    settings_with,
 )
 from pipeline.devices import DEVICES
 from pipeline.errors import UserError
 from pipeline.files import atomic_path
-from pipeline.params import check_decode
 from pipeline.stages.options import model_option
 
 
@@ -55,6 +56,8 @@ def load_ctranslate2(
 ) -> TextTranslator:
     return ct2.CT2Translator.from_dir(model_dir, device, quantization, exact=exact)
 
+
+OPTIONS = {name: "--" + name.replace("_", "-") for name in FIELDS}  # settings_with's names, as options
 
 # (model_dir, device, quantization or None, exact search) -> a backend
 BACKENDS: dict[str, Callable[[Path, str, str | None, bool], TextTranslator]] = {
@@ -146,6 +149,36 @@ def translate_stream(render: Render, source: BinaryIO, out: BinaryIO, *, interac
     default=None,
     help="Sentences x beam x padded source length per batch.  [default: the model's setting]",
 )
+@click.option(
+    "--sample",
+    is_flag=True,
+    help="Draw each token at random instead of searching (beam 1; see docs/sampling.md).  "
+    "[default: the model's decode.sampling.enabled]",
+)
+@click.option(
+    "--top-k",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Sampling: draw among the k likeliest tokens; 0: all.  [default: the model's setting]",
+)
+@click.option(
+    "--top-p",
+    type=click.FloatRange(min=0, max=1, min_open=True),
+    default=None,
+    help="Sampling: draw within the nucleus of this probability; 1: all.  [default: the model's setting]",
+)
+@click.option(
+    "--temperature",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Sampling: <1 sharpens the model's distribution, >1 flattens it.  [default: the model's setting]",
+)
+@click.option(
+    "--seed",
+    type=int,
+    default=None,
+    help="Sampling: a line's samples depend on this and the line alone.  [default: the model's setting]",
+)
 @click.option("--device", type=click.Choice(DEVICES), default="auto", show_default=True)
 @click.option(
     "--n-best",
@@ -153,7 +186,7 @@ def translate_stream(render: Render, source: BinaryIO, out: BinaryIO, *, interac
     type=click.IntRange(min=1),
     default=1,
     show_default=True,
-    help="K > 1 writes up to K lines per input as `i ||| hypothesis ||| score`.",
+    help="K > 1 writes up to K lines per input as `i ||| hypothesis ||| score` (sampling: K samples).",
 )
 @click.option(
     "--input",
@@ -199,6 +232,11 @@ def command(
     model_dir: Path,
     beam: int | None,
     batch_tokens: int | None,
+    sample: bool,
+    top_k: int | None,
+    top_p: float | None,
+    temperature: float | None,
+    seed: int | None,
     device: str,
     n_best: int,
     input_file: Path | None,
@@ -214,17 +252,19 @@ def command(
             f"--workers applies to the torch backend; {backend} runs its own threads: "
             "drop --workers, or use --backend torch"
         )
+    if sample and backend != "torch":  # before a conversion; a model's own sampling is refused by ct2
+        raise UserError(f"--sample: {backend} does not sample here ({ct2.NO_SAMPLING}); use --backend torch")
     translator = BACKENDS[backend](model_dir, device, quantization, exact_search)
     if workers is not None:
         assert isinstance(translator, Translator)  # --workers was refused above for other backends
         translator.workers = workers
     # Before reading any input; a message names the option, or the model's decode key it defaults to.
-    given = {"beam": beam, "batch_tokens": batch_tokens, "n_best": n_best}
-    changes = {name: value for name, value in given.items() if value is not None}
-    options = {name: "--" + name.replace("_", "-") for name in changes}
-    settings = dataclasses.replace(translator.settings, **changes)
-    check_decode(settings, names=options, error=UserError)
-    render = renderer(translator, n_best, beam, batch_tokens)
+    given: dict[str, object] = dict(
+        beam=beam, batch_tokens=batch_tokens, n_best=n_best, sample=sample or None
+    )
+    given |= dict(top_k=top_k, top_p=top_p, temperature=temperature, seed=seed)
+    translator.settings = settings_with(translator.settings, OPTIONS, given)
+    render = renderer(translator, n_best, None, None)
     stdin = sys.stdin.buffer  # bytes: the UTF-8 policy is ours, not the locale's
     interactive = input_file is None and stdin.isatty()
     with open(input_file, "rb") if input_file else contextlib.nullcontext(stdin) as source:

@@ -3,6 +3,7 @@ on CUDA (threads would only contend for the one device), and the GPU translates 
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -12,7 +13,7 @@ from pipeline.decoding.search import translate_ids
 from pipeline.decoding.translator import Translator
 from pipeline.model.transformer import build_model
 from pipeline.tokens import N_SPECIAL
-from tests.helpers import make_model_dir, tiny_model_params
+from tests.helpers import BASE, make_model_dir, tiny_model_params
 
 pytestmark = pytest.mark.cuda
 
@@ -81,3 +82,17 @@ def test_the_translator_runs_one_worker_on_cuda_and_asking_for_more_changes_noth
     translator.workers = 2  # search_batches forces 1 on CUDA
     assert translator.translate(lines, beam=3) == one
     assert one[2] == "" and len(one) == len(lines)
+
+
+def test_sampling_on_the_gpu_is_seeded_cached_and_draws_the_cpus_samples(cuda):
+    """The draws come from CPU generators, so a float32 model samples the same tokens on either device."""
+    settings = dataclasses.replace(BASE.decode.sampling, enabled=True, top_p=0.9, temperature=1.3, seed=4)
+    seqs = random_seqs(16)
+
+    def sample(device, **options):
+        model = tiny_model(device)
+        return tokens_and_scores(decode(model, seqs, device, 1, sampling=settings, **options))[0]
+
+    on_gpu = sample(cuda)
+    assert on_gpu == sample(cuda) == sample(cuda, use_cache=False)
+    assert on_gpu == sample(torch.device("cpu"))

@@ -60,6 +60,12 @@ BAD_PARAMS = [
         "bpe.joint: true; use 'target' or 'none'",
     ),
     ("decode.beam", 0, "decode.beam: must be at least 1 (1 is greedy)"),
+    (
+        "decode.sampling.enabled",
+        True,
+        "decode.sampling.enabled: sampling draws one token a step and needs decode.beam=1, not 5; "
+        "set decode.beam=1, or turn sampling off",
+    ),
     ("train.learning_rate", 0.1, "train.learning_rate: unknown key; allowed keys here: device, precision, "),
 ]
 
@@ -93,8 +99,11 @@ STAGE_ARGS = {
 
 
 def with_value(raw: dict, key: str, value: object) -> dict:
-    section, name = key.split(".")
-    raw[section][name] = value
+    *path, name = key.split(".")
+    node = raw
+    for part in path:
+        node = node[part]
+    node[name] = value
     return raw
 
 

@@ -92,6 +92,9 @@ def test_logged_model_loads_and_translates(run: dict[str, Any], monkeypatch: pyt
     out = model.predict(BATCH)
     assert len(out) == len(BATCH) and all(isinstance(t, str) for t in out) and out[1] == ""
     assert model.predict(BATCH[:1], params={"n_best": 2, "beam": 2})[0][0] == out[0]
+    sampled = model.predict(BATCH, params={"sample": True, "temperature": 1.5, "seed": 3})
+    assert sampled == model.predict(BATCH, params={"sample": True, "temperature": 1.5, "seed": 3})
+    assert len(sampled) == len(BATCH) and sampled[1] == ""
 
 
 def test_served_model_translates_a_batch_over_http(run: dict[str, Any]) -> None:

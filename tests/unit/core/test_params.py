@@ -150,6 +150,7 @@ def test_a_saved_model_from_before_the_refusals_still_loads(params):
         ("train", "betas", [0.9], "train.betas"),
         ("train", "val_bleu", "yes", "train.val_bleu: got 'yes'; expected true or false"),
         ("decode", "beam", 0, "decode.beam: must be at least 1"),
+        ("decode", "sampling", {"top_k": 3}, "decode.sampling.enabled: missing"),
         ("bpe", "vocab_size", 6, "bpe.vocab_size: must exceed the 5 special tokens"),
     ],
 )
@@ -297,3 +298,49 @@ def test_params_saved_before_sources_and_new_settings_load_as_they_meant(params)
     assert P.from_saved(params.to_dict()) == params  # today's params pass unchanged
     with pytest.raises(ParamsError, match=r"data\.corpus: unknown key"):
         P.from_dict(multi30k)  # params.yaml itself gets no such help
+
+
+@pytest.mark.parametrize(
+    "key, value, expected",
+    [
+        ("enabled", "yes", "decode.sampling.enabled: got 'yes'; expected true or false"),
+        ("top_k", -1, "decode.sampling.top_k: must be 0 (no limit) or a number of tokens"),
+        ("top_p", 0.0, "decode.sampling.top_p: must be within (0, 1] (1: no limit)"),
+        ("top_p", 1.5, "decode.sampling.top_p: must be within (0, 1]"),
+        ("temperature", 0.0, "decode.sampling.temperature: must be positive"),
+        ("temperature", -1.0, "decode.sampling.temperature: must be positive"),
+        ("seed", 1.5, "decode.sampling.seed: got 1.5; expected a whole number"),
+    ],
+)
+def test_bad_sampling_values_are_refused_naming_the_key(raw, key, value, expected):
+    raw["decode"]["sampling"][key] = value
+    assert expected in refused(raw)
+
+
+def test_sampling_needs_beam_one_and_takes_n_best_as_samples(raw):
+    raw["decode"]["sampling"]["enabled"] = True
+    assert refused(copy.deepcopy(raw)) == (
+        "decode.sampling.enabled: sampling draws one token a step and needs decode.beam=1, not 5; "
+        "set decode.beam=1, or turn sampling off"
+    )
+    raw["decode"].update(beam=1, n_best=8)  # 8 samples per input
+    assert P.from_dict(copy.deepcopy(raw)).decode.n_best == 8
+    raw["decode"]["sampling"]["enabled"] = False
+    assert refused(raw).startswith("decode.n_best: must be within [1, decode.beam=1]")
+
+
+def test_models_saved_before_sampling_load_with_it_off(raw):
+    del raw["decode"]["sampling"]
+    s = P.from_saved(raw).decode.sampling
+    assert (s.enabled, s.top_k, s.top_p, s.temperature) == (False, 0, 1.0, 1.0)
+
+
+@pytest.mark.parametrize("key, value", [("top_k", 10), ("top_p", 0.9), ("temperature", 0.7)])
+def test_a_sampling_value_with_sampling_off_is_refused_as_having_no_effect(raw, key, value):
+    raw["decode"]["sampling"][key] = value
+    assert refused(copy.deepcopy(raw)).startswith(
+        f"decode.sampling.{key}: {value} has no effect while decode.sampling.enabled is false: set that true"
+    )
+    raw["decode"]["beam"] = 1
+    raw["decode"]["sampling"]["enabled"] = True
+    assert getattr(P.from_dict(raw).decode.sampling, key) == value

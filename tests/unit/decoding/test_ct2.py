@@ -184,3 +184,10 @@ def test_cached_conversion_is_remade_when_the_model_changes(tmp_path: Path) -> N
     again = ct2.CT2Translator.from_dir(model_dir, "cpu").translate(["ein hund läuft"], beam=1)
     assert again == tr.Translator.from_dir(model_dir, "cpu").translate(["ein hund läuft"], beam=1)
     assert again != first
+
+
+def test_the_ctranslate2_backend_refuses_to_sample(tmp_path: Path) -> None:
+    model_dir, _ = make_ct2_model_dir(tmp_path / "model")
+    backend = ct2.CT2Translator.from_dir(model_dir, "cpu")
+    with pytest.raises(UserError, match=r"^decode.sampling.enabled: the ctranslate2 backend does not sample"):
+        backend.translate(["ein hund läuft"], sample=True)

@@ -3,6 +3,7 @@ their sentence, layers, head and pieces."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -84,3 +85,17 @@ def test_model_dir_and_refusals(tmp_path: Path) -> None:
     decoder_only = Translator.from_dir(make_model_dir(tmp_path / "dec", arch="decoder_only"), device="cpu")
     with pytest.raises(UserError, match="no cross-attention"):
         heatmaps.cross_attention(decoder_only, "der mann")
+
+
+def test_a_sampling_translator_draws_the_sample_it_translates(translator: Translator) -> None:
+    settings = dataclasses.replace(
+        translator.settings,
+        beam=1,
+        sampling=dataclasses.replace(translator.settings.sampling, enabled=True, temperature=1.5, seed=2),
+    )
+    sampler = Translator(translator.model, translator.vocab, translator.params, settings, translator.device)
+    att = heatmaps.cross_attention(sampler, SENTENCES[0])
+    sampled = sampler.translate([SENTENCES[0]])[0]
+    assert "".join(att.tgt_pieces[:-1]).replace("▁", " ").strip() == sampled.strip()
+    searched = heatmaps.cross_attention(sampler, SENTENCES[0], beam=3)  # a beam given: beam search
+    assert searched.tgt_pieces == heatmaps.cross_attention(translator, SENTENCES[0], beam=3).tgt_pieces

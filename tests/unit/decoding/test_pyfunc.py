@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 from mlflow.exceptions import MlflowException
+from mlflow.models.utils import _enforce_params_schema
 
 from pipeline.decoding import pyfunc
 from pipeline.decoding.translator import Translator
@@ -62,8 +63,23 @@ def test_requirements_pin_every_third_party_import() -> None:
     assert all(v and "+" not in v for v in pins.values())
 
 
-def test_signature_takes_strings_and_the_models_beam(params) -> None:
-    sig = pyfunc.signature(params.decode)
+def test_signature_takes_strings_and_search_params_defaulting_to_the_models() -> None:
+    sig = pyfunc.signature()
     assert sig.inputs.to_dict() == [{"type": "string", "required": True}]
     defaults = {p.name: p.default for p in sig.params}
-    assert defaults == {"beam": params.decode.beam, "n_best": 1}
+    assert defaults == {name: None for name in pyfunc.SEARCH_PARAMS} | {"n_best": 1}
+    assert set(pyfunc.SEARCH_PARAMS) == {"beam", "sample", "top_k", "top_p", "temperature", "seed"}
+
+
+def test_sampling_params_reach_the_translator(model: pyfunc.TranslatorModel, translator: Translator) -> None:
+    lines = ["der hund", "ein kind läuft über die straße"]
+    # As MLflow passes them: the signature's defaults (null: the model's setting) filled in.
+    given = _enforce_params_schema({"sample": True, "top_k": 5, "seed": 2}, pyfunc.signature().params)
+    assert given["beam"] is None
+    sampled = model.predict(None, lines, given)
+    assert sampled == translator.translate(lines, sample=True, top_k=5, seed=2)
+    assert sampled == model.predict(None, lines, given)
+    samples = model.predict(None, lines, {**given, "n_best": 4})
+    assert [len(s) for s in samples] == [4, 4]
+    with pytest.raises(MlflowException, match="needs beam=1, not 3"):
+        model.predict(None, lines, {**given, "beam": 3})

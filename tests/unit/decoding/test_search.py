@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import itertools
 import logging
 import random
@@ -17,6 +19,7 @@ from pipeline.decoding.search import (
     BANNED,
     Hypothesis,
     SearchStats,
+    draw_tokens,
     fit_to_model,
     length_batches,
     length_penalty,
@@ -24,7 +27,7 @@ from pipeline.decoding.search import (
     top_candidates,
     translate_ids,
 )
-from pipeline.model.transformer import Seq2SeqBase, build_model
+from pipeline.model.transformer import DecoderState, Seq2SeqBase, build_model
 from pipeline.tokens import BOS, EOS, N_SPECIAL
 from tests.helpers import REPO, tiny_model_params
 
@@ -370,3 +373,177 @@ def test_recording_attention_keeps_one_worker(monkeypatch) -> None:
         decode(model, random_seqs(12, 20, seed=5, longest=14), batch_tokens=150, workers=2)
     assert len(threads) > 2 and set(threads) == {threading.get_ident()}
     assert records
+
+
+# --- sampling ------------------------------------------------------------------------
+
+
+def sampling(**kw) -> P.SamplingParams:
+    return dataclasses.replace(BASE.decode.sampling, **{"enabled": True, **kw})
+
+
+def sample(model: Seq2SeqBase, seqs: list[list[int]], n_best: int = 1, **kw) -> list[list[Hypothesis]]:
+    """Draw n_best samples per input with decode.sampling's defaults, as `kw` changes them."""
+    search = {k: kw.pop(k) for k in list(kw) if k in ("batch_tokens", "max_len_a", "max_len_b", "use_cache")}
+    return decode(model, seqs, beam=1, n_best=n_best, sampling=sampling(**kw), **search)
+
+
+class FixedDistribution(Seq2SeqBase):
+    """A model whose every step has the same logits (V,), whatever the source and prefix."""
+
+    def __init__(self, logits: torch.Tensor):
+        super().__init__()
+        self.cfg = tiny_model_params(positions="sinusoidal")
+        self.logits = logits
+
+    def start(self, src: torch.Tensor, steps: int = 0) -> DecoderState:
+        return DecoderState(caches=[], positions=torch.zeros(src.size(0), dtype=torch.long))
+
+    def step(self, tokens: torch.Tensor, state: DecoderState) -> torch.Tensor:
+        return self.logits.expand(tokens.size(0), -1).clone()  # (R, V): the search writes over it
+
+
+def allowed_probs(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """The model's distribution as the search sees it (banned tokens 0), tempered."""
+    lprobs = F.log_softmax(logits, dim=-1)
+    lprobs[list(BANNED)] = float("-inf")
+    return torch.softmax(lprobs / temperature, dim=-1)
+
+
+# Tokens 5.. in falling likelihood; EOS least likely, so that outputs run to max_len.
+RANKED = torch.tensor([0.0, 1.0, 0.0, -4.0, 0.0] + [2.0 - 0.1 * i for i in range(15)])
+
+
+def drawn_tokens(results: list[list[Hypothesis]]) -> collections.Counter:
+    return collections.Counter(t for hyps in results for h in hyps for t in h.tokens)
+
+
+@pytest.mark.parametrize("top_k", [1, 3, 6])
+def test_top_k_draws_only_among_the_k_likeliest_tokens(top_k: int) -> None:
+    model = FixedDistribution(RANKED)
+    results = sample(model, [[5, 6]], n_best=200, top_k=top_k, max_len_a=0.0, max_len_b=5)
+    likeliest = set(allowed_probs(RANKED).topk(top_k).indices.tolist())
+    assert set(drawn_tokens(results)) == likeliest  # each of the k drawn, none else
+    assert EOS not in likeliest and all(len(h.tokens) == 5 for h in results[0])  # EOS only when forced
+
+
+@pytest.mark.parametrize("top_p", [0.05, 0.3, 0.6])
+def test_top_p_draws_only_within_the_nucleus(top_p: float) -> None:
+    model = FixedDistribution(RANKED)
+    probs, ids = allowed_probs(RANKED).sort(descending=True)
+    size = int((probs.cumsum(0) < top_p).sum()) + 1  # the smallest prefix reaching top_p
+    results = sample(model, [[5, 6]], n_best=200, top_p=top_p, max_len_a=0.0, max_len_b=5)
+    assert set(drawn_tokens(results)) == set(ids[:size].tolist())
+    assert size == 1 or size >= 3  # the cases mean something: one token, and several
+
+
+def test_top_k_applies_before_top_p() -> None:
+    model = FixedDistribution(RANKED)
+    results = sample(model, [[5]], n_best=200, top_k=2, top_p=0.6, max_len_a=0.0, max_len_b=5)
+    assert set(drawn_tokens(results)) == set(allowed_probs(RANKED).topk(2).indices.tolist())
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.5, 2.0])
+def test_draws_follow_the_tempered_distribution(temperature: float) -> None:
+    model = FixedDistribution(RANKED)
+    results = sample(model, [[5]], n_best=500, temperature=temperature, max_len_a=0.0, max_len_b=4)
+    counts = drawn_tokens(results)
+    want = allowed_probs(RANKED, temperature)
+    want[EOS] = 0.0  # EOS draws end a sample: count the tokens before it
+    want /= want.sum()
+    total = sum(counts.values())
+    assert total > 1500
+    for token in range(RANKED.numel()):
+        assert counts[token] / total == pytest.approx(float(want[token]), abs=0.03), token
+
+
+@pytest.mark.parametrize("arch", ["encoder_decoder", "decoder_only"])
+def test_top_k_one_is_greedy(arch: str) -> None:
+    model = tiny_model(arch, seed=3)
+    seqs = random_seqs(8, 20, seed=1)
+    greedy = decode(model, seqs, beam=1)
+    for seed in (1, 2):
+        drawn = sample(model, seqs, top_k=1, seed=seed)
+        assert tokens_of(drawn) == tokens_of(greedy)
+        assert_scores_close(drawn, greedy)
+
+
+def test_a_near_zero_temperature_is_greedy() -> None:
+    model = tiny_model("encoder_decoder", seed=3)
+    seqs = random_seqs(8, 20, seed=1)
+    greedy = tokens_of(decode(model, seqs, beam=1))
+    assert tokens_of(sample(model, seqs, temperature=1e-4)) == greedy
+    assert tokens_of(sample(model, seqs, temperature=1.0)) != greedy  # the model's own spread
+
+
+def test_samples_are_reproducible_under_a_seed_and_differ_across_seeds() -> None:
+    model = tiny_model("encoder_decoder", seed=3)
+    seqs = random_seqs(8, 20, seed=1)
+    first, again = sample(model, seqs, seed=7), sample(model, seqs, seed=7)
+    assert tokens_of(first) == tokens_of(again)
+    assert_scores_close(first, again, tol=0)
+    others = [tokens_of(sample(model, seqs, seed=seed)) for seed in (8, 9)]
+    assert all(sum(a != b for a, b in zip(o, tokens_of(first))) >= 4 for o in others)
+
+
+@pytest.mark.parametrize("arch", ["encoder_decoder", "decoder_only"])
+def test_a_sentences_samples_do_not_depend_on_its_batch_order_or_chunk(arch: str) -> None:
+    model = tiny_model(arch, seed=3)
+    seqs = random_seqs(10, 20, seed=5, longest=14)
+    together = sample(model, seqs, n_best=3, seed=4)
+    alone = [sample(model, [s], n_best=3, seed=4)[0] for s in seqs]
+    stats = SearchStats()
+    small = decode(
+        model, seqs[::-1], beam=1, n_best=3, sampling=sampling(seed=4), batch_tokens=60, stats=stats
+    )
+    assert stats.batches > 3
+    assert tokens_of(together) == tokens_of(alone) == tokens_of(small[::-1])
+    assert_scores_close(together, alone)
+
+
+def test_cached_and_uncached_sampling_agree() -> None:
+    model = tiny_model("encoder_decoder", seed=3)
+    seqs = random_seqs(8, 20)
+    cached = sample(model, seqs, n_best=2, top_p=0.9, temperature=1.5)
+    naive = sample(model, seqs, n_best=2, top_p=0.9, temperature=1.5, use_cache=False)
+    assert tokens_of(cached) == tokens_of(naive)
+    assert_scores_close(cached, naive)
+
+
+def test_n_best_samples_are_scored_by_the_models_own_log_probs_best_first() -> None:
+    model = tiny_model("encoder_decoder", seed=3)
+    seq = [6, 9, 12, 7]
+    (hyps,) = sample(model, [seq], n_best=6, temperature=2.0, top_k=5)
+    assert len(hyps) == 6 and len({tuple(h.tokens) for h in hyps}) >= 3  # drawn apart
+    assert [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)
+    for h in hyps:  # untempered, uncut: what beam search would score the same output
+        (total,) = teacher_forced_log_probs(model, seq, [h.tokens])
+        assert h.score == pytest.approx(total / length_penalty(len(h.tokens) + 1, 1.0), abs=1e-4)
+
+
+def test_samples_never_exceed_max_length_and_empty_inputs_stay_empty() -> None:
+    model = tiny_model("encoder_decoder", seed=2)
+    seqs = [*random_seqs(6, 20, seed=4, longest=12), []]
+    results = sample(model, seqs, n_best=3, temperature=3.0, max_len_a=0.5, max_len_b=1)
+    assert results[-1] == [Hypothesis([], 0.0)]
+    for seq, hyps in zip(seqs[:-1], results):
+        assert len(hyps) == 3 and all(len(h.tokens) <= int(0.5 * len(seq) + 1) for h in hyps)
+
+
+def test_sampling_with_a_beam_is_a_developers_error() -> None:
+    with pytest.raises(ValueError, match="beam must be 1"):
+        decode(tiny_model(), [[5, 6]], beam=4, sampling=sampling())
+
+
+@pytest.mark.parametrize("top_k", [0, 3])
+def test_draws_at_the_ends_of_the_interval_pick_the_first_and_last_drawable_tokens(top_k: int) -> None:
+    lprobs = step_log_probs(RANKED.repeat(3, 1), torch.zeros(3, dtype=torch.bool))  # PAD, BOS, SEP cut
+    tokens = draw_tokens(
+        lprobs, torch.tensor([0.0, 1 - 1e-15, 0.5], dtype=torch.float64), sampling(top_k=top_k)
+    )
+    drawable = sorted(set(range(RANKED.numel())) - set(BANNED))
+    if top_k:  # likeliest first: the best, then the k-th best
+        assert tokens[:2].tolist() == allowed_probs(RANKED).topk(top_k).indices[[0, -1]].tolist()
+    else:  # the vocabulary's order: its first and last drawable ids, never a banned one
+        assert tokens[:2].tolist() == [drawable[0], drawable[-1]]
+    assert int(tokens[2]) in drawable

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -63,3 +64,63 @@ def test_min_len_fixes_the_output_length_for_benchmarks(translator: Translator) 
             n_best=beam,
         )
         assert all(len(h.tokens) == 7 and 3 not in h.tokens for hs in hyps for h in hs)
+
+
+LINES = ["ein hund läuft", "die katze springt über die straße", "", "der mann", "eine frau läuft", "das kind"]
+
+
+def test_sampling_is_reproducible_under_a_seed_and_differs_across_seeds(translator: Translator) -> None:
+    first = translator.translate(LINES, sample=True, seed=3)
+    assert first == translator.translate(LINES, sample=True, seed=3)
+    assert first[2] == ""
+    others = [translator.translate(LINES, sample=True, seed=seed) for seed in (4, 5)]
+    assert all(sum(a != b for a, b in zip(o, first)) >= 2 for o in others)
+
+
+def test_a_lines_sample_does_not_depend_on_the_others_in_the_call(translator: Translator) -> None:
+    whole = translator.translate(LINES, sample=True, seed=3, temperature=1.5)
+    parts = [translator.translate([line], sample=True, seed=3, temperature=1.5)[0] for line in LINES]
+    assert whole == parts == translator.translate(LINES[::-1], sample=True, seed=3, temperature=1.5)[::-1]
+
+
+def test_sampling_with_top_k_one_is_greedy(translator: Translator) -> None:
+    assert translator.translate(LINES, sample=True, top_k=1) == translator.translate(LINES, beam=1)
+
+
+def test_sampling_from_the_settings_and_n_samples(translator: Translator) -> None:
+    settings = dataclasses.replace(
+        translator.settings, beam=1, sampling=dataclasses.replace(translator.settings.sampling, enabled=True)
+    )
+    sampler = Translator(translator.model, translator.vocab, translator.params, settings, translator.device)
+    assert sampler.translate(LINES) == translator.translate(LINES, sample=True)
+    lists = sampler.translate_nbest(LINES, 5, top_k=10)
+    assert [len(ts) for ts in lists] == [5, 5, 1, 5, 5, 5]
+    for ts in lists:
+        assert [t.score for t in ts] == sorted((t.score for t in ts), reverse=True)
+    assert sampler.translate(LINES, sample=False) == translator.translate(LINES, beam=1)
+
+
+def test_sampling_refusals_name_the_argument_and_the_fix(translator: Translator) -> None:
+    with pytest.raises(
+        UserError, match=r"^sample=True: sampling draws one token a step and needs beam=1, not 3"
+    ):
+        translator.translate(LINES, sample=True, beam=3)
+    with pytest.raises(UserError, match=r"^top_k: applies to sampling only; turn it on with sample=True$"):
+        translator.translate(LINES, top_k=5)
+    with pytest.raises(UserError, match=r"^temperature: must be positive"):
+        translator.translate(LINES, sample=True, temperature=0.0)
+    with pytest.raises(UserError, match=r"^top_p: must be within \(0, 1\]"):
+        translator.translate(LINES, sample=True, top_p=1.5)
+
+
+def test_a_corpus_in_chunks_samples_what_one_call_does(translator: Translator) -> None:
+    settings = dataclasses.replace(
+        translator.settings,
+        beam=1,
+        sampling=dataclasses.replace(translator.settings.sampling, enabled=True, top_k=8, seed=9),
+    )
+    sampler = Translator(translator.model, translator.vocab, translator.params, settings, translator.device)
+    corpus = LINES * 3  # a repeated line gets the same sample wherever it is
+    chunked = list(sampler.translate_corpus(iter(corpus), chunk_lines=4))
+    assert chunked == sampler.translate(corpus) == translator.translate(corpus, sample=True, top_k=8, seed=9)
+    assert chunked[: len(LINES)] == chunked[len(LINES) : 2 * len(LINES)]

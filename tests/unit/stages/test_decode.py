@@ -100,3 +100,30 @@ def test_decode_without_clean_output_says_which_stage_to_run(tmp_path: Path) -> 
     result = CliRunner().invoke(decode_stage.command, args)
     assert result.exit_code == 1 and "val.src: missing; run the clean stage first" in result.output
     assert not (tmp_path / "decode").exists()
+
+
+SAMPLING = {"enabled": True, "top_k": 0, "top_p": 0.9, "temperature": 1.0, "seed": 5}
+
+
+def test_decode_with_sampling_writes_seeded_samples(tmp_path: Path) -> None:
+    args = setup(tmp_path, beam=1, n_best=2, sampling=SAMPLING)
+    assert CliRunner().invoke(decode_stage.command, args).exit_code == 0
+    settings = P.load(tmp_path / "params.yaml").decode
+    translator = Translator.from_dir(tmp_path / "model", device="cpu", settings=settings)
+    lists = translator.translate_nbest(TEST, 2)
+    assert read(tmp_path / "decode" / "test" / "set-b.hyp") == [ts[0].text for ts in lists]
+    rows = read(tmp_path / "decode" / "test" / "set-b.nbest")
+    assert [int(r.split(" ||| ")[0]) for r in rows] == [0, 0, 1, 1, 2]  # two samples a line
+    stats = json.loads((tmp_path / "decode" / "stats.json").read_text(encoding="utf-8"))
+    assert stats["decode"]["sampling"] == SAMPLING
+
+
+def test_decode_refuses_sampling_with_a_beam_before_writing(tmp_path: Path) -> None:
+    args = setup(tmp_path, beam=3, sampling=SAMPLING)
+    result = CliRunner().invoke(decode_stage.command, args)
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert (
+        "decode.sampling.enabled: sampling draws one token a step and needs decode.beam=1, not 3"
+        in result.output
+    )
+    assert not (tmp_path / "decode").exists()

@@ -111,3 +111,38 @@ def test_workers_reach_the_search_and_change_no_output(model_dir: Path, monkeypa
     refused = run([*args, "--workers", "2", "--backend", "ctranslate2"], lines)
     assert refused.exit_code == 1 and "Traceback" not in refused.output
     assert "--workers applies to the torch backend" in refused.output and "drop --workers" in refused.output
+
+
+def test_command_samples_with_a_seed_as_the_translator_does(model_dir: Path, translator: Translator) -> None:
+    lines = ["ein hund", "", "der mann läuft über die straße", "die katze"]
+    stdin = "".join(line + "\n" for line in lines).encode()
+    args = ["--model", str(model_dir), "--device", "cpu", "--sample", "--seed", "3", "--top-p", "0.95"]
+    first, again = run(args, stdin), run(args, stdin)
+    assert first.exit_code == again.exit_code == 0, first.output
+    assert first.stdout == again.stdout
+    assert first.stdout.split("\n")[:-1] == translator.translate(lines, sample=True, seed=3, top_p=0.95)
+    other = run([*args[:-4], "--seed", "4", "--top-p", "0.95"], stdin)
+    assert other.exit_code == 0 and other.stdout != first.stdout
+
+
+def test_command_n_best_with_sampling_writes_k_samples(model_dir: Path) -> None:
+    args = ["--model", str(model_dir), "--device", "cpu", "--sample", "--n-best", "4", "--temperature", "2"]
+    result = run(args, b"ein hund\n\nder mann\n")
+    assert result.exit_code == 0, result.output
+    index = [int(line.split(" ||| ")[0]) for line in result.stdout.splitlines()]
+    assert index == [0] * 4 + [1] + [2] * 4  # more than the model's beam of 3: samples, not a beam
+
+
+def test_command_refuses_sampling_options_that_cannot_apply(model_dir: Path) -> None:
+    base = ["--model", str(model_dir), "--device", "cpu"]
+    cases = [
+        (["--sample", "--beam", "2"], "--sample: sampling draws one token a step and needs --beam=1, not 2"),
+        (["--top-k", "5"], "--top-k: applies to sampling only; turn it on with --sample"),
+        (["--sample", "--backend", "ctranslate2"], "--sample: ctranslate2 does not sample here"),
+    ]
+    for options, message in cases:
+        result = run([*base, *options], b"ein hund\n")
+        assert result.exit_code == 1 and message in result.output, result.output
+        assert "Traceback" not in result.output and result.stdout == ""
+    bad = run([*base, "--sample", "--top-p", "1.5"], b"ein hund\n")
+    assert bad.exit_code == 2 and "--top-p" in bad.output
