@@ -25,6 +25,7 @@ COMMANDS = {
     "compare": "compare",
     "corpora": "corpora",
     "export-ct2": "export_ct2",
+    "import-hf": "import_hf",
 }
 
 
