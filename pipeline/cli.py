@@ -26,6 +26,7 @@ COMMANDS = {
     "corpora": "corpora",
     "export-ct2": "export_ct2",
     "import-hf": "import_hf",
+    "export-hf": "export_hf",
 }
 
 

@@ -32,7 +32,7 @@ from pipeline.model import checkpoint
 from pipeline.model.transformer import Seq2SeqBase, build_model
 from pipeline.params import BpeParams, DataParams, SourceSpec
 from pipeline.stages.bpe import train_bpe
-from pipeline.tokens import EOS, N_SPECIAL
+from pipeline.tokens import BOS, EOS, N_SPECIAL
 from pipeline.tracking import Tracker
 from pipeline.training.state import Paths
 
@@ -676,3 +676,47 @@ def make_marian_dir(
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
+
+
+def make_trained_model_dir(path: Path, steps: int = 150, seed: int = 0, **model: Any) -> Path:
+    """A model directory as train writes it: params.yaml's model (at test size, `model` applied, dropout
+    off) on a joint spm.model, after `steps` Adam updates on marian_pairs, so that its outputs vary."""
+    path.mkdir(parents=True)
+    pairs = marian_pairs(256, seed)
+    rng = random.Random(seed)
+    buffer = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter([s for pair in pairs for s in pair]),
+        model_writer=buffer,
+        vocab_size=60,
+        pad_id=0,
+        unk_id=1,
+        bos_id=2,
+        eos_id=3,
+        user_defined_symbols=["<sep>"],
+        minloglevel=2,
+    )
+    (path / "spm.model").write_bytes(buffer.getvalue())
+    sp = spm.SentencePieceProcessor(model_file=str(path / "spm.model"))
+    params = dataclasses.replace(BASE, model=tiny_model_params(max_positions=64, **model))
+    torch.manual_seed(seed)
+    net = build_model(params.model, sp.get_piece_size(), sp.get_piece_size())
+    optimizer = torch.optim.Adam(net.parameters(), lr=3e-3)
+    for _ in range(steps):
+        batch = rng.sample(pairs, 16)
+        src = _pad([[*sp.encode(s), EOS] for s, _ in batch])
+        tgt = _pad([[BOS, *sp.encode(t), EOS] for _, t in batch])
+        net(src, tgt[:, :-1], tgt[:, 1:], 0.1).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    payload = checkpoint.model_payload(
+        net.eval(), params, sp.get_piece_size(), sp.get_piece_size(), step=steps
+    )
+    checkpoint.save(path / checkpoint.MODEL_FILE, payload)
+    (path / "params.yaml").write_text(yaml.safe_dump(params.to_dict(), sort_keys=False), encoding="utf-8")
+    return path
+
+
+def _pad(seqs: list[list[int]]) -> torch.Tensor:
+    width = max(map(len, seqs))
+    return torch.tensor([s + [0] * (width - len(s)) for s in seqs])
