@@ -210,7 +210,7 @@ def _score_rows(scores: dict[str, Any]) -> list[str]:
     sets += sorted((scores.get("test") or {}).items())
     rows = ["| set | lines | BLEU | chrF | chrF++ | TER |", "|---|---:|---:|---:|---:|---:|"]
     for name, m in sets:
-        cells = [m.get(k, "") for k in ("n_lines", "bleu", "chrf", "chrf++", "ter")]
+        cells = [m.get(k, "") for k in ("n_lines", "bleu", "chrf", "chrfpp", "ter")]
         rows.append(f"| {name} | " + " | ".join(str(c) for c in cells) + " |")
     signatures: dict[str, str] = next((m["signature"] for _, m in sets if m.get("signature")), {})
     rows += ["", "sacreBLEU signatures:", ""] + [f"- {k}: `{v}`" for k, v in signatures.items()]

@@ -146,15 +146,15 @@ def test_the_model_card_gives_data_params_scores_with_signatures_and_source(
         "val": {
             "bleu": 12.3,
             "chrf": 40.1,
-            "chrf++": 38.2,
+            "chrfpp": 38.2,
             "ter": 70.0,
             "n_lines": 16,
             "signature": {
                 "bleu": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0",
-                "chrf++": "nrefs:1|case:mixed|eff:yes|nc:6|nw:2|space:no|version:2.6.0",
+                "chrfpp": "nrefs:1|case:mixed|eff:yes|nc:6|nw:2|space:no|version:2.6.0",
             },
         },
-        "test": {"set-a": {"bleu": 10.5, "chrf": 39.0, "chrf++": 37.0, "ter": 72.0, "n_lines": 9}},
+        "test": {"set-a": {"bleu": 10.5, "chrf": 39.0, "chrfpp": 37.0, "ter": 72.0, "n_lines": 9}},
     }
     metrics = tmp_path / "metrics.json"
     metrics.write_text(json.dumps(scores), encoding="utf-8")
