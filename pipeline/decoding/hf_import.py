@@ -86,7 +86,12 @@ def _read_json(path: Path, what: str) -> Any:
 def read_weights(src: Path) -> dict[str, torch.Tensor]:
     """model.safetensors (preferred) or pytorch_model.bin, the latter with weights_only=True."""
     if (src / "model.safetensors").is_file():
-        from safetensors.torch import load_file
+        try:
+            from safetensors.torch import load_file
+        except ImportError:
+            raise UserError(
+                "safetensors is not installed; install it with `pip install -e '.[hf]'`"
+            ) from None
 
         try:
             return load_file(str(src / "model.safetensors"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -186,3 +187,26 @@ def test_a_pytorch_model_bin_is_read_with_weights_only(marian_dir: Path, tmp_pat
 
 class EvilPickle:
     """Anything but tensors and plain values: weights_only=True must refuse to unpickle it."""
+
+
+def test_the_decode_stage_and_the_mlflow_model_take_the_imported_directory(
+    imported: Path, tmp_path: Path
+) -> None:
+    from types import SimpleNamespace
+
+    from pipeline import files
+    from pipeline.decoding import pyfunc
+    from pipeline.stages import decode as decode_stage
+
+    clean = tmp_path / "clean"
+    files.write_lines(clean / "val.src", LINES[:4])
+    files.write_lines(clean / "test" / "t1.src", LINES[4:8])
+    settings = dataclasses.replace(BASE.decode, beam=4)
+    decode_stage.decode(settings, imported, clean, tmp_path / "decode", device="cpu")
+    translator = Translator.from_dir(imported, workers=1)
+    assert files.read_lines(tmp_path / "decode" / "test" / "t1.hyp") == translator.translate(
+        LINES[4:8], beam=4
+    )
+    wrapped = pyfunc.TranslatorModel()
+    wrapped.load_context(SimpleNamespace(artifacts={pyfunc.ARTIFACT: str(imported)}))
+    assert wrapped.predict(None, LINES[:4], {"beam": 1}) == translator.translate(LINES[:4], beam=1)
