@@ -3,13 +3,13 @@
     python -m pipeline export-hf --model data/model --out data/hf
 
 AutoModelForSeq2SeqLM and AutoTokenizer (MarianTokenizer) load the result and compute
-our model's function. Post-LN is Marian's architecture; a pre-LN model (our default)
-becomes PegasusForConditionalGeneration, transformers' pre-LN encoder-decoder with a
-final LayerNorm per stack, sinusoidal positions from 0 and one shared embedding, with
-the Marian tokenizer. Both lay positions out as sin | cos halves: a model with ours
-(interleaved) is exported with its residual dimensions reordered, the same function.
-Ids stay ours. A README.md model card goes with it. What is refused and why:
-docs/huggingface.md.
+our model's function. Post-LN is Marian's architecture (shared, tied or separate
+embeddings); a pre-LN model (our default) with one shared embedding becomes
+PegasusForConditionalGeneration, transformers' pre-LN encoder-decoder with a final
+LayerNorm per stack and sinusoidal positions from 0, with the Marian tokenizer. Both lay
+positions out as sin | cos halves: a model with ours (interleaved) is exported with its
+residual dimensions reordered, the same function. Ids stay ours. A README.md model card
+goes with it. What is refused and why: docs/huggingface.md.
 """
 
 from __future__ import annotations
@@ -55,19 +55,20 @@ def architecture(cfg: P.ModelParams) -> str:
             "model.positions=learned: Marian and Pegasus compute sinusoidal positions; export-hf needs "
             "model.positions sinusoidal or sinusoidal_marian"
         )
-    if cfg.tie_embeddings != "all":
+    if cfg.tie_embeddings != "all" and cfg.norm == "pre":
         raise UserError(
-            f"model.tie_embeddings={cfg.tie_embeddings}: export-hf needs one embedding for source, target "
-            "and output (tie_embeddings: all, with bpe.joint: true), as OPUS-MT's Marian models have"
+            f"model.tie_embeddings={cfg.tie_embeddings}: a pre-LN model exports as Pegasus, which has one "
+            "embedding for source, target and output; export-hf needs tie_embeddings: all (bpe.joint: true), "
+            "or model.norm: post (Marian)"
         )
     return "marian" if cfg.norm == "post" else "pegasus"
 
 
-def hf_config(kind: str, cfg: P.ModelParams, vocab_size: int) -> Any:
+def hf_config(kind: str, cfg: P.ModelParams, src_vocab: int, tgt_vocab: int) -> Any:
     """MarianConfig or PegasusConfig of the same shape, with our special ids."""
     transformers = _transformers()
     settings = dict(
-        vocab_size=vocab_size,
+        vocab_size=src_vocab,
         d_model=cfg.d_model,
         encoder_layers=cfg.n_encoder_layers,
         decoder_layers=cfg.n_decoder_layers,
@@ -85,10 +86,13 @@ def hf_config(kind: str, cfg: P.ModelParams, vocab_size: int) -> Any:
         eos_token_id=EOS,
         forced_eos_token_id=EOS,
         decoder_start_token_id=BOS,
-        tie_word_embeddings=True,
+        tie_word_embeddings=cfg.tie_embeddings != "none",
     )
     if kind == "marian":
-        return transformers.MarianConfig(**settings, share_encoder_decoder_embeddings=True)
+        shared = cfg.tie_embeddings == "all"
+        return transformers.MarianConfig(
+            **settings, share_encoder_decoder_embeddings=shared, decoder_vocab_size=tgt_vocab
+        )
     return transformers.PegasusConfig(**settings)
 
 
@@ -110,26 +114,23 @@ def hf_state(model: Transformer) -> dict[str, torch.Tensor]:
     cfg = model.cfg
     state = {k: v.detach().float() for k, v in model.state_dict().items()}
     out = hf_weights.to_hf(state, cfg)
-    tokens = state["out_weight"]
-    for name in (
-        "model.shared.weight",
-        "model.encoder.embed_tokens.weight",
-        "model.decoder.embed_tokens.weight",
-    ):
-        out[name] = tokens
-    out["lm_head.weight"] = tokens
-    bias = state.get("out_bias", torch.zeros(tokens.size(0)))
+    if cfg.tie_embeddings == "all":
+        out["model.shared.weight"] = state["out_weight"]
+    out["model.encoder.embed_tokens.weight"] = state["src_embed.tokens.weight"]
+    out["model.decoder.embed_tokens.weight"] = state["tgt_embed.tokens.weight"]
+    out["lm_head.weight"] = state["out_weight"]
+    bias = state.get("out_bias", torch.zeros(state["out_weight"].size(0)))
     out["final_logits_bias"] = bias.reshape(1, -1)
     if cfg.positions == "sinusoidal":
         out = hf_weights.permute_residual(out, hf_weights.interleaved_to_halves(cfg.d_model))
     return out
 
 
-def build_hf_model(model: Transformer, vocab_size: int, decode: P.DecodeParams) -> Any:
+def build_hf_model(model: Transformer, vocab: Vocab, decode: P.DecodeParams) -> Any:
     """The transformers model computing `model`'s function (eval mode)."""
     transformers = _transformers()
     kind = architecture(model.cfg)
-    config = hf_config(kind, model.cfg, vocab_size)
+    config = hf_config(kind, model.cfg, vocab.src_size, vocab.tgt_size)
     cls = transformers.MarianMTModel if kind == "marian" else transformers.PegasusForConditionalGeneration
     hf = cls(config).eval()
     missing, unexpected = hf.load_state_dict(hf_state(model), strict=False)
@@ -139,25 +140,32 @@ def build_hf_model(model: Transformer, vocab_size: int, decode: P.DecodeParams) 
     return hf
 
 
+def _write_ids(path: Path, pieces: list[str]) -> None:
+    if len(set(pieces)) != len(pieces):
+        raise UserError("the vocabulary has a piece twice; MarianTokenizer's vocab.json cannot hold it")
+    path.write_text(json.dumps({p: i for i, p in enumerate(pieces)}, ensure_ascii=False), encoding="utf-8")
+
+
 def write_tokenizer(vocab: Vocab, out: Path, params: P.Params) -> None:
-    """source.spm, target.spm and vocab.json (our ids) as MarianTokenizer reads them, and its config."""
+    """source.spm, target.spm and vocab.json (our ids; target_vocab.json too for separate vocabularies)
+    as MarianTokenizer reads them, and its config."""
     transformers = _transformers()
-    files = vocab.model_files()
-    spm_files = [f for f in files if f.name != PIECE_MAP]
+    spm_files = [f for f in vocab.model_files() if f.name != PIECE_MAP]
     source, target = (spm_files[0], spm_files[0]) if len(spm_files) == 1 else spm_files[:2]
     staging = out / ".tokenizer"
     staging.mkdir()
     shutil.copy(source, staging / "source.spm")
     shutil.copy(target, staging / "target.spm")
-    pieces = vocab.tgt_pieces(range(vocab.tgt_size))
-    if len(set(pieces)) != len(pieces):
-        raise UserError("the vocabulary has a piece twice; MarianTokenizer's vocab.json cannot hold it")
-    ids = {piece: i for i, piece in enumerate(pieces)}
-    (staging / "vocab.json").write_text(json.dumps(ids, ensure_ascii=False), encoding="utf-8")
+    _write_ids(staging / "vocab.json", vocab.src_pieces(range(vocab.src_size)))
+    separate = not vocab.joint
+    if separate:
+        _write_ids(staging / "target_vocab.json", vocab.tgt_pieces(range(vocab.tgt_size)))
     tokenizer = transformers.MarianTokenizer(
         str(staging / "source.spm"),
         str(staging / "target.spm"),
         str(staging / "vocab.json"),
+        target_vocab_file=str(staging / "target_vocab.json") if separate else None,
+        separate_vocabs=separate,
         source_lang=params.data.src_lang,
         target_lang=params.data.tgt_lang,
         model_max_length=params.model.max_positions,
@@ -176,7 +184,7 @@ def export_hf(model_dir: Path, out_dir: Path, metrics: Path | None = None) -> Pa
     model, params = checkpoint.restore_model(obj, path)
     assert isinstance(model, Transformer)  # architecture() refused the decoder-only model
     vocab = Vocab.load(model_dir)
-    hf = build_hf_model(model.eval(), vocab.tgt_size, params.decode)
+    hf = build_hf_model(model.eval(), vocab, params.decode)
     scores = _read_metrics(metrics, model_dir)
     with atomic_path(out_dir) as tmp:
         tmp.mkdir()

@@ -4,18 +4,20 @@ Pegasus for pre-LN); what it cannot express is refused with one line naming the 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 import torch
 
+from pipeline import params
 from pipeline.decoding.hf_export import export_hf
 from pipeline.decoding.hf_import import import_hf
 from pipeline.decoding.search import translate_ids
 from pipeline.decoding.translator import Translator
 from pipeline.errors import UserError
 from pipeline.tokens import BOS
-from tests.helpers import BASE, make_ct2_model_dir, make_trained_model_dir, marian_pairs
+from tests.helpers import BASE, REPO, make_ct2_model_dir, make_trained_model_dir, marian_pairs
 
 transformers = pytest.importorskip("transformers")
 
@@ -52,12 +54,19 @@ def our_translate(model_dir: Path, lines: list[str], beam: int) -> list[str]:
     return [translator.vocab.decode_tgt(hyps[0].tokens) for hyps in found]
 
 
-@pytest.fixture(scope="module", params=["pre", "post"])
+@pytest.fixture(scope="module", params=["pre", "post", "post-separate"])
 def trained(request, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """A default-shaped model (params.yaml's but for size; pre-LN is the default) trained a few steps,
-    and its export."""
+    and its export. post-separate: untied embeddings over a source and a target sentencepiece model
+    (the same model twice, read as two: Marian's separate vocabularies)."""
     root = tmp_path_factory.mktemp(f"trained-{request.param}")
-    model_dir = make_trained_model_dir(root / "model", norm=request.param)
+    norm, _, separate = request.param.partition("-")
+    tie = "none" if separate else params.load(REPO / "params.yaml").model.tie_embeddings
+    model_dir = make_trained_model_dir(root / "model", norm=norm, tie_embeddings=tie)
+    if separate:
+        for name in ("src.model", "tgt.model"):
+            shutil.copy(model_dir / "spm.model", model_dir / name)
+        (model_dir / "spm.model").unlink()
     return model_dir, export_hf(model_dir, root / "hf")
 
 
@@ -67,6 +76,8 @@ def test_pre_ln_exports_as_pegasus_and_post_ln_as_marian(trained: tuple[Path, Pa
     norm = Translator.from_dir(model_dir).params.model.norm
     expected = "PegasusForConditionalGeneration" if norm == "pre" else "MarianMTModel"
     assert type(model).__name__ == expected and type(tok).__name__ == "MarianTokenizer"
+    separate = (model_dir / "src.model").is_file()
+    assert tok.separate_vocabs == separate and (out / "target_vocab.json").is_file() == separate
 
 
 @pytest.mark.parametrize("beam", [1, 4])
