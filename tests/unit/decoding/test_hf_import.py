@@ -210,3 +210,22 @@ def test_the_decode_stage_and_the_mlflow_model_take_the_imported_directory(
     wrapped = pyfunc.TranslatorModel()
     wrapped.load_context(SimpleNamespace(artifacts={pyfunc.ARTIFACT: str(imported)}))
     assert wrapped.predict(None, LINES[:4], {"beam": 1}) == translator.translate(LINES[:4], beam=1)
+
+
+def test_the_imported_vocabulary_binarizes_a_corpus_for_fine_tuning(imported: Path, tmp_path: Path) -> None:
+    """binarize reads the import's src.model, tgt.model and vocab.json as a bpe directory: the
+    parent's vocabulary, ids in the model's space."""
+    from pipeline import files
+    from pipeline.data.batching import ParallelData
+    from pipeline.stages import binarize
+
+    pairs = marian_pairs(20, seed=4)
+    for split in ("train", "val"):
+        files.write_lines(tmp_path / "clean" / f"{split}.src", [s for s, _ in pairs])
+        files.write_lines(tmp_path / "clean" / f"{split}.tgt", [t for _, t in pairs])
+    meta = binarize.binarize(tmp_path / "clean", imported, tmp_path / "bin")
+    assert "vocab.json" in meta["bpe_models"] and meta["src_vocab_size"] == meta["tgt_vocab_size"]
+    data = ParallelData.load(tmp_path / "bin", "train")
+    vocab = Translator.from_dir(imported).vocab
+    assert data.src[3].tolist() == vocab.encode_src([pairs[3][0]])[0]
+    assert data.tgt[3].tolist() == vocab.encode_tgt([pairs[3][1]])[0]
