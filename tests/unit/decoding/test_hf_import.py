@@ -229,3 +229,19 @@ def test_the_imported_vocabulary_binarizes_a_corpus_for_fine_tuning(imported: Pa
     vocab = Translator.from_dir(imported).vocab
     assert data.src[3].tolist() == vocab.encode_src([pairs[3][0]])[0]
     assert data.tgt[3].tolist() == vocab.encode_tgt([pairs[3][1]])[0]
+
+
+def test_the_bart_era_fields_real_opus_mt_configs_carry_are_accepted_at_their_values(
+    marian_dir: Path,
+) -> None:
+    legacy = dict(
+        normalize_before=False,
+        add_final_layer_norm=False,
+        normalize_embedding=False,
+        static_position_embeddings=True,
+        add_bias_logits=False,
+        extra_pos_embeddings=58101,  # unused by static positions, as in transformers
+        architectures=["MarianMTModel"],
+    )
+    settings = hf_import.model_settings(config_of(marian_dir, **legacy))
+    assert settings == hf_import.model_settings(config_of(marian_dir))
