@@ -122,7 +122,7 @@ def model_settings(config: dict[str, Any]) -> dict[str, Any]:
             f"config.json: model_type={config.get('model_type')!r} is not a Marian model; import-hf reads "
             "MarianMTModel checkpoints (OPUS-MT, Helsinki-NLP/opus-mt-*)"
         )
-    get = lambda key, default=None: config.get(key, default)
+    get = config.get
     for field, (ours, theirs) in {
         "decoder_attention_heads": ("encoder_attention_heads", get("decoder_attention_heads")),
         "decoder_ffn_dim": ("encoder_ffn_dim", get("decoder_ffn_dim")),
