@@ -68,11 +68,11 @@ VARIANTS: dict[str, tuple[str, dict[str, object]]] = {
     ),
     "abl-10-2": (
         "deep encoder, shallow decoder: 10+2",
-        {"model.encoder_layers": 10, "model.decoder_layers": 2},
+        {"model.n_layers": None, "model.encoder_layers": 10, "model.decoder_layers": 2},
     ),
     "abl-decoder-only": (
         "decoder-only, 6 layers, on `source <sep> target`",
-        {"model.arch": "decoder_only", "model.decoder_layers": 6},
+        {"model.arch": "decoder_only", "model.n_layers": None, "model.decoder_layers": 6},
     ),
 }
 NOT_RUN = "not run yet (queued?)"

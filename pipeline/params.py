@@ -66,8 +66,8 @@ class DataParams:
     test: tuple[str, ...]
     sources: dict[str, SourceSpec]
     heldout_seed: int
-    heldout_val: int
-    heldout_test: int
+    heldout_val: int | None  # set only when val is []: lines held out of train
+    heldout_test: int | None  # set only when test is []
     workers: int
 
 
@@ -95,7 +95,7 @@ class ModelParams:
     d_model: int
     n_heads: int
     d_ff: int
-    n_layers: int
+    n_layers: int | None  # the depth of each stack whose own depth is null
     encoder_layers: int | None
     decoder_layers: int | None
     norm: Literal["pre", "post"]
@@ -111,11 +111,15 @@ class ModelParams:
 
     @property
     def n_encoder_layers(self) -> int:
-        return self.n_layers if self.encoder_layers is None else self.encoder_layers
+        depth = self.n_layers if self.encoder_layers is None else self.encoder_layers
+        assert depth is not None, "validate() refuses a stack with no depth"
+        return depth
 
     @property
     def n_decoder_layers(self) -> int:
-        return self.n_layers if self.decoder_layers is None else self.decoder_layers
+        depth = self.n_layers if self.decoder_layers is None else self.decoder_layers
+        assert depth is not None, "validate() refuses a stack with no depth"
+        return depth
 
 
 @dataclass(frozen=True)
@@ -231,7 +235,23 @@ def from_saved(raw: Any) -> Params:
             raw[section].setdefault(key, copy.deepcopy(value))
     if isinstance(raw.get("data"), dict) and "corpus" in raw["data"]:
         raw["data"] = _data_before_sources(raw["data"])
+    _drop_ignored(raw)
     return from_dict(raw)
+
+
+def _drop_ignored(raw: dict[str, Any]) -> None:
+    """Null the settings that older versions saved but ignored, which validate() now refuses."""
+    model, data = raw.get("model"), raw.get("data")
+    if isinstance(model, dict):
+        stacks = ["encoder_layers", "decoder_layers"]
+        if model.get("arch") == "decoder_only":
+            model["encoder_layers"], stacks = None, ["decoder_layers"]
+        if all(model.get(k) is not None for k in stacks):
+            model["n_layers"] = None
+    if isinstance(data, dict):
+        for split in ("val", "test"):
+            if data.get(split):
+                data[f"heldout_{split}"] = None
 
 
 def _data_before_sources(old: dict[str, Any]) -> dict[str, Any]:
@@ -356,18 +376,23 @@ def validate(p: Params) -> None:
         "must be at least 2 (a joint model takes both sides of a pair)",
     )
 
-    for name in ("d_model", "n_heads", "d_ff", "n_layers", "max_positions"):
+    for name in ("d_model", "n_heads", "d_ff", "max_positions"):
         _check(getattr(m, name) >= 1, f"model.{name}", "must be at least 1")
+    _check(m.n_layers is None or m.n_layers >= 1, "model.n_layers", "must be null or at least 1")
     _check(
         m.d_model % m.n_heads == 0,
         "model.d_model",
         f"{m.d_model} is not divisible by model.n_heads={m.n_heads}",
     )
-    for name in ("encoder_layers", "decoder_layers"):
-        value = getattr(m, name)
-        _check(value is None or value >= 1, f"model.{name}", "must be null (use n_layers) or at least 1")
     for name in ("dropout", "attention_dropout", "activation_dropout"):
         _check(0.0 <= getattr(m, name) < 1.0, f"model.{name}", "must be within [0, 1)")
+    check_depths(m)
+    _check(
+        not (m.arch == "decoder_only" and m.tie_embeddings == "target"),
+        "model.tie_embeddings",
+        "'target' is 'all' for model.arch: decoder_only (one embedding table reads both sides): "
+        "use all or none",
+    )
     _check(
         not (m.tie_embeddings == "all" and not b.joint),
         "model.tie_embeddings",
@@ -380,9 +405,7 @@ def validate(p: Params) -> None:
     )
 
     _check(t.max_tokens >= 1, "train.max_tokens", "must be at least 1")
-    for name, weight in t.source_weights.items():
-        _check(weight >= 0, f"train.source_weights.{name}", "must be non-negative (0: leave the source out)")
-    _check(t.source_temperature > 0, "train.source_temperature", "must be positive (1: natural proportions)")
+    check_source_draws(t, d.train)
     _check(t.update_freq >= 1, "train.update_freq", "must be at least 1")
     _check(t.lr > 0, "train.lr", "must be positive")
     _check(all(0.0 <= x < 1.0 for x in t.betas), "train.betas", "each must be within [0, 1)")
@@ -435,9 +458,89 @@ def validate_data(d: DataParams) -> None:
         )
     for name, spec in d.sources.items():
         _check_source(name, spec)
-    for name in ("heldout_val", "heldout_test"):
-        _check(getattr(d, name) >= 1, f"data.{name}", "must be at least 1")
+    _check_heldout(d)
     _check(d.workers >= 0, "data.workers", "must be 0 (every core) or a number of processes")
+
+
+# --- settings that cannot take effect: refused, since a sweep over one would change nothing ---------
+
+
+def check_depths(m: ModelParams) -> None:
+    """Each stack's depth is its own key, or n_layers where that is null; n_layers must size some stack."""
+    for name in ("encoder_layers", "decoder_layers"):
+        value = getattr(m, name)
+        _check(value is None or value >= 1, f"model.{name}", "must be null (use n_layers) or at least 1")
+    if m.arch == "decoder_only":
+        _check(
+            m.encoder_layers is None,
+            "model.encoder_layers",
+            f"{m.encoder_layers} has no effect with model.arch: decoder_only (it has no encoder): null it, "
+            "and size the model with model.decoder_layers or model.n_layers",
+        )
+        _check(
+            m.n_layers is None or m.decoder_layers is None,
+            "model.n_layers",
+            f"{m.n_layers} has no effect while model.decoder_layers is set ({m.decoder_layers}) with "
+            "model.arch: decoder_only: set that, or null it",
+        )
+        _check(
+            m.n_layers is not None or m.decoder_layers is not None,
+            "model.n_layers",
+            "null sizes no stack: set it, or set model.decoder_layers",
+        )
+        return
+    both = m.encoder_layers is not None and m.decoder_layers is not None
+    _check(
+        m.n_layers is None or not both,
+        "model.n_layers",
+        f"{m.n_layers} has no effect while model.encoder_layers and model.decoder_layers are both set "
+        f"({m.encoder_layers}, {m.decoder_layers}): set those, or null them",
+    )
+    _check(
+        m.n_layers is not None or both,
+        "model.n_layers",
+        "null sizes no stack: set it, or set model.encoder_layers and model.decoder_layers",
+    )
+
+
+def check_source_draws(t: TrainParams, train: tuple[str, ...]) -> None:
+    """train.source_weights names train sources; a temperature needs two sources to share out."""
+    for name, weight in t.source_weights.items():
+        key = f"train.source_weights.{name}"
+        _check(weight >= 0, key, "must be non-negative (0: leave the source out)")
+        _check(
+            name in train,
+            key,
+            f"no train source of that name, so it has no effect; the train sources (data.train) are "
+            f"{', '.join(train)}",
+        )
+    _check(t.source_temperature > 0, "train.source_temperature", "must be positive (1: natural proportions)")
+    _check(
+        len(train) > 1 or t.source_temperature == 1.0,
+        "train.source_temperature",
+        f"{t.source_temperature} has no effect with one train source ({', '.join(train)}): set it to 1.0, "
+        "or list more sources in data.train",
+    )
+
+
+def _check_heldout(d: DataParams) -> None:
+    """data.heldout_val/test size a split held out of train: set when that split is [], null otherwise."""
+    for split in ("val", "test"):
+        key, count, sets = f"data.heldout_{split}", getattr(d, f"heldout_{split}"), getattr(d, split)
+        if sets:
+            _check(
+                count is None,
+                key,
+                f"{count} has no effect while data.{split} lists sets ({', '.join(sets)}): null it, or set "
+                f"data.{split}: [] to hold {count} {split} lines out of train",
+            )
+        else:
+            _check(
+                count is not None,
+                key,
+                f"null, but data.{split} is [] ({split} lines held out of train): set how many, e.g. 1000",
+            )
+            _check(count is None or count >= 1, key, "must be at least 1")
 
 
 def _check_source(name: str, s: SourceSpec) -> None:

@@ -7,12 +7,10 @@ file locked by parallel runs past a few retries) the tracker warns once, keeps
 every record in `mlflow_offline.jsonl` in a local directory, retries now and
 then with growing pauses, and replays the buffer when MLflow answers again.
 
-The train stage starts a run and saves `{"run_id", "tracking_uri"}` to
-`data/model/mlflow_run.json`; score and report reopen that run
-(`Tracker.from_run_file`) to add final scores and the report. A training run
-also gets what MLflow's UI shows for one: the experiment kind, the command as
-source, the corpus splits as dataset inputs, system metrics and a logged
-model (docs/mlflow.md).
+A training opens its run with `open_training_run` (its observer, looked up by
+name: no code the train stage depends on) and saves it to
+`data/model/mlflow_run.json`; score and report reopen that run to add scores,
+datasets, the logged model and the report (docs/mlflow.md).
 """
 
 from __future__ import annotations
@@ -201,6 +199,29 @@ def manifest_datasets(manifest: dict[str, Any]) -> list[dict[str, Any]]:
     return datasets
 
 
+# --- a training's run ---------------------------------------------------------------
+
+
+def open_training_run(start: Any) -> Tracker:
+    """The MLflow run of a training (pipeline/training/observer.py's RunStart): taken up again if
+    the training resumes one, else new; a run whose training state was deleted for this one is
+    marked KILLED if it never ended (its process died without a word)."""
+    replaced, resumed = start.replaced, start.resumed
+    if replaced and replaced.get("run_id"):
+        uri = replaced.get("tracking_uri") or tracking_uri()
+        Tracker(uri, replaced["run_id"], start.offline_dir, owns_run=True).end_if_running("KILLED")
+    if resumed and resumed.get("run_id"):
+        uri = resumed.get("tracking_uri") or tracking_uri()
+        tracker = Tracker(uri, resumed["run_id"], start.offline_dir, owns_run=True)
+        tracker.reopen()  # a run stopped by a signal said KILLED: it is running again
+        tracker.start_system_metrics(resume=True)
+        return tracker
+    experiment = start.params["tracking"]["experiment"]
+    tracker = Tracker.start(start.params, experiment, start.run_name, start.tags, start.offline_dir)
+    tracker.start_system_metrics()
+    return tracker
+
+
 # --- the tracker ----------------------------------------------------------------
 
 
@@ -387,6 +408,17 @@ class Tracker:
             self._next_try = 0.0  # one last try to sync what is buffered
             self._try_reconnect()
 
+    def reopen(self) -> None:
+        """Mark the run RUNNING again: a training resumes it (after a signal ended it as KILLED)."""
+        if self._owns_run:
+            self._submit({"op": "status", "status": "RUNNING"})
+
+    def end_if_running(self, status: str = "KILLED") -> None:
+        """Close the run as `status` if it is still RUNNING (its process died without a word)."""
+        if self._owns_run:
+            self._submit({"op": "end_if_running", "status": status, "time_ms": _now_ms()})
+        self._ended = True
+
     def __enter__(self) -> Tracker:
         return self
 
@@ -462,6 +494,11 @@ class Tracker:
             _log_model(self._uri(), self._run_id, record)
         elif op == "end":
             client.set_terminated(self._run_id, record["status"], end_time=record["time_ms"])
+        elif op == "status":
+            client.update_run(self._run_id, status=record["status"])
+        elif op == "end_if_running":
+            if client.get_run(self._run_id).info.status == "RUNNING":
+                client.set_terminated(self._run_id, record["status"], end_time=record["time_ms"])
         else:
             raise ValueError(f"unknown tracking record {op!r}")
 

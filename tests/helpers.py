@@ -312,11 +312,13 @@ def sides(src: str, tgt: str, src_sha256: str | None = None, tgt_sha256: str | N
 def user_data(
     train: SourceSpec, val: SourceSpec | None = None, test: SourceSpec | None = None, **changes
 ) -> DataParams:
-    """DataParams whose splits are the user's sources c-train, c-val, c-test (none: held out), validated."""
+    """DataParams whose splits are the user's sources c-train, c-val, c-test (none: 1000 lines held out,
+    or data.heldout_* in `changes`), validated."""
     specs = {"c-train": train, "c-val": val, "c-test": test}
     sources = {name: spec for name, spec in specs.items() if spec is not None}
     splits = {split: (f"c-{split}",) if f"c-{split}" in sources else () for split in ("train", "val", "test")}
-    data = dataclasses.replace(BASE.data, mirror=None, sources=sources, **{**splits, **changes})
+    held = {f"heldout_{split}": None if splits[split] else 1000 for split in ("val", "test")}
+    data = dataclasses.replace(BASE.data, mirror=None, sources=sources, **{**splits, **held, **changes})
     P.validate(dataclasses.replace(BASE, data=data))
     return data
 

@@ -4,7 +4,7 @@
 and `mlflow models serve`: a list of strings or a one-column DataFrame in, one
 translation per line out (with the inference param n_best > 1: a list of up to
 n_best, best first); `beam` and `n_best` are optional inference params.
-`model_spec` is what the train stage hands to `Tracker.log_model`: the model
+`model_spec` is what the score stage hands to `Tracker.log_model`: the model
 directory as an artifact, this package as code, its pinned requirements, a
 signature and an input example. Serving and the registry: docs/mlflow.md.
 """

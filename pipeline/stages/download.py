@@ -106,10 +106,8 @@ def download(data: DataParams, out: Path) -> dict[str, Any]:
     mirror = resolve_mirror(data)
     plan = plan_sources(data)  # refuses bad names and sources before anything is fetched
     out.parent.mkdir(parents=True, exist_ok=True)
-    held = {
-        "val": data.heldout_val if not plan["val"] else 0,
-        "test": data.heldout_test if not plan["test"] else 0,
-    }
+    # params.validate: a split with no sets has its held-out count, one with sets has none.
+    held = {"val": data.heldout_val or 0, "test": data.heldout_test or 0}
     with (
         tempfile.TemporaryDirectory(prefix=f".{out.name}.fetch.", dir=out.parent) as scratch,
         files.atomic_path(out) as tmp,

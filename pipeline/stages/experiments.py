@@ -32,6 +32,9 @@ from pipeline.reporting.significance import against_baseline
 from pipeline.reporting.tables import experiments_markdown
 from pipeline.stages.options import load_params, params_option
 
+# MLflow's run statuses as the table spells them, and DVC's queue states.
+STATUSES = ("finished", "running", "killed", "failed", "scheduled", "queued")
+
 
 def with_baseline(
     frame: pd.DataFrame,
@@ -106,6 +109,13 @@ def write_table(frame: pd.DataFrame, out: Path) -> None:
 @click.option(
     "--each-run", is_flag=True, help="A row per run: do not group runs that differ only in train.seed."
 )
+@click.option(
+    "--status",
+    "statuses",
+    multiple=True,
+    type=click.Choice(STATUSES),
+    help="Only runs of this status (repeat for several), e.g. --status finished hides killed and failed.",
+)
 def command(
     params_file: Path,
     source: str,
@@ -115,6 +125,7 @@ def command(
     test: str,
     refs_dir: Path,
     each_run: bool,
+    statuses: tuple[str, ...],
 ) -> None:
     """Compare experiments: a row per run (seeds grouped), the params that differ, BLEU per test set, size,
     speed."""
@@ -131,6 +142,10 @@ def command(
             raise UserError(
                 f"no runs in the MLflow experiment {experiment!r} at {uri} yet; run `dvc exp run`"
             )
+    if statuses:
+        frame = frame[frame["status"].isin(statuses)].reset_index(drop=True)
+        if frame.empty:
+            raise UserError(f"no {' or '.join(statuses)} runs to show; leave out --status to see every run")
     if baseline is not None:
         frame = with_baseline(frame, baseline, Path.cwd(), refs_dir, test)
     if not each_run:

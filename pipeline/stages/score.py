@@ -8,7 +8,11 @@ pipeline/reporting/metrics.py. The scores go to the training run in MLflow too
 (`dev_*` for val, `test.<name>.*`), with the hypotheses (decode/<key>.hyp) and
 the sha256 of their references (tags refs_sha256.val, refs_sha256.test.<name>),
 so `python -m pipeline compare` can test runs later (reporting/hypotheses.py),
-and every corpus source of data/raw/manifest.json as a dataset input of the run.
+every corpus source of data/raw/manifest.json as a dataset input of the run,
+and the model as an MLflow pyfunc model (registered if tracking.register_model
+names it). That is all MLflow sees after training, here and not in the train
+stage: a change to the MLflow code, or to the tracking settings, reruns this
+stage and retrains nothing.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from typing import Any
 import click
 
 from pipeline import files
+from pipeline import params as P
 from pipeline.errors import UserError
 from pipeline.reporting.hypotheses import (
     HYPS_ARTIFACT_DIR,
@@ -37,6 +42,7 @@ from pipeline.reporting.metrics import (
     confidence_intervals,
     corpus_scores,
 )
+from pipeline.stages.options import load_params
 from pipeline.tracking import RUN_FILE, Tracker, manifest_datasets, read_manifest
 
 SCORE_NAMES = ("bleu", "chrf", "chrfpp", "ter")
@@ -49,6 +55,7 @@ def score(
     model_dir: Path | None = None,
     bootstrap: int = BOOTSTRAP_RESAMPLES,
     seed: int = BOOTSTRAP_SEED,
+    params: P.Params | None = None,
 ) -> dict[str, Any]:
     """Score val and every test set with a hypothesis file; write `out` atomically and return the scores.
 
@@ -72,7 +79,26 @@ def score(
     files.write_json(out, results)
     if model_dir is not None:
         log_final_scores(model_dir / RUN_FILE, results, decode_dir, refs_dir / "manifest.json")
+        if params is not None:
+            log_trained_model(model_dir, params, read_examples(refs_dir / f"{VAL}.src"))
     return results
+
+
+def read_examples(path: Path, n: int = 2) -> list[str]:
+    """The first non-empty source lines of val: the logged model's input example."""
+    lines = [line for line in files.read_lines(path) if line.strip()] if path.is_file() else []
+    return lines[:n] or ["Hello."]
+
+
+def log_trained_model(model_dir: Path, params: P.Params, example: list[str]) -> None:
+    """Log the model directory to its training's MLflow run as a pyfunc model; best effort."""
+    with Tracker.from_run_file(model_dir / RUN_FILE) as tracker:
+        if not tracker.enabled:
+            return
+        from pipeline.decoding import pyfunc  # mlflow and torch: only when there is a run to log to
+
+        spec = pyfunc.model_spec(model_dir, example, params.decode)
+        tracker.log_model("model", spec, register_as=params.tracking.register_model)
 
 
 def score_set(hyp_path: Path, ref_path: Path, bootstrap: int, seed: int) -> dict[str, Any]:
@@ -148,6 +174,14 @@ def summary_lines(results: dict[str, Any]) -> list[str]:
 
 @click.command("score")
 @click.option(
+    "--params",
+    "params_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="params.yaml: with --model, log the model to its MLflow run with these decode and tracking "
+    "settings.",
+)
+@click.option(
     "--decode",
     "decode_dir",
     type=click.Path(file_okay=False, path_type=Path),
@@ -189,9 +223,16 @@ def summary_lines(results: dict[str, Any]) -> list[str]:
     help="Seed of the bootstrap (SACREBLEU_SEED), recorded in the metrics.",
 )
 def command(
-    decode_dir: Path, refs_dir: Path, out: Path, model_dir: Path | None, bootstrap: int, seed: int
+    params_file: Path | None,
+    decode_dir: Path,
+    refs_dir: Path,
+    out: Path,
+    model_dir: Path | None,
+    bootstrap: int,
+    seed: int,
 ) -> None:
     """Score val and each test set with sacreBLEU (BLEU, chrF, chrF++, TER; intervals of BLEU and chrF)."""
-    results = score(decode_dir, refs_dir, out, model_dir, bootstrap, seed)
+    params = load_params(params_file) if params_file is not None else None
+    results = score(decode_dir, refs_dir, out, model_dir, bootstrap, seed, params)
     for line in summary_lines(results):
         click.echo(line)

@@ -14,6 +14,7 @@ What it writes, and how a killed run resumes: pipeline/training/ and docs/exact-
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from pipeline.model.transformer import count_parameters
 from pipeline.stages.options import load_params, params_option
 from pipeline.training.distributed import Dist, close_distributed, init_distributed
 from pipeline.training.loop import Trainer
+from pipeline.training.signals import Stopped, stop_on_signals
 from pipeline.training.state import Paths, remove_stale_temps
 
 
@@ -50,7 +52,7 @@ def _run(params: P.Params, paths: Paths, dist: Dist, on_change: str, tracking: b
             f"train: {count_parameters(trainer.model):,} parameters, {trainer.n_batches} batches per "
             f"epoch, {dist.world_size} process(es) on {trainer.device}, {params.train.precision}"
         )
-    with trainer.open_tracker(tracking):
+    with trainer.open_observer(tracking):
         trainer.run()
         summary = trainer.finish() if dist.main else None
     dist.barrier()
@@ -120,7 +122,17 @@ def command(
     """Train the model; resumes from --checkpoints/last.pt when it exists."""
     params = load_params(params_file)
     paths = Paths(bin_dir, bpe_dir, out_dir, ckpt_dir, log_dir)
-    summary = train(params, paths, on_change=on_change, tracking=tracking)
+    try:
+        with stop_on_signals():
+            summary = train(params, paths, on_change=on_change, tracking=tracking)
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (a scheduler, `dvc queue kill`, torchrun)
+        stopped = e if isinstance(e, Stopped) else Stopped(signal.SIGINT)
+        click.echo(
+            f"train: stopped by {stopped}; the checkpoints in {ckpt_dir} are whole: rerun the same "
+            "command to resume",
+            err=True,
+        )
+        raise SystemExit(stopped.exit_code) from None
     if summary is not None:
         bleu, loss = summary["best_val_bleu"], summary["best_val_loss"]
         best = f"val BLEU {bleu:.2f}" if bleu is not None else f"val loss {loss}"

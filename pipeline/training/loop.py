@@ -34,8 +34,9 @@ from pipeline.errors import UserError
 from pipeline.files import atomic_path, write_json, write_lines, write_text
 from pipeline.model import checkpoint
 from pipeline.model.transformer import Seq2SeqBase, build_model, count_parameters
-from pipeline.tracking import Tracker, tracking_uri
+from pipeline.training import signals
 from pipeline.training.distributed import ALONE, Dist
+from pipeline.training.observer import Observer, Quiet, RunStart, mlflow_run
 from pipeline.training.state import (
     Interval,
     LogRow,
@@ -127,7 +128,7 @@ class Trainer:
         self.update = UpdateStep(params, model, self.device, dist)
         torch.manual_seed(t.seed + dist.rank)  # the dropout stream: one per rank, after a shared init
         self.state = RunState(params, paths, dist, self.update, self.vocab)
-        self.tracker = Tracker.disabled()
+        self.observer: Observer = Quiet()
         self._started, self._total_steps = (time.monotonic(), 0), 0  # for the ETA, set per session
         self.n_batches = len(self.epoch_batches(1))
         if self.n_batches == 0:
@@ -248,7 +249,7 @@ class Trainer:
         row = LogRow(p.step, epoch, interval.loss_sum / interval.tokens, lr, tokens_per_s)
         p.steps.append(row)
         p.interval = Interval()
-        self.tracker.log_metrics(
+        self.observer.log_metrics(
             {"train_loss": row.loss, "lr": row.lr, "tokens_per_s": row.tokens_per_s}, p.step
         )
         if bar.disable:
@@ -296,8 +297,9 @@ class Trainer:
         p.stopped = limit or ("early_stopping" if early else None)
         p.train_seconds += time.perf_counter() - began
         if self.dist.main:
-            self.state.save(improved, rngs)
-            self.write_logs()
+            with signals.deferred():
+                self.state.save(improved, rngs)
+                self.write_logs()
 
     # --- validation ---
 
@@ -314,7 +316,7 @@ class Trainer:
             p.bad_validations += 1
         p.kept = ([*p.kept, p.step])[-t.keep_last :]
         metrics = {"val_loss": val_loss} | ({"val_bleu": val_bleu} if t.val_bleu else {})
-        self.tracker.log_metrics(metrics, p.step)
+        self.observer.log_metrics(metrics, p.step)
         best = "" if p.best_step is None else f" | best step {p.best_step}"
         bleu = f" | val_bleu {val_bleu:.2f}" if t.val_bleu else ""
         self.say(f"valid step {p.step} | epoch {epoch} | val_loss {val_loss:.4f}{bleu}{best}")
@@ -377,10 +379,10 @@ class Trainer:
         write_lines(log_dir / "valid.tsv", ["\t".join(VALID_HEADER)] + [_tsv(row) for row in p.valid])
 
     def finish(self) -> dict[str, Any]:
-        """Write data/model, the logs and summary.json (rank 0); close the MLflow run's records."""
+        """Write data/model, the logs and summary.json (rank 0), and hand the logs to the observer."""
         payload, averaged = self.state.final_payload()
         out = self.paths.out_dir
-        with atomic_path(out) as tmp:
+        with signals.deferred(), atomic_path(out) as tmp:
             tmp.mkdir()
             checkpoint.save(tmp / checkpoint.MODEL_FILE, payload)
             write_text(tmp / "params.yaml", yaml.safe_dump(self.params.to_dict(), sort_keys=False))
@@ -391,24 +393,16 @@ class Trainer:
         self.write_logs()
         write_json(self.paths.log_dir / "summary.json", summary)
         totals = {k: summary[k] for k in ("train_seconds", "tokens_per_s")}
-        self.tracker.log_metrics(totals, self.progress.step)
-        self.tracker.log_artifacts(self.paths.log_dir, "train")
-        if self.tracker.enabled:
-            from pipeline.decoding import pyfunc  # imports mlflow: only when there is a run to log to
-
-            spec = pyfunc.model_spec(out, self.example_sources(), self.params.decode)
-            self.tracker.log_model("model", spec, register_as=self.params.tracking.register_model)
+        self.observer.log_metrics(totals, self.progress.step)
+        self.observer.log_artifacts(self.paths.log_dir, "train")
         return summary
-
-    def example_sources(self, n: int = 2) -> list[str]:
-        """The first val sentences' source side as text: the logged model's input example."""
-        return [self.vocab.decode_src(self.val_data.src[int(i)].tolist()) for i in self.val_ids[:n]]
 
     def run_info(self) -> dict[str, str | None]:
         """The MLflow run for later stages: this session's, else the one the state recorded, else none."""
-        if self.tracker.enabled:
-            return self.tracker.run_info()
-        return self.progress.run or {"run_id": None, "tracking_uri": None}
+        info = self.observer.run_info()
+        if info.get("run_id"):
+            return info
+        return self.progress.run or info
 
     def summary(self, averaged: int) -> dict[str, Any]:
         """summary.json: tokens_per_s counts update time only; train_seconds includes validation."""
@@ -437,32 +431,30 @@ class Trainer:
 
     # --- MLflow ---
 
-    def open_tracker(self, enabled: bool) -> Tracker:
-        """Start the MLflow run on rank 0, or reopen the one a resumed run recorded."""
-        if not (enabled and self.dist.main):
-            return self.tracker
-        p, d, m = self.progress, self.params.data, self.params.model
-        offline = self.paths.ckpt_dir
-        if p.run and p.run.get("run_id"):
-            uri = p.run.get("tracking_uri") or tracking_uri()
-            self.tracker = Tracker(uri, p.run["run_id"], offline, owns_run=True)
-            self.tracker.start_system_metrics(resume=True)
-        else:
-            label = os.environ.get("DVC_EXP_NAME") or time.strftime("%Y-%m-%d %H:%M:%S")
-            tags = {
-                "stage": "train",
-                "precision": self.params.train.precision,
-                "device": str(self.device),
-                "world_size": self.dist.world_size,
-                "n_params": count_parameters(self.model),  # a constant: a tag, not a metric series
-            }
-            name = f"{d.src_lang}-{d.tgt_lang} {m.arch} {label}"
-            self.tracker = Tracker.start(
-                self.params.to_dict(), self.params.tracking.experiment, name, tags, offline_dir=offline
-            )
-            self.tracker.start_system_metrics()
-        p.run = self.tracker.run_info()
-        return self.tracker
+    def open_observer(self, tracking: bool) -> Observer:
+        """Open the MLflow run on rank 0 (or take up the one a resumed state recorded); else Quiet."""
+        if not (tracking and self.dist.main):
+            return self.observer
+        d, m = self.params.data, self.params.model
+        label = os.environ.get("DVC_EXP_NAME") or time.strftime("%Y-%m-%d %H:%M:%S")
+        tags = {
+            "stage": "train",
+            "precision": self.params.train.precision,
+            "device": str(self.device),
+            "world_size": self.dist.world_size,
+            "n_params": count_parameters(self.model),  # a constant: a tag, not a metric series
+        }
+        start = RunStart(
+            params=self.params.to_dict(),
+            run_name=f"{d.src_lang}-{d.tgt_lang} {m.arch} {label}",
+            tags=tags,
+            offline_dir=self.paths.ckpt_dir,
+            resumed=self.progress.run,
+            replaced=self.state.replaced_run,
+        )
+        self.observer = mlflow_run(start)
+        self.progress.run = self.observer.run_info()
+        return self.observer
 
 
 def _tsv(row: tuple) -> str:

@@ -188,6 +188,7 @@ class RunState:
         self.data = data_fingerprint(paths.bin_dir, vocab)
         self.code = code_fingerprint()
         self.progress = Progress()
+        self.replaced_run: dict[str, str | None] | None = None  # the MLflow run of a state resume deleted
 
     def to_dict(self, rngs: list[dict[str, Any]]) -> dict[str, Any]:
         return {
@@ -233,6 +234,7 @@ class RunState:
                     f"{what}; delete {self.paths.ckpt_dir} to train afresh, or undo those changes to resume"
                 )
             say(f"train: {what}; deleting {self.paths.ckpt_dir} and starting afresh")
+            self.replaced_run = saved["progress"].get("run")
             if self.dist.main:
                 shutil.rmtree(self.paths.ckpt_dir)
             return

@@ -195,7 +195,7 @@ def test_runs_not_made_yet_are_rows_that_say_so(made: Made) -> None:
         "variant": "abl-decoder-only",
         "change": ablation.VARIANTS["abl-decoder-only"][0],
         "status": "not run yet (queued?)",
-        "settings": ["model.arch=decoder_only", "model.decoder_layers=6"],
+        "settings": ["model.arch=decoder_only", "model.n_layers=null", "model.decoder_layers=6"],
     }
 
 

@@ -162,3 +162,33 @@ def test_experiment_changes_a_model_param_and_shows_scores(repo):
     assert data["params"]["params.yaml"]["data"]["model"]["n_layers"] == 2
     scores = data["metrics"]["reports/metrics.json"]["data"]
     assert all(math.isfinite(scores["test"][name]["bleu"]) for name in TEST_SETS)
+
+
+def dvc_status(repo: Path) -> dict:
+    dvc = Path(sys.executable).parent / "dvc"
+    done = subprocess.run(
+        [str(dvc), "status", "--json"], cwd=repo, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout or "{}")
+
+
+def test_an_edit_to_the_mlflow_code_or_settings_reruns_score_and_never_train(tmp_path):
+    """Issue 25: logging a run to MLflow is no part of training, so editing it costs no retraining."""
+    listed = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True)
+    repo = tmp_path / "repo"
+    for name in listed.stdout.split():
+        if (REPO / name).is_file():
+            (repo / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, repo / name)
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    before = dvc_status(repo)
+    with open(repo / "pipeline" / "tracking.py", "a", encoding="utf-8") as f:
+        f.write("\n# an edit to the MLflow code\n")
+    params = yaml.safe_load((repo / "params.yaml").read_text(encoding="utf-8"))
+    params["tracking"]["experiment"] = "renamed"
+    (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
+    after = dvc_status(repo)
+    assert after.get("train") == before.get("train")  # whatever else it says, the edit added nothing
+    changed = {k: v for entry in after["score"] if isinstance(entry, dict) for k, v in entry.items()}
+    assert changed["changed deps"]["pipeline/tracking.py"] == "modified"  # the stage that logs to MLflow

@@ -346,7 +346,7 @@ def test_training_goes_on_when_the_mlflow_server_stops_mid_run(tmp_path, monkeyp
         def validate_then_stop_the_server(self, epoch):
             improved = real_validate(self, epoch)  # logs val_loss to the server first
             if server.poll() is None:
-                assert self.tracker.online
+                assert self.observer.online
                 stop_server(server)
             return improved
 

@@ -15,13 +15,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from pipeline import tracking
-from pipeline.stages.score import log_final_scores
+from pipeline.stages.score import log_final_scores, log_trained_model
 from pipeline.stages.train import train
 from tests.helpers import (
     free_port,
     make_corpus,
+    model_weights,
     raw_manifest,
     start_server,
     stop_server,
@@ -39,7 +41,7 @@ BATCH = ["abc def", "", " ".join(["abcdefgh"] * 400), "Привет, мир! 你
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """A tiny model trained with tracking into root/s.db (the store helpers.start_server serves),
-    and test scores and the manifest's datasets logged by the score stage's log_final_scores."""
+    and test scores, the manifest's datasets and the model logged as the score stage logs them."""
     root = tmp_path_factory.mktemp("mlflow-run")
     uri = f"sqlite:///{root / 's.db'}"
     manifest = root / "manifest.json"
@@ -48,7 +50,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     saved = os.environ.get("MLFLOW_TRACKING_URI")
     os.environ["MLFLOW_TRACKING_URI"] = uri
     try:
-        train(tiny_params(max_steps=4), paths)
+        params = tiny_params(max_steps=4)
+        train(params, paths)
         scores = {
             "bleu": 10.0,
             "chrf": 30.0,
@@ -58,6 +61,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         }
         results = {"test": {name: {**scores, "bleu": 10.0 + i} for i, name in enumerate(TESTS)}}
         log_final_scores(paths.out_dir / tracking.RUN_FILE, results, manifest=manifest)
+        log_trained_model(paths.out_dir, params, ["abc def", "gh ab"])
     finally:
         os.environ.pop("MLFLOW_TRACKING_URI") if saved is None else os.environ.update(
             MLFLOW_TRACKING_URI=saved
@@ -176,3 +180,18 @@ def test_rest_api_shows_the_logged_model_datasets_and_test_scores(run: dict[str,
         assert tags["mlflow.source.type"] == "LOCAL" and int(tags["n_params"]) > 0
     finally:
         stop_server(server)
+
+
+def test_tracking_only_watches_a_training_on_and_off_end_with_the_same_weights(
+    run: dict[str, Any], tmp_path: Path
+) -> None:
+    """What MLflow is told cannot change a number: why the train stage need not depend on its code."""
+    paths = make_corpus(tmp_path, n_train=60)
+    train(tiny_params(max_steps=4), paths, tracking=False)
+    tracked, untracked = (
+        model_weights(run["model_dir"] / "model.pt"),
+        model_weights(paths.out_dir / "model.pt"),
+    )
+    assert tracked.keys() == untracked.keys()
+    assert all(torch.equal(tracked[k], untracked[k]) for k in tracked)
+    assert json.loads((paths.out_dir / tracking.RUN_FILE).read_text())["run_id"] is None

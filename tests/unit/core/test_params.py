@@ -31,10 +31,112 @@ def test_defaults_load_typed(params):
     assert P.from_dict(params.to_dict()) == params
 
 
-def test_per_stack_depth_overrides(raw):
-    raw["model"].update(n_layers=6, encoder_layers=10, decoder_layers=2)
-    m = P.from_dict(raw).model
+def test_per_stack_depths_win_over_n_layers_only_where_set(raw):
+    raw["model"].update(n_layers=None, encoder_layers=10, decoder_layers=2)
+    m = P.from_dict(copy.deepcopy(raw)).model
     assert (m.n_encoder_layers, m.n_decoder_layers) == (10, 2)
+    raw["model"].update(n_layers=6, encoder_layers=None)  # n_layers sizes the stack left null
+    m = P.from_dict(raw).model
+    assert (m.n_encoder_layers, m.n_decoder_layers) == (6, 2)
+
+
+# --- settings that cannot take effect: refused, never silently ignored (issue 30) -------
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        (  # the trap: `dvc exp run -S model.n_layers=6` on a 10+2 workspace trained 10+2 again
+            {"model": {"n_layers": 6, "encoder_layers": 10, "decoder_layers": 2}},
+            "model.n_layers: 6 has no effect while model.encoder_layers and model.decoder_layers are both "
+            "set (10, 2): set those, or null them",
+        ),
+        (
+            {"model": {"n_layers": None}},
+            "model.n_layers: null sizes no stack: set it, or set model.encoder_layers and "
+            "model.decoder_layers",
+        ),
+        (
+            {"model": {"n_layers": None, "encoder_layers": 10}},
+            "model.n_layers: null sizes no stack: set it, or set",
+        ),
+        (
+            {"model": {"arch": "decoder_only", "encoder_layers": 6}},
+            "model.encoder_layers: 6 has no effect with model.arch: decoder_only (it has no encoder): "
+            "null it, and size the model with model.decoder_layers or model.n_layers",
+        ),
+        (
+            {"model": {"arch": "decoder_only", "n_layers": 3, "decoder_layers": 6}},
+            "model.n_layers: 3 has no effect while model.decoder_layers is set (6) with model.arch: "
+            "decoder_only: set that, or null it",
+        ),
+        (
+            {"model": {"arch": "decoder_only", "tie_embeddings": "target"}},
+            "model.tie_embeddings: 'target' is 'all' for model.arch: decoder_only (one embedding table "
+            "reads both sides): use all or none",
+        ),
+        (
+            {"data": {"heldout_val": 500}},
+            "data.heldout_val: 500 has no effect while data.val lists sets (multi30k-val): null it, or set "
+            "data.val: [] to hold 500 val lines out of train",
+        ),
+        (
+            {"data": {"heldout_test": 500}},
+            "data.heldout_test: 500 has no effect while data.test lists sets",
+        ),
+        (
+            {"data": {"val": []}},
+            "data.heldout_val: null, but data.val is [] (val lines held out of train): set how many, "
+            "e.g. 1000",
+        ),
+        (
+            {"train": {"source_temperature": 2.0}},
+            "train.source_temperature: 2.0 has no effect with one train source (multi30k-train): set it "
+            "to 1.0, or list more sources in data.train",
+        ),
+        (
+            {"train": {"source_weights": {"europarl": 0.5}}},
+            "train.source_weights.europarl: no train source of that name, so it has no effect; the train "
+            "sources (data.train) are multi30k-train",
+        ),
+        (
+            {"train": {"average_last": 4, "keep_last": 3}},
+            "train.average_last: cannot average more checkpoints than train.keep_last=3 keeps",
+        ),
+        (
+            {"model": {"tie_embeddings": "all"}, "bpe": {"joint": False}},
+            "model.tie_embeddings: 'all' ties source and target embeddings, which needs bpe.joint: true; "
+            "use 'target' or 'none'",
+        ),
+    ],
+)
+def test_a_setting_that_cannot_take_effect_is_refused(raw, changes, expected):
+    for section, values in changes.items():
+        raw[section].update(values)
+    assert refused(raw).startswith(expected)
+
+
+def test_settings_that_do_take_effect_still_load(raw):
+    one = copy.deepcopy(raw)
+    one["data"].update(val=[], heldout_val=500)
+    assert P.from_dict(one).data.heldout_val == 500
+    two = copy.deepcopy(raw)
+    two["data"]["train"] = ["multi30k-train", "tatoeba-v2021-08-07-deen"]
+    two["train"].update(source_temperature=2.0, source_weights={"tatoeba-v2021-08-07-deen": 0.5})
+    assert P.from_dict(two).train.source_temperature == 2.0
+    gpt = copy.deepcopy(raw)
+    gpt["model"].update(arch="decoder_only", n_layers=None, decoder_layers=6)
+    assert P.from_dict(gpt).model.n_decoder_layers == 6
+
+
+def test_a_saved_model_from_before_the_refusals_still_loads(params):
+    """Model directories written before issue 30 hold settings that were ignored: null them, as they were."""
+    saved = params.to_dict()
+    saved["model"].update(n_layers=3, encoder_layers=10, decoder_layers=2)
+    saved["data"].update(heldout_val=1000, heldout_test=1000)
+    old = P.from_saved(saved)
+    assert (old.model.n_layers, old.model.n_encoder_layers, old.model.n_decoder_layers) == (None, 10, 2)
+    assert (old.data.heldout_val, old.data.heldout_test) == (None, None)
 
 
 @pytest.mark.parametrize(
@@ -112,7 +214,7 @@ def test_splits_are_lists_of_names_and_one_name_is_a_list_of_one(raw):
     assert P.from_dict(raw).data.test[0] == "multi30k-test_2016_flickr"
     raw["data"]["test"] = "newstest2018-deen"  # what `dvc exp run -S data.test=newstest2018-deen` sets
     assert P.from_dict(raw).data.test == ("newstest2018-deen",)
-    raw["data"]["val"] = []
+    raw["data"].update(val=[], heldout_val=1000)
     assert P.from_dict(raw).data.val == ()
 
 
@@ -170,6 +272,7 @@ def test_params_saved_before_sources_and_new_settings_load_as_they_meant(params)
     del saved["clean"]["decontaminate"], saved["tracking"]["register_model"]
     del saved["train"]["source_weights"], saved["train"]["source_temperature"]
     del saved["data"]["workers"], saved["bpe"]["sample_lines"], saved["bpe"]["seed"]
+    saved["data"].update(heldout_val=1000, heldout_test=1000)  # always set then, used or not
     for key in ("train", "val", "test", "sources"):
         del saved["data"][key]
     multi30k = {**saved, "data": {**saved["data"], "corpus": "multi30k", "multi30k_test": "test_2017_mscoco"}}

@@ -46,7 +46,7 @@ VARIANTS: dict[str, dict] = {
     "output-bias": {"output_bias": True},
     "gelu": {"activation": "gelu"},
     "marian": {"norm": "post", "positions": "sinusoidal_marian", "activation": "swish", "output_bias": True},
-    "deep-shallow": {"encoder_layers": 4, "decoder_layers": 1},
+    "deep-shallow": {"n_layers": None, "encoder_layers": 4, "decoder_layers": 1},
     "decoder-only": {"arch": "decoder_only"},
     "decoder-only-post-learned-untied": {
         "arch": "decoder_only",
@@ -241,8 +241,9 @@ def expected_parameters(cfg: ModelParams, src_vocab: int, tgt_vocab: int) -> int
 
 
 COUNT_CASES = {name: small(**VARIANTS[name]) for name in ALL} | {
-    "deep-10-2": small(encoder_layers=10, decoder_layers=2),
+    "deep-10-2": small(n_layers=None, encoder_layers=10, decoder_layers=2),
     "deep-10-2-post-learned-untied-bias": small(
+        n_layers=None,
         encoder_layers=10,
         decoder_layers=2,
         norm="post",

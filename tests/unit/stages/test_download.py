@@ -263,7 +263,7 @@ def test_heldout_lines_are_taken_from_every_train_source_and_counted_per_source(
 
 def test_heldout_only_the_missing_split(tmp_path):
     val = sides(write(tmp_path / "v.src", b"v\n"), write(tmp_path / "v.tgt", b"w\n"))
-    data = user_data(numbered(tmp_path, 20), val=val, heldout_val=9, heldout_test=4)
+    data = user_data(numbered(tmp_path, 20), val=val, heldout_test=4)
     manifest = download.download(data, tmp_path / "raw")
     assert files.read_lines(tmp_path / "raw" / "val.src") == ["v"]
     assert len(files.read_lines(tmp_path / "raw" / "test" / "heldout.src")) == 4

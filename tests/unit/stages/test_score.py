@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from pathlib import Path
@@ -168,6 +169,36 @@ def test_scores_go_to_the_training_run(tmp_path: Path, monkeypatch: pytest.Monke
     assert "decode/val.hyp" in [a.path for a in client.list_artifacts(run.run_id, "decode")]
     local = client.download_artifacts(run.run_id, "decode/test/t1.hyp", str(tmp_path / "back"))
     assert files.read_lines(local) == HYPS
+
+
+def test_the_model_is_logged_to_the_training_run_by_score_not_by_train(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, params
+) -> None:
+    from pipeline.tracking import Tracker
+
+    logged: list[dict] = []
+
+    class Recording(Tracker):
+        def _submit(self, record: dict) -> None:
+            logged.append(record)
+
+    monkeypatch.setattr(score, "Tracker", Recording)
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "mlflow_run.json").write_text('{"run_id": "r1", "tracking_uri": "sqlite:////nowhere.db"}')
+    make_split(tmp_path, "val", ["-", "A dog.", "Two cats.", "3."], ["-", "A dog.", "Two cats.", "3."])
+    decode, raw = make_split(tmp_path, T, HYPS, REFS)
+    files.write_lines(raw / "val.src", ["", "Ein Hund.", "Zwei Katzen.", "Drei."])
+    registered = dataclasses.replace(
+        params, tracking=dataclasses.replace(params.tracking, register_model="nmt")
+    )
+    score.score(decode, raw, tmp_path / "metrics.json", model_dir=model, params=registered)
+    (spec,) = [r for r in logged if r["op"] == "model"]
+    assert spec["register_as"] == "nmt" and spec["spec"]["artifacts"] == {"model_dir": str(model.resolve())}
+    assert spec["spec"]["input_example"] == ["Ein Hund.", "Zwei Katzen."]  # val's first non-empty lines
+    logged.clear()
+    score.score(decode, raw, tmp_path / "metrics.json", model_dir=model)  # no params: scores only
+    assert "model" not in [r["op"] for r in logged]
 
 
 def test_missing_run_file_is_fine(tmp_path: Path) -> None:
