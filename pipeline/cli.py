@@ -25,6 +25,8 @@ COMMANDS = {
     "compare": "compare",
     "corpora": "corpora",
     "export-ct2": "export_ct2",
+    "import-hf": "import_hf",
+    "export-hf": "export_hf",
 }
 
 

@@ -99,12 +99,12 @@ class ModelParams:
     encoder_layers: int | None
     decoder_layers: int | None
     norm: Literal["pre", "post"]
-    positions: Literal["sinusoidal", "learned"]
+    positions: Literal["sinusoidal", "sinusoidal_marian", "learned"]
     max_positions: int
     tie_embeddings: Literal["all", "target", "none"]
     output_bias: bool
     scale_embeddings: bool
-    activation: Literal["relu", "gelu"]
+    activation: Literal["relu", "gelu", "swish"]
     dropout: float
     attention_dropout: float
     activation_dropout: float

@@ -152,6 +152,16 @@ def decode_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+@pytest.fixture(scope="session")
+def marian_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny OPUS-MT-shaped MarianMTModel directory (helpers.make_marian_dir: two sentencepiece
+    models over one vocab.json, swish), made once per session."""
+    pytest.importorskip("transformers")
+    from tests.helpers import make_marian_dir
+
+    return make_marian_dir(tmp_path_factory.mktemp("marian") / "opus-mt-de-en")
+
+
 @pytest.fixture
 def saved_figures(monkeypatch) -> dict[str, Figure]:
     """Every matplotlib Figure saved during the test, by file name (still written to its file), so a test

@@ -1,11 +1,14 @@
-"""The subword vocabulary: one joint sentencepiece model, or one per side.
+"""The subword vocabulary: one joint sentencepiece model, or one per side, or (an imported
+OPUS-MT model's) two models over one id space that `vocab.json` maps pieces to.
 
 Ids never include BOS/EOS: the model's input code adds them (see data.py), so
-an encoded sentence is exactly its subword pieces.
+an encoded sentence is exactly its subword pieces. With a piece map, a piece the
+map lacks is UNK, as in Marian and transformers' MarianTokenizer (docs/huggingface.md).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -16,6 +19,7 @@ from pipeline.errors import UserError
 
 JOINT_MODEL = "spm.model"
 SRC_MODEL, TGT_MODEL = "src.model", "tgt.model"
+PIECE_MAP = "vocab.json"  # beside src.model and tgt.model: piece -> id, one id space for both
 
 _SPECIALS = {
     tokens.PAD_PIECE: tokens.PAD,
@@ -30,11 +34,25 @@ _DROP_ON_DECODE = frozenset({tokens.PAD, tokens.BOS, tokens.EOS, tokens.SEP})
 
 
 class Vocab:
-    """Encoder/decoder for both sides; `joint` when one model serves both."""
+    """Encoder/decoder for both sides; `joint` when both share one id space."""
 
-    def __init__(self, src_model: Path, tgt_model: Path | None = None, threads: int = -1) -> None:
-        """`threads`: sentencepiece's threads for a batch of lines (-1: one per core)."""
+    def __init__(
+        self,
+        src_model: Path,
+        tgt_model: Path | None = None,
+        threads: int = -1,
+        piece_map: Path | None = None,
+    ) -> None:
+        """`threads`: sentencepiece's threads for a batch of lines (-1: one per core). `piece_map`
+        (vocab.json, with both models): ids come from it, not from the models."""
         self._files = [Path(src_model)] + ([Path(tgt_model)] if tgt_model is not None else [])
+        self._map: PieceMap | None = None
+        if piece_map is not None:
+            self._files.append(Path(piece_map))
+            self._map = PieceMap.load(Path(piece_map))
+            self._src = _load(Path(src_model), threads)
+            self._tgt = _load(Path(tgt_model or src_model), threads)
+            return
         self._src = _load_checked(Path(src_model), threads)
         self._tgt = self._src if tgt_model is None else _load_checked(Path(tgt_model), threads)
 
@@ -57,7 +75,8 @@ class Vocab:
         if joint.is_file():
             return cls(joint, threads=threads)
         if src.is_file() and tgt.is_file():
-            return cls(src, tgt, threads)
+            mapped = bpe_dir / PIECE_MAP
+            return cls(src, tgt, threads, piece_map=mapped if mapped.is_file() else None)
         raise UserError(
             f"{bpe_dir}: no sentencepiece model found; expected {JOINT_MODEL} (bpe.joint: true) "
             f"or {SRC_MODEL} and {TGT_MODEL} (bpe.joint: false); run `python -m pipeline bpe` first"
@@ -65,54 +84,100 @@ class Vocab:
 
     @property
     def joint(self) -> bool:
-        return len(self._files) == 1
+        return len(self._files) == 1 or self._map is not None
 
     @property
     def src_size(self) -> int:
-        return self._src.get_piece_size()
+        return len(self._map.pieces) if self._map else self._src.get_piece_size()
 
     @property
     def tgt_size(self) -> int:
-        return self._tgt.get_piece_size()
+        return len(self._map.pieces) if self._map else self._tgt.get_piece_size()
 
     def model_files(self) -> list[Path]:
-        """The model file(s) this vocab was loaded from, to copy beside a checkpoint."""
+        """The file(s) this vocab was loaded from (models, piece map), to copy beside a checkpoint."""
         return list(self._files)
 
     def encode_src(self, lines: Sequence[str]) -> list[list[int]]:
-        return self._src.encode(list(lines), out_type=int)
+        return self._encode(self._src, lines)
 
     def encode_tgt(self, lines: Sequence[str]) -> list[list[int]]:
-        return self._tgt.encode(list(lines), out_type=int)
+        return self._encode(self._tgt, lines)
 
     def decode_src(self, ids: Iterable[int]) -> str:
-        return _decode(self._src, ids)
+        return self._decode(self._src, ids)
 
     def decode_tgt(self, ids: Iterable[int]) -> str:
         """Detokenized text of target ids; PAD, BOS, EOS and SEP are dropped."""
-        return _decode(self._tgt, ids)
+        return self._decode(self._tgt, ids)
 
     def src_pieces(self, ids: Iterable[int]) -> list[str]:
-        return [self._src.id_to_piece(int(i)) for i in ids]
+        return self._pieces(self._src, ids)
 
     def tgt_pieces(self, ids: Iterable[int]) -> list[str]:
-        return [self._tgt.id_to_piece(int(i)) for i in ids]
+        return self._pieces(self._tgt, ids)
+
+    def _encode(self, sp: spm.SentencePieceProcessor, lines: Sequence[str]) -> list[list[int]]:
+        if self._map is None:
+            return sp.encode(list(lines), out_type=int)
+        ids = self._map.ids
+        return [[ids.get(p, tokens.UNK) for p in pieces] for pieces in sp.encode(list(lines), out_type=str)]
+
+    def _decode(self, sp: spm.SentencePieceProcessor, ids: Iterable[int]) -> str:
+        kept = [int(i) for i in ids if int(i) not in _DROP_ON_DECODE]
+        if self._map is None:
+            return sp.decode(kept)
+        return sp.decode_pieces([self._map.pieces[i] for i in kept])
+
+    def _pieces(self, sp: spm.SentencePieceProcessor, ids: Iterable[int]) -> list[str]:
+        if self._map is None:
+            return [sp.id_to_piece(int(i)) for i in ids]
+        return [self._map.pieces[int(i)] for i in ids]
 
 
-def _decode(sp: spm.SentencePieceProcessor, ids: Iterable[int]) -> str:
-    return sp.decode([int(i) for i in ids if int(i) not in _DROP_ON_DECODE])
+class PieceMap:
+    """vocab.json: every piece of both sides -> its id, the ids 0..n-1 with this pipeline's specials."""
+
+    def __init__(self, ids: dict[str, int]):
+        self.ids = ids
+        self.pieces = sorted(ids, key=ids.__getitem__)  # id -> piece
+
+    @classmethod
+    def load(cls, path: Path) -> PieceMap:
+        try:
+            ids = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise UserError(
+                f"{path}: not a readable piece map ({type(e).__name__}); import the model again"
+            ) from e
+        if not isinstance(ids, dict) or sorted(ids.values()) != list(range(len(ids))):
+            raise UserError(f"{path}: its ids must be 0..n-1, each once; import the model again")
+        for piece, want in _SPECIALS.items():
+            if ids.get(piece) != want:
+                raise UserError(
+                    f"{path}: special token {piece} has id {ids.get(piece)}, but this pipeline needs {want}; "
+                    "write it with `python -m pipeline import-hf`"
+                )
+        return cls(ids)
+
+    def write(self, path: Path) -> None:
+        path.write_text(json.dumps(self.ids, ensure_ascii=False, indent=0) + "\n", encoding="utf-8")
 
 
-def _load_checked(path: Path, threads: int = -1) -> spm.SentencePieceProcessor:
-    """Load a model and refuse one whose special tokens differ from pipeline.tokens."""
+def _load(path: Path, threads: int = -1) -> spm.SentencePieceProcessor:
     if not path.is_file():
         raise UserError(f"{path}: no such sentencepiece model; run `python -m pipeline bpe` first")
     try:
-        sp = spm.SentencePieceProcessor(model_file=str(path), num_threads=threads)
+        return spm.SentencePieceProcessor(model_file=str(path), num_threads=threads)
     except (RuntimeError, OSError) as e:
         raise UserError(
             f"{path}: not a readable sentencepiece model ({e}); rerun `python -m pipeline bpe`"
         ) from e
+
+
+def _load_checked(path: Path, threads: int = -1) -> spm.SentencePieceProcessor:
+    """Load a model and refuse one whose special tokens differ from pipeline.tokens."""
+    sp = _load(path, threads)
     for piece, want in _SPECIALS.items():
         got = sp.piece_to_id(piece)
         # piece_to_id maps an absent piece to unk_id, so check the reverse too.

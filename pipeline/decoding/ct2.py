@@ -118,8 +118,6 @@ def check_expressible(cfg: P.ModelParams) -> None:
             f"model.arch={cfg.arch}: the CTranslate2 export supports encoder_decoder only (a decoder-only "
             "model would need CT2's Generator and our padding-aware positions); use --backend torch"
         )
-    if cfg.activation not in ("relu", "gelu"):
-        raise UserError(f"model.activation={cfg.activation}: CTranslate2 export supports relu and gelu")
 
 
 def build_spec(model: Transformer, src_pieces: Sequence[str], tgt_pieces: Sequence[str]):
@@ -132,7 +130,11 @@ def build_spec(model: Transformer, src_pieces: Sequence[str], tgt_pieces: Sequen
 
     cfg = model.cfg
     check_expressible(cfg)
-    activation = {"relu": common_spec.Activation.RELU, "gelu": common_spec.Activation.GELU}[cfg.activation]
+    activation = {
+        "relu": common_spec.Activation.RELU,
+        "gelu": common_spec.Activation.GELU,
+        "swish": common_spec.Activation.SWISH,
+    }[cfg.activation]
     spec = transformer_spec.TransformerSpec.from_config(
         (cfg.n_encoder_layers, cfg.n_decoder_layers),
         cfg.n_heads,

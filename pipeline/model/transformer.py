@@ -64,6 +64,18 @@ class SinusoidalPositions(nn.Module):
         return table[positions]
 
 
+class MarianSinusoidalPositions(SinusoidalPositions):
+    """The same frequencies laid out as Marian's (and tensor2tensor's): sin in the first half of the
+    dimensions, cos in the second. Computed in float64 and rounded once, as transformers' Marian
+    computes it, so that an imported OPUS-MT model sees the very table it was trained with."""
+
+    def _table(self, n: int) -> torch.Tensor:
+        pos = torch.arange(n, dtype=torch.float64)[:, None]  # (n, 1)
+        half = (self.d_model + 1) // 2
+        angle = pos / 10000.0 ** (torch.arange(half, dtype=torch.float64) * 2 / self.d_model)  # (n, D/2)
+        return torch.cat([angle.sin(), angle[:, : self.d_model // 2].cos()], dim=1).float()  # (n, D)
+
+
 class LearnedPositions(nn.Module):
     """A trained table of max_positions rows; refuses longer sequences."""
 
@@ -89,7 +101,11 @@ class Embedder(nn.Module):
         super().__init__()
         self.tokens = tokens
         self.scale = math.sqrt(cfg.d_model) if cfg.scale_embeddings else 1.0
-        positions = SinusoidalPositions if cfg.positions == "sinusoidal" else LearnedPositions
+        positions = {
+            "sinusoidal": SinusoidalPositions,
+            "sinusoidal_marian": MarianSinusoidalPositions,
+            "learned": LearnedPositions,
+        }[cfg.positions]
         self.positions = positions(cfg.d_model, cfg.max_positions)
         self.dropout = Dropout(cfg.dropout)
 
@@ -123,12 +139,15 @@ class FeedForward(nn.Module):
         super().__init__()
         self.up = Linear(cfg.d_model, cfg.d_ff)
         self.down = Linear(cfg.d_ff, cfg.d_model)
-        self.relu = cfg.activation == "relu"
+        self.activation = cfg.activation
         self.dropout = Dropout(cfg.activation_dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # ReLU inside the up-projection (oneDNN's epilogue on CPU float32, else in place).
-        h = linear(x, self.up.weight, self.up.bias, relu=True) if self.relu else F.gelu(self.up(x))
+        if self.activation == "relu":
+            # ReLU inside the up-projection (oneDNN's epilogue on CPU float32, else in place).
+            h = linear(x, self.up.weight, self.up.bias, relu=True)
+        else:
+            h = F.gelu(self.up(x)) if self.activation == "gelu" else F.silu(self.up(x))
         return self.down(self.dropout(h))
 
 

@@ -24,7 +24,8 @@ from pipeline.reporting.tables import experiments_markdown, fmt, fmt_hms, fmt_sc
 N_SAMPLES = 3
 MIN_SAMPLE_WORDS = 4  # chrF of very short sentences says little; keep them out of best/worst
 HEATMAP_WORDS = (5, 15)  # source words of the heatmap sentences: enough context, still legible cells
-SCORE_NAMES = {"bleu": "BLEU", "chrf": "chrF", "ter": "TER"}
+SCORE_NAMES = {"bleu": "BLEU", "chrf": "chrF", "chrfpp": "chrF++", "ter": "TER"}
+OPTIONAL_SCORES = {"chrfpp"}  # shown when the metrics have it (score writes it since chrF++ was added)
 # data/clean/stats.json's drop reasons, in the order the clean stage applies them.
 DROP_REASONS = ("empty", "heldout_overlap", "too_long", "ratio", "duplicate")
 
@@ -110,11 +111,12 @@ def _scores(metrics: dict[str, Any], test_sets: list[str]) -> str:
     by_key = metrics_of(metrics)
     order = [VAL, *(key_of(n) for n in test_sets)]
     keys = [k for k in order if k in by_key] + [k for k in by_key if k not in order]
+    shown = [m for m in SCORE_NAMES if m not in OPTIONAL_SCORES or any(m in by_key[k] for k in keys)]
     rows = [
-        [label(k), *(_score_cell(by_key[k], m) for m in SCORE_NAMES), fmt(by_key[k].get("n_lines"))]
-        for k in keys
+        [label(k), *(_score_cell(by_key[k], m) for m in shown), fmt(by_key[k].get("n_lines"))] for k in keys
     ]
-    out = ["## Scores", "", markdown_table(["set", *SCORE_NAMES.values(), "lines"], rows, "lrrrr")]
+    header = ["set", *(SCORE_NAMES[m] for m in shown), "lines"]
+    out = ["## Scores", "", markdown_table(header, rows, "l" + "r" * (len(header) - 1))]
     tests = [label(k) for k in keys if testset_of(k) is not None]
     if tests:
         sets = "the test set" if len(tests) == 1 else f"the {len(tests)} test sets"

@@ -1,4 +1,5 @@
-"""Stage `score`: sacreBLEU BLEU, chrF and TER of val and of each test set, with signatures and 95% intervals.
+"""Stage `score`: sacreBLEU BLEU, chrF, chrF++ and TER of val and of each test set, with signatures and
+95% intervals (of BLEU and chrF).
 
 Hypotheses are data/decode/val.hyp and test/<name>.hyp, references the same
 paths in data/raw (.tgt); reports/metrics.json is {"val": {...}, "test":
@@ -44,7 +45,7 @@ from pipeline.reporting.metrics import (
 from pipeline.stages.options import load_params
 from pipeline.tracking import RUN_FILE, Tracker, manifest_datasets, read_manifest
 
-SCORE_NAMES = ("bleu", "chrf", "ter")
+SCORE_NAMES = ("bleu", "chrf", "chrfpp", "ter")
 
 
 def score(
@@ -58,7 +59,7 @@ def score(
 ) -> dict[str, Any]:
     """Score val and every test set with a hypothesis file; write `out` atomically and return the scores.
 
-    Per set: bleu, chrf, ter, n_lines, signature; then ci95 (bleu and chrf),
+    Per set: bleu, chrf, chrfpp (chrF++), ter, n_lines, signature; then ci95 (bleu and chrf),
     bootstrap (its resamples and seed) and refs_sha256.
     """
     keys = set_keys(decode_dir, ".hyp")
@@ -142,7 +143,7 @@ def log_final_scores(
     by_key = metrics_of(results)
     # No offline dir: the model dir is another stage's output and must not change here.
     with Tracker.from_run_file(run_file) as tracker:
-        metrics = {mlflow_metric(k, n): s[n] for k, s in by_key.items() for n in SCORE_NAMES}
+        metrics = {mlflow_metric(k, n): s[n] for k, s in by_key.items() for n in SCORE_NAMES if n in s}
         tracker.log_metrics(metrics, step=0)
         signatures = next(iter(by_key.values()))["signature"]
         tracker.set_tags({f"sacrebleu.{name}": sig for name, sig in signatures.items()})
@@ -163,7 +164,9 @@ def summary_lines(results: dict[str, Any]) -> list[str]:
         bleu_ci, chrf_ci = s["ci95"]["bleu"], s["ci95"]["chrf"]
         lines.append(
             f"{label(key)}: BLEU {s['bleu']:.2f} [{bleu_ci[0]:.2f}, {bleu_ci[1]:.2f}]  "
-            f"chrF {s['chrf']:.2f} [{chrf_ci[0]:.2f}, {chrf_ci[1]:.2f}]  TER {s['ter']:.2f}  "
+            f"chrF {s['chrf']:.2f} [{chrf_ci[0]:.2f}, {chrf_ci[1]:.2f}]  "
+            + (f"chrF++ {s['chrfpp']:.2f}  " if "chrfpp" in s else "")
+            + f"TER {s['ter']:.2f}  "
             f"({s['n_lines']} lines)"
         )
     return lines
@@ -228,7 +231,7 @@ def command(
     bootstrap: int,
     seed: int,
 ) -> None:
-    """Score val and each test set with sacreBLEU (BLEU, chrF, TER; 95% intervals of BLEU and chrF)."""
+    """Score val and each test set with sacreBLEU (BLEU, chrF, chrF++, TER; intervals of BLEU and chrF)."""
     params = load_params(params_file) if params_file is not None else None
     results = score(decode_dir, refs_dir, out, model_dir, bootstrap, seed, params)
     for line in summary_lines(results):

@@ -131,7 +131,7 @@ def test_metrics_hold_finite_scores(repo):
     metrics = json.loads((repo / "reports/metrics.json").read_text())
     assert sorted(metrics["test"]) == sorted(TEST_SETS)
     for scores in (metrics["val"], *metrics["test"].values()):
-        for name in ("bleu", "chrf", "ter"):
+        for name in ("bleu", "chrf", "chrfpp", "ter"):
             assert math.isfinite(scores[name])
         assert scores["signature"]["bleu"].startswith("nrefs:1")
     assert metrics["test"]["tabbed"]["n_lines"] == 25

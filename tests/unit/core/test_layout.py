@@ -107,7 +107,7 @@ LIGHT_COMMANDS = [(["download", "--help"], "click"), (["corpora", "--pair", "de-
 
 
 @pytest.mark.parametrize(("command", "loaded"), LIGHT_COMMANDS)
-def test_light_commands_import_neither_torch_nor_matplotlib(command: list[str], loaded: str):
+def test_light_commands_import_neither_torch_nor_matplotlib_nor_transformers(command: list[str], loaded: str):
     result = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "pipeline", *command],
         cwd=REPO,
@@ -120,7 +120,24 @@ def test_light_commands_import_neither_torch_nor_matplotlib(command: list[str], 
         line.rsplit("|", 1)[-1].strip().split(".")[0] for line in result.stderr.splitlines() if "|" in line
     }
     assert loaded in imported
-    assert not imported & {"torch", "matplotlib"}, sorted(imported & {"torch", "matplotlib", "pandas"})
+    heavy = {"torch", "matplotlib", "transformers"}
+    assert not imported & heavy, sorted(imported & (heavy | {"pandas"}))
+
+
+@pytest.mark.parametrize("command", ["import-hf", "export-hf"])
+def test_the_hf_commands_import_transformers_only_when_they_run(command: str):
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "pipeline", command, "--help"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if "|" in line}
+    assert f"Usage: python -m pipeline {command}" in result.stdout
+    assert f"pipeline.decoding.hf_{command.removesuffix('-hf')}" in imported
+    assert not {name for name in imported if name.split(".")[0] in ("transformers", "safetensors")}
 
 
 @pytest.mark.parametrize("name", modules())

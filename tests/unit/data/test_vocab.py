@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import pickle
 import random
 from pathlib import Path
@@ -14,7 +15,7 @@ from pipeline import tokens
 from pipeline.data.vocab import Vocab
 from pipeline.errors import UserError
 from pipeline.stages.bpe import train_bpe
-from tests.helpers import bpe_params
+from tests.helpers import SRC_WORDS, TGT_WORDS, bpe_params, train_marian_spm
 
 WORDS = "der die das hund katze läuft über straße the dog cat runs over street".split()
 
@@ -125,3 +126,67 @@ def test_vocab_pickles(bpe_dirs: dict[str, Path]) -> None:
     copy = pickle.loads(pickle.dumps(vocab))
     assert copy.encode_tgt(["the dog"]) == vocab.encode_tgt(["the dog"])
     assert copy.model_files() == vocab.model_files() and not copy.joint
+
+
+# --- two models over one id space (an imported OPUS-MT model) ----------------------------------
+
+
+@pytest.fixture(scope="module")
+def mapped_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """src.model and tgt.model with sentencepiece's own ids (unk 0), and vocab.json giving the ids:
+    this pipeline's specials, then the pieces of both, a source-only piece left out."""
+    root = tmp_path_factory.mktemp("mapped")
+    src = train_marian_spm(root / "src.model", SRC_WORDS)
+    tgt = train_marian_spm(root / "tgt.model", TGT_WORDS, vocab_size=36)
+    pieces = [tokens.PAD_PIECE, tokens.UNK_PIECE, tokens.BOS_PIECE, tokens.EOS_PIECE, tokens.SEP_PIECE]
+    left_out = next(p for p in reversed(src) if p not in tgt)
+    pieces += [p for p in dict.fromkeys(src + tgt) if p != left_out]
+    (root / "vocab.json").write_text(json.dumps({p: i for i, p in enumerate(pieces)}), encoding="utf-8")
+    return root
+
+
+def test_a_piece_map_gives_both_sides_one_id_space(mapped_dir: Path) -> None:
+    vocab = Vocab.load(mapped_dir)
+    ids = json.loads((mapped_dir / "vocab.json").read_text(encoding="utf-8"))
+    assert vocab.joint and vocab.src_size == vocab.tgt_size == len(ids)
+    assert vocab.model_files() == [mapped_dir / n for n in ("src.model", "tgt.model", "vocab.json")]
+    src_sp = spm.SentencePieceProcessor(model_file=str(mapped_dir / "src.model"))
+    line = "der hund läuft über die straße"
+    pieces = src_sp.encode(line, out_type=str)
+    assert vocab.encode_src([line]) == [[ids.get(p, tokens.UNK) for p in pieces]]
+    assert vocab.src_pieces(vocab.encode_src([line])[0]) == [p if p in ids else "<unk>" for p in pieces]
+    encoded = vocab.encode_tgt(["the dog runs over the street"])[0]
+    assert vocab.decode_tgt([tokens.BOS, *encoded, tokens.EOS]) == "the dog runs over the street"
+
+
+def test_a_piece_the_map_lacks_is_unk(mapped_dir: Path) -> None:
+    vocab = Vocab.load(mapped_dir)
+    ids = json.loads((mapped_dir / "vocab.json").read_text(encoding="utf-8"))
+    src_sp = spm.SentencePieceProcessor(model_file=str(mapped_dir / "src.model"))
+    missing = next(
+        p for p in (src_sp.id_to_piece(i) for i in range(3, src_sp.get_piece_size())) if p not in ids
+    )
+    assert tokens.UNK in vocab.encode_src([src_sp.decode_pieces([missing]) + " ✓"])[0]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda ids: ids | {"<pad>": 7, ids_at(ids, 7): 0}, "<pad> has id 7"),
+        (lambda ids: ids | {"extra": len(ids) + 3}, "0..n-1"),
+    ],
+)
+def test_a_piece_map_with_other_special_ids_or_gaps_is_refused(
+    mapped_dir: Path, tmp_path: Path, change, message: str
+) -> None:
+    for name in ("src.model", "tgt.model"):
+        (tmp_path / name).write_bytes((mapped_dir / name).read_bytes())
+    ids = json.loads((mapped_dir / "vocab.json").read_text(encoding="utf-8"))
+    (tmp_path / "vocab.json").write_text(json.dumps(change(ids)), encoding="utf-8")
+    with pytest.raises(UserError, match=message) as e:
+        Vocab.load(tmp_path)
+    assert "\n" not in e.value.message
+
+
+def ids_at(ids: dict[str, int], i: int) -> str:
+    return next(p for p, j in ids.items() if j == i)

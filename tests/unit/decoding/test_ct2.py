@@ -31,6 +31,7 @@ CONFIGS = [
     ("post", "learned", "none", "gelu", 0),
     ("pre", "learned", "target", "gelu", 1),
     ("post", "sinusoidal", "none", "relu", 1),
+    ("post", "sinusoidal_marian", "all", "swish", 0),  # an imported OPUS-MT model's settings
 ]
 MAX_LEN_A, MAX_LEN_B = CT2_MAX_LEN
 

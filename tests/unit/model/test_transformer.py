@@ -9,6 +9,7 @@ Exactness checks run in float64 and eval mode (dropout off).
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 import torch
@@ -20,6 +21,8 @@ from pipeline.model import checkpoint
 from pipeline.model.attention import MultiHeadAttention
 from pipeline.model.transformer import (
     DecoderOnly,
+    FeedForward,
+    MarianSinusoidalPositions,
     SinusoidalPositions,
     Transformer,
     build_model,
@@ -42,6 +45,7 @@ VARIANTS: dict[str, dict] = {
     "tie-none": {"tie_embeddings": "none"},
     "output-bias": {"output_bias": True},
     "gelu": {"activation": "gelu"},
+    "marian": {"norm": "post", "positions": "sinusoidal_marian", "activation": "swish", "output_bias": True},
     "deep-shallow": {"n_layers": None, "encoder_layers": 4, "decoder_layers": 1},
     "decoder-only": {"arch": "decoder_only"},
     "decoder-only-post-learned-untied": {
@@ -420,6 +424,21 @@ def test_sinusoidal_positions_past_max_positions_keep_the_model_dtype():
     src, tgt_in, _ = batch(VOCAB, VOCAB, [12], [4])
     assert model(src, tgt_in).dtype == torch.bfloat16
     assert model.src_embed.positions.table.dtype == torch.bfloat16
+
+
+def test_marian_positions_are_ours_with_the_sines_first_and_the_cosines_second():
+    ours, marian = SinusoidalPositions(32, 50), MarianSinusoidalPositions(32, 50)
+    halves = torch.cat([torch.arange(0, 32, 2), torch.arange(1, 32, 2)])
+    torch.testing.assert_close(marian.table, ours.table[:, halves], rtol=0, atol=2e-5)  # ours: float32 math
+    pos, i = 7, 3
+    assert marian.table[pos, i].item() == pytest.approx(math.sin(pos / 10000 ** (2 * i / 32)), abs=1e-7)
+    assert marian.table[pos, 16 + i].item() == pytest.approx(math.cos(pos / 10000 ** (2 * i / 32)), abs=1e-7)
+
+
+def test_swish_activation_is_silu_between_the_projections():
+    ffn = FeedForward(small(activation="swish")).double()
+    x = torch.randn(2, 3, 32, dtype=torch.float64)
+    torch.testing.assert_close(ffn(x), ffn.down(F.silu(ffn.up(x))), **EXACT)
 
 
 # --- incremental decoding -----------------------------------------------------------------------

@@ -40,6 +40,18 @@ def test_scores_show_their_intervals_and_how_they_were_made() -> None:
     assert "confidence interval" not in plain
 
 
+def test_chrf_plus_plus_shows_with_its_signature_where_the_metrics_have_it() -> None:
+    params = P.load(REPO / "params.yaml").to_dict()
+    signature = {**SIGNATURE, "chrfpp": "nrefs:1|case:mixed|eff:yes|nc:6|nw:2|space:no|version:2.6.0"}
+    metrics = {"test": {"t1": {**TEST_METRICS, "chrfpp": 58.04, "signature": signature}}}
+    text = page.render_report(page.ReportInputs(params=params, metrics=metrics))
+    assert ["set", "BLEU", "chrF", "chrF++", "TER", "lines"] in table_rows(text)
+    assert ["t1", "37.1", "60.3", "58.0", "45.0", "8"] in table_rows(text)
+    assert "- chrF++: `nrefs:1|case:mixed|eff:yes|nc:6|nw:2|space:no|version:2.6.0`" in text
+    older = page.render_report(page.ReportInputs(params=params, metrics={"test": {"t1": TEST_METRICS}}))
+    assert "chrF++" not in older  # metrics.json from before chrF++: no empty column
+
+
 def test_training_lists_the_pairs_each_source_gives_an_epoch() -> None:
     params = P.load(REPO / "params.yaml").to_dict()
     summary = {"n_params": 10, "pairs_drawn_per_epoch": {"news": 40, "web": 50}}

@@ -54,6 +54,8 @@ def test_scores_match_sacrebleu_rounded(tmp_path: Path) -> None:
     result = score.score(decode, raw, tmp_path / "metrics.json")["test"]["t1"]
     assert result["bleu"] == round(BLEU().corpus_score(HYPS, [REFS]).score, 2)
     assert result["chrf"] == round(CHRF().corpus_score(HYPS, [REFS]).score, 2)
+    assert result["chrfpp"] == round(CHRF(word_order=2).corpus_score(HYPS, [REFS]).score, 2)
+    assert result["chrfpp"] != result["chrf"]  # word bigrams count: a different score
     assert result["ter"] == round(TER().corpus_score(HYPS, [REFS]).score, 2)
     assert 0 < result["bleu"] < 100 and result["n_lines"] == 4
 
@@ -64,7 +66,8 @@ def test_default_settings_are_cased_13a(tmp_path: Path) -> None:
     assert result["bleu"] < 5  # cased: upper-cased hypotheses share almost nothing
     sig = result["signature"]
     assert "case:mixed" in sig["bleu"] and "tok:13a" in sig["bleu"] and "nrefs:1" in sig["bleu"]
-    assert sig["chrf"].startswith("nrefs:1|") and "nc:6" in sig["chrf"]
+    assert sig["chrf"].startswith("nrefs:1|") and "nc:6" in sig["chrf"] and "nw:0" in sig["chrf"]
+    assert "nc:6" in sig["chrfpp"] and "nw:2" in sig["chrfpp"]  # chrF++, as OPUS-MT's tables
     assert "tok:tercom" in sig["ter"]
 
 
@@ -99,6 +102,7 @@ def test_cli_writes_json_for_val_and_each_test_set(tmp_path: Path) -> None:
         assert set(scores) == {
             "bleu",
             "chrf",
+            "chrfpp",
             "ter",
             "n_lines",
             "signature",
@@ -106,9 +110,11 @@ def test_cli_writes_json_for_val_and_each_test_set(tmp_path: Path) -> None:
             "bootstrap",
             "refs_sha256",
         }
-        assert set(scores["signature"]) == {"bleu", "chrf", "ter"}
+        assert set(scores["signature"]) == {"bleu", "chrf", "chrfpp", "ter"}
         assert all("version:" in s for s in scores["signature"].values())
-        assert all(v == round(v, 2) for v in (scores["bleu"], scores["chrf"], scores["ter"]))
+        assert all(
+            v == round(v, 2) for v in (scores["bleu"], scores["chrf"], scores["chrfpp"], scores["ter"])
+        )
     assert data["val"]["bleu"] == 100.0 and data["val"]["ci95"]["bleu"] == [100.0, 100.0]
     assert data["test"]["t2"]["n_lines"] == 2
     lines = result.output.splitlines()
