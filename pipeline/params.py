@@ -40,7 +40,7 @@ class SourceSpec:
     TMX or WMT XML). With `archive`, `src`/`tgt`/`file` are members of that
     tar/tgz/zip. `format` auto reads the (member) name: .tsv .tmx .sgm .xml, else
     text. `sha256` is the sum of `archive` or `file`; src_sha256/tgt_sha256 are
-    the per-side files'.
+    the per-side files'. `tokenized: moses`: clean detokenizes the text (pipeline.data.detok).
     """
 
     catalog: str | None = None
@@ -54,6 +54,7 @@ class SourceSpec:
     src_sha256: str | None = None
     tgt_sha256: str | None = None
     max_lines: int | None = None
+    tokenized: Literal["moses"] | None = None  # the files are Moses-tokenized: clean detokenizes them
 
 
 @dataclass(frozen=True)
@@ -580,9 +581,11 @@ def _check_source(name: str, s: SourceSpec) -> None:
             s.format not in ("text", "sgm"), f"{key}.format", f"{s.format} holds one side: use src and tgt"
         )
     if s.catalog:
-        extra = [k for k in ("archive", "sha256", "src_sha256", "tgt_sha256") if getattr(s, k)]
+        extra = [k for k in ("archive", "sha256", "src_sha256", "tgt_sha256", "tokenized") if getattr(s, k)]
         _check(
-            not extra, key, f"{', '.join(extra)}: not with catalog (its files and sums are in the catalog)"
+            not extra,
+            key,
+            f"{', '.join(extra)}: not with catalog (its files, sums and tokenization are in the catalog)",
         )
     if s.archive or s.file:
         _check(

@@ -1,6 +1,7 @@
 """The catalog of named parallel sets (catalog.yaml, shipped as data) and the sha256 pinned for each URL.
 
-A set has one line-aligned file per language, each with its URL and sha256.
+A set has one line-aligned file per language, each with its URL and sha256
+(or a member of an archive: the archive's URL and sha256, and the member's path).
 A set serves either direction: `for_pair("en", "ru")` finds ru-en sets with
 their sides in en, ru order. A file whose URL is in the catalog is verified
 against its pinned sum wherever it is named (a catalog set in data.train,
@@ -9,6 +10,7 @@ val or test, or a URL in data.sources).
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +28,8 @@ class Side:
 
     lang: str  # ISO 639-1
     url: str
-    sha256: str
+    sha256: str  # of the file at url (for a member: of the archive)
+    member: str | None = None  # the file's path inside the archive at url
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,9 @@ class NamedSet:
     license: str
     lines: int
     sides: tuple[Side, ...]
+    tokenized: str | None = (
+        None  # how its text was tokenized (pipeline.data.detok.TOKENIZERS); clean undoes it
+    )
 
     @property
     def langs(self) -> tuple[str, ...]:
@@ -52,9 +58,7 @@ class NamedSet:
 
     def oriented(self, src: str, tgt: str) -> NamedSet:
         """This set with exactly the sides `src`, `tgt`, in that order."""
-        return NamedSet(
-            self.name, self.corpus, self.domain, self.license, self.lines, (self.side(src), self.side(tgt))
-        )
+        return dataclasses.replace(self, sides=(self.side(src), self.side(tgt)))
 
 
 def load_catalog(path: Path = CATALOG) -> dict[str, NamedSet]:
@@ -64,8 +68,18 @@ def load_catalog(path: Path = CATALOG) -> dict[str, NamedSet]:
 
 
 def _named_set(name: str, entry: dict) -> NamedSet:
-    sides = tuple(Side(lang, side["url"], side["sha256"]) for lang, side in entry["sides"].items())
-    return NamedSet(name, entry["corpus"], entry["domain"], entry["license"], int(entry["lines"]), sides)
+    sides = tuple(
+        Side(lang, side["url"], side["sha256"], side.get("member")) for lang, side in entry["sides"].items()
+    )
+    return NamedSet(
+        name,
+        entry["corpus"],
+        entry["domain"],
+        entry["license"],
+        int(entry["lines"]),
+        sides,
+        entry.get("tokenized"),
+    )
 
 
 SETS: dict[str, NamedSet] = load_catalog()

@@ -1,18 +1,18 @@
 """Stage `clean`: normalize every line of every split; filter training pairs only.
 
-Normalization is pipeline.data.text.normalize. Filtering (training pairs only), by the first
-rule that applies: empty, too_long (over clean.max_words words), ratio (character-length ratio
-over clean.max_ratio), heldout_overlap (clean.decontaminate: the normalized source or target is
-a line of a val or test set), duplicate (clean.dedupe: the same pair as an earlier kept one).
-Val and test sets are never filtered, so scores stay comparable with published ones.
+Normalization is pipeline.data.text.normalize, after pipeline.data.detok for the lines of a
+source the download manifest marks tokenized. Filtering (training pairs only), by the first rule
+that applies: empty, too_long (over clean.max_words words), ratio (character-length ratio over
+clean.max_ratio), heldout_overlap (clean.decontaminate: the normalized source or target is a line
+of a val or test set), duplicate (clean.dedupe: the same pair as an earlier kept one). Val and
+test sets are never filtered, so scores stay comparable with published ones.
 
-Streamed in chunks of CHUNK_PAIRS pairs through data.workers processes, results taken in order,
-so the output is the same for any number of workers. Dedupe and decontamination compare 64-bit
-blake2b hashes: n pairs wrongly match with probability about n^2 / 2^65, 3e-6 at 10M pairs
-(docs/corpora.md). Dedupe spills its hashes to disk (data.dedupe) and drops the duplicates in
-a second pass over the kept text, so memory stays flat with the corpus. stats.json: train, val,
-and test by set name, each with lines_in, lines_out, dropped per reason, and per side the lines
-each normalization step changed; train also per source (names and sizes from the manifest).
+Streamed in chunks of CHUNK_PAIRS pairs through data.workers processes, taken in order, so the
+output is the same for any number of workers. Dedupe and decontamination compare 64-bit blake2b
+hashes (collision odds: docs/corpora.md); dedupe spills them to disk and drops duplicates in a
+second pass, so memory stays flat. stats.json: per split (test: per set) lines_in, lines_out,
+dropped per reason, per side the lines each normalization step (and detokenization) changed;
+train also per source.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ import numpy as np
 
 from pipeline import files
 from pipeline.data import dedupe
+from pipeline.data.detok import detokenize_lines
 from pipeline.data.lines import skip_lines
 from pipeline.data.pool import ordered_results, resolve_workers
 from pipeline.data.text import SideStats, drop_reason, normalize_lines
@@ -60,6 +61,7 @@ class SplitStats:
     dropped: dict[str, int] = field(default_factory=lambda: dict.fromkeys(DROP_REASONS, 0))
     normalized: dict[str, SideStats] = field(default_factory=lambda: {s: SideStats() for s in SIDES})
     sources: dict[str, dict[str, Any]] = field(default_factory=dict)  # train only: per source
+    detokenized: dict[str, int] | None = None  # per side, lines detokenization changed; None: none tokenized
 
     def to_dict(self) -> dict[str, Any]:
         out = {
@@ -68,7 +70,14 @@ class SplitStats:
             "dropped": dict(self.dropped),
             "normalized": {side: vars(s).copy() for side, s in self.normalized.items()},
         }
+        if self.detokenized is not None:
+            out["detokenized"] = dict(self.detokenized)
         return {**out, "sources": self.sources} if self.sources else out
+
+    def add_detokenized(self, counts: tuple[int, int]) -> None:
+        if self.detokenized is not None:
+            for side, n in zip(SIDES, counts):
+                self.detokenized[side] += n
 
     def add_normalized(self, counts: dict[str, SideStats]) -> None:
         for side, c in counts.items():
@@ -105,17 +114,33 @@ class Cleaned:
     tgt: list[str]
     hashes: bytes
     normalized: dict[str, SideStats]
+    detokenized: tuple[int, int] = (0, 0)  # per side, the lines detokenization changed
+
+
+@dataclass(frozen=True)
+class Tokenized:
+    """Which lines (ranges [start, end) of a split or chunk) are Moses-tokenized; the sides' languages."""
+
+    ranges: tuple[tuple[int, int], ...] = ()
+    langs: tuple[str, str] = ("", "")
 
 
 def clean_lines(
-    src: list[str], tgt: list[str], params: CleanParams, train: bool, heldout: Heldout
+    src: list[str],
+    tgt: list[str],
+    params: CleanParams,
+    train: bool,
+    heldout: Heldout,
+    tokenized: Tokenized = Tokenized(),
 ) -> Cleaned:
-    """Normalize a chunk of pairs; for train apply every rule whose answer is the pair's own."""
+    """Detokenize (where `tokenized` says) and normalize a chunk of pairs; for train apply every rule
+    whose answer is the pair's own."""
+    src, tgt, detokenized = _detokenized(src, tgt, tokenized)
     normalized = {side: SideStats() for side in SIDES}
     src = normalize_lines(src, normalized["src"])
     tgt = normalize_lines(tgt, normalized["tgt"])
     if not train:
-        return Cleaned(bytes(len(src)), src, tgt, b"", normalized)
+        return Cleaned(bytes(len(src)), src, tgt, b"", normalized, detokenized)
     codes = bytearray(len(src))
     kept_src, kept_tgt, hashes = [], [], []
     decontaminate = params.decontaminate and (heldout.src or heldout.tgt)
@@ -130,7 +155,21 @@ def clean_lines(
         kept_tgt.append(t)
         if params.dedupe:
             hashes.append(_digest(f"{s}\n{t}"))  # normalized text has no LF: the pair is unambiguous
-    return Cleaned(bytes(codes), kept_src, kept_tgt, b"".join(hashes), normalized)
+    return Cleaned(bytes(codes), kept_src, kept_tgt, b"".join(hashes), normalized, detokenized)
+
+
+def _detokenized(
+    src: list[str], tgt: list[str], tokenized: Tokenized
+) -> tuple[list[str], list[str], tuple[int, int]]:
+    """The sides with the lines in tokenized.ranges detokenized, and per side how many that changed."""
+    changed = [0, 0]
+    sides = [src, tgt]
+    for start, end in tokenized.ranges:
+        for k, lang in enumerate(tokenized.langs):
+            lines, n = detokenize_lines(sides[k][start:end], lang)
+            sides[k] = [*sides[k][:start], *lines, *sides[k][end:]]
+            changed[k] += n
+    return sides[0], sides[1], (changed[0], changed[1])
 
 
 def _decode(data: bytes, path: str) -> list[str]:
@@ -154,6 +193,7 @@ class Job:
     starts: tuple[int, int]
     sizes: tuple[int, int]
     train: bool
+    tokenized: Tokenized = Tokenized()
 
     def read(self) -> tuple[bytes, bytes]:
         sides = []
@@ -166,7 +206,7 @@ class Job:
 
 def clean_job(job: Job, params: CleanParams, heldout: Heldout) -> Cleaned:
     src, tgt = (_decode(data, name) for data, name in zip(job.read(), job.names))
-    return clean_lines(src, tgt, params, job.train, heldout)
+    return clean_lines(src, tgt, params, job.train, heldout, job.tokenized)
 
 
 @dataclass(frozen=True)
@@ -177,6 +217,7 @@ class CleanedText:
     text: tuple[bytes, bytes]
     hashes: bytes
     normalized: dict[str, SideStats]
+    detokenized: tuple[int, int]
 
 
 _WORKER: tuple[CleanParams, Heldout] | None = None  # a pool worker's params, set once by _start_worker
@@ -190,7 +231,8 @@ def _start_worker(params: CleanParams, heldout: Heldout) -> None:
 def _worker_job(job: Job) -> CleanedText:
     assert _WORKER is not None
     chunk = clean_job(job, *_WORKER)
-    return CleanedText(chunk.codes, (_joined(chunk.src), _joined(chunk.tgt)), chunk.hashes, chunk.normalized)
+    text = (_joined(chunk.src), _joined(chunk.tgt))
+    return CleanedText(chunk.codes, text, chunk.hashes, chunk.normalized, chunk.detokenized)
 
 
 def _joined(lines: list[str]) -> bytes:
@@ -311,15 +353,21 @@ def clean(params: CleanParams, raw: Path, out: Path, workers: int = 1) -> dict[s
     for stem in evals[1:]:
         _check_exists(raw, stem)
     by_split: dict[str, Any] = {"test": {}}
+    manifest = _manifest(raw)
+    langs = (manifest.get("src_lang", ""), manifest.get("tgt_lang", ""))
     heldout_src: set[bytes] = set()
     heldout_tgt: set[bytes] = set()
     with files.atomic_path(out) as tmp:
         (tmp / "test").mkdir(parents=True)
         for stem in evals:
             split_stats = SplitStats()
+            ranges = tokenized_ranges(manifest, stem)
+            split_stats.detokenized = dict.fromkeys(SIDES, 0) if ranges else None
             with _Output(tmp / stem) as output:
-                for chunk in (clean_job(job, params, NO_HELDOUT) for job in _jobs(raw, stem, train=False)):
+                jobs = _jobs(raw, stem, train=False, tokenized=Tokenized(ranges, langs))
+                for chunk in (clean_job(job, params, NO_HELDOUT) for job in jobs):
                     split_stats.add_normalized(chunk.normalized)
+                    split_stats.add_detokenized(chunk.detokenized)
                     split_stats.lines_in += len(chunk.src)
                     output.write(_joined(chunk.src), _joined(chunk.tgt))
                     heldout_src.update(_digest(line) for line in chunk.src if line)
@@ -330,7 +378,8 @@ def clean(params: CleanParams, raw: Path, out: Path, workers: int = 1) -> dict[s
             else:
                 by_split["test"][stem.removeprefix("test/")] = split_stats.to_dict()
         heldout = Heldout(frozenset(heldout_src), frozenset(heldout_tgt))
-        by_split["train"] = _clean_train(params, raw, tmp / "train", heldout, workers, tmp.parent)
+        tokenized = Tokenized(tokenized_ranges(manifest, "train"), langs)
+        by_split["train"] = _clean_train(params, raw, tmp / "train", heldout, workers, tmp.parent, tokenized)
         # unicode_version: NFC and the categories depend on it
         stats = {
             "train": by_split["train"],
@@ -343,15 +392,21 @@ def clean(params: CleanParams, raw: Path, out: Path, workers: int = 1) -> dict[s
 
 
 def _clean_train(
-    params: CleanParams, raw: Path, out: Path, heldout: Heldout, workers: int, scratch: Path
+    params: CleanParams,
+    raw: Path,
+    out: Path,
+    heldout: Heldout,
+    workers: int,
+    scratch: Path,
+    tokenized: Tokenized = Tokenized(),
 ) -> dict[str, Any]:
     """Clean the train split into out.{src,tgt}: the candidates (every rule but dedupe) go to
     `scratch` with their hashes spilled beside them, then a pass in order drops the duplicates."""
     manifest = _train_sources(raw)
-    stats = SplitStats()
+    stats = SplitStats(detokenized=dict.fromkeys(SIDES, 0) if tokenized.ranges else None)
     train = TrainFilter(params, manifest or [("train", None)], stats)
     candidates = scratch / "train.candidates"
-    jobs = _jobs(raw, "train", train=True)
+    jobs = _jobs(raw, "train", train=True, tokenized=tokenized)
     spilled = dedupe.SpilledHashes(scratch) if params.dedupe else contextlib.nullcontext(None)
     with spilled as hashes:
         with (
@@ -360,6 +415,7 @@ def _clean_train(
         ):
             for chunk in chunks:
                 stats.add_normalized(chunk.normalized)
+                stats.add_detokenized(chunk.detokenized)
                 train.take(chunk.codes)
                 output.write(*chunk.text)
                 if hashes is not None:
@@ -420,8 +476,16 @@ class _Output:
             f.write(text)
 
 
-def _jobs(raw: Path, stem: str, train: bool) -> Iterator[Job]:
-    """The split's pairs as files hold them, CHUNK_PAIRS at a time; sides of unequal length refused."""
+def _jobs(
+    raw: Path,
+    stem: str,
+    train: bool,
+    tokenized: Tokenized = Tokenized(),
+) -> Iterator[Job]:
+    """The split's pairs as files hold them, CHUNK_PAIRS at a time; sides of unequal length refused.
+
+    `tokenized`: the split's tokenized lines; each job gets those of its chunk.
+    """
     paths = [raw / f"{stem}.{side}" for side in SIDES]
     names = (str(paths[0]), str(paths[1]))
     with open(paths[0], "rb") as src, open(paths[1], "rb") as tgt:
@@ -436,8 +500,13 @@ def _jobs(raw: Path, stem: str, train: bool) -> Iterator[Job]:
                 )
             if not n_src:
                 return
+            ranges = tuple(
+                (max(lo, done) - done, min(hi, done + n_src) - done)
+                for lo, hi in tokenized.ranges
+                if lo < done + n_src and hi > done
+            )
             done += n_src
-            yield Job(names, starts, (size_src, size_tgt), train)
+            yield Job(names, starts, (size_src, size_tgt), train, Tokenized(ranges, tokenized.langs))
             starts = (starts[0] + size_src, starts[1] + size_tgt)
 
 
@@ -456,11 +525,33 @@ def _test_names(raw: Path) -> list[str]:
 
 def _train_sources(raw: Path) -> list[tuple[str, int | None]]:
     """The train split's sources and line counts, from the download manifest ([] without one)."""
-    manifest = raw / "manifest.json"
-    if not manifest.is_file():
-        return []
-    train = json.loads(manifest.read_text(encoding="utf-8"))["splits"]["train"]
+    train = _manifest(raw).get("splits", {}).get("train", [])
     return [(s["name"], s["lines"]) for s in train]
+
+
+def _manifest(raw: Path) -> dict[str, Any]:
+    """The download stage's manifest.json ({} without one)."""
+    path = raw / "manifest.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def tokenized_ranges(manifest: dict[str, Any], stem: str) -> tuple[tuple[int, int], ...]:
+    """Line ranges [start, end) of the split file STEM (train, val, test/NAME) whose source is tokenized.
+
+    A split's sources are concatenated in manifest order; a held-out split lists its `parts`.
+    """
+    splits = manifest.get("splits", {})
+    if stem.startswith("test/"):
+        records = [r for r in splits.get("test", []) if r["name"] == stem.removeprefix("test/")]
+    else:
+        records = splits.get(stem, [])
+    runs = [part for r in records for part in r.get("parts", [r])]
+    ranges, start = [], 0
+    for run in runs:
+        if run.get("tokenized"):
+            ranges.append((start, start + run["lines"]))
+        start += run["lines"]
+    return tuple(ranges)
 
 
 @click.command("clean")

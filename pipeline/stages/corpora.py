@@ -17,7 +17,7 @@ import click
 from pipeline.data import corpora
 from pipeline.data.corpora import NamedSet
 from pipeline.data.fetch import mirror_path, sha256_file
-from pipeline.data.formats import text_lines
+from pipeline.data.formats import archive_member, text_lines
 from pipeline.errors import UserError
 
 COLUMNS = ("name", "langs", "lines", "domain", "license")
@@ -66,7 +66,10 @@ def check(sets: list[NamedSet], mirror: Path) -> list[str]:
             if got != side.sha256:
                 problems.append(f"{named.name} {side.lang}: sha256 {got}, the catalog says {side.sha256}")
                 continue  # its line count means nothing once the bytes differ
-            lines = len(text_lines(path.read_bytes(), side.url))
+            data = path.read_bytes()
+            if side.member is not None:
+                data = archive_member(data, side.member, side.url)
+            lines = len(text_lines(data, side.url))
             if lines != named.lines:
                 problems.append(f"{named.name} {side.lang}: {lines} lines, the catalog says {named.lines}")
     return problems

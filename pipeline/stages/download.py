@@ -74,6 +74,7 @@ class SourcePlan:
     files: tuple[FileRef, ...]
     columns: tuple[int, int] = (0, 1)
     max_lines: int | None = None
+    tokenized: str | None = None  # pipeline.data.detok.TOKENIZERS: clean detokenizes the source
 
 
 class SplitWriter:
@@ -121,9 +122,10 @@ def download(data: DataParams, out: Path) -> dict[str, Any]:
             reader.copy_split([source], tmp / "test" / source.name)[0] for source in plan["test"]
         ]
         heldout = _hold_out(data, held, train_stem, splits["train"], tmp) if any(held.values()) else None
+        parts = heldout.pop("parts", {}) if heldout else {}
         for split in ("val", "test"):
             if held[split]:
-                splits[split] = [_heldout_record(held[split])]
+                splits[split] = [_heldout_record(held[split], parts.get(split))]
         manifest = {
             "src_lang": data.src_lang,
             "tgt_lang": data.tgt_lang,
@@ -188,8 +190,10 @@ def _from_catalog(
             )
     src, tgt = named.oriented(data.src_lang, data.tgt_lang).sides
     # No sum of its own: every catalog URL is in PINNED_SHA256, which fetch() checks.
-    refs = (FileRef("src", Source(src.url, key, None)), FileRef("tgt", Source(tgt.url, key, None)))
-    return SourcePlan(name, True, "text", refs, max_lines=max_lines)
+    refs = tuple(
+        FileRef(role, Source(side.url, key, None), side.member) for role, side in zip(SIDES, (src, tgt))
+    )
+    return SourcePlan(name, True, "text", refs, max_lines=max_lines, tokenized=named.tokenized)
 
 
 def _from_spec(name: str, spec: SourceSpec, key: str) -> SourcePlan:
@@ -219,7 +223,7 @@ def _from_spec(name: str, spec: SourceSpec, key: str) -> SourcePlan:
                 f"{key}.format: auto reads {named_by[0]} as {fmt}, which does not fit "
                 f"{'file' if one_file else 'src and tgt'}; set format: (text, tsv, tmx, sgm or xml)"
             )
-    return SourcePlan(name, False, fmt, refs, spec.columns, spec.max_lines)
+    return SourcePlan(name, False, fmt, refs, spec.columns, spec.max_lines, spec.tokenized)
 
 
 def _check_sha(value: str | None, key: str) -> str | None:
@@ -293,6 +297,8 @@ class Reader:
         }
         if plan.format == "tmx":
             record["tmx_units_skipped"] = skipped
+        if plan.tokenized:  # only then: a manifest without tokenized sources stays as it was
+            record["tokenized"] = plan.tokenized
         return record
 
     def _pairs(
@@ -401,10 +407,25 @@ def _hold_out(
         for writer in writers.values():
             writer.close()
     ends = list(itertools.accumulate(r["lines"] for r in train_records))
+    drawn = {split: [0] * len(train_records) for split in missing}  # per held split, lines of each source
     for i in sorted(where):
-        train_records[bisect.bisect_right(ends, i)]["lines"] -= 1
+        k = bisect.bisect_right(ends, i)
+        train_records[k]["lines"] -= 1
+        drawn[where[i]][k] += 1
     sized = {split: sizes[split] for split in missing}
-    return {"splits": missing, "seed": data.heldout_seed, **sized, "method": HELDOUT_METHOD}
+    heldout = {"splits": missing, "seed": data.heldout_seed, **sized, "method": HELDOUT_METHOD}
+    if any(r.get("tokenized") for r in train_records):
+        heldout["parts"] = {split: _parts(train_records, n) for split, n in drawn.items()}
+    return heldout
+
+
+def _parts(train_records: list[dict[str, Any]], drawn: list[int]) -> list[dict[str, Any]]:
+    """A held split's runs of lines by train source: it keeps corpus order, so each source's are in a row."""
+    return [
+        {"name": r["name"], "lines": n, "tokenized": r.get("tokenized")}
+        for r, n in zip(train_records, drawn)
+        if n
+    ]
 
 
 def _split_side(path: Path, side: str, where: dict[int, str], writers: dict[str, SplitWriter]) -> None:
@@ -422,8 +443,10 @@ def _split_side(path: Path, side: str, where: dict[int, str], writers: dict[str,
         start = end
 
 
-def _heldout_record(lines: int) -> dict[str, Any]:
-    return {"name": HELDOUT, "catalog": False, "lines": lines, "heldout_from": "train", "files": []}
+def _heldout_record(lines: int, parts: list[dict[str, Any]] | None) -> dict[str, Any]:
+    """`parts`: the train sources its lines came from, in order (only where one is tokenized)."""
+    record = {"name": HELDOUT, "catalog": False, "lines": lines, "heldout_from": "train", "files": []}
+    return {**record, "parts": parts} if parts is not None else record
 
 
 @click.command("download")

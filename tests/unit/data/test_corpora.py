@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from pipeline.data import corpora, fetch, formats
+from pipeline.data.detok import TOKENIZERS
 from pipeline.errors import UserError
 from tests.helpers import M30K
 
@@ -23,6 +24,16 @@ def test_the_catalog_loads_with_unique_names_and_whole_entries():
         assert all(re.fullmatch(r"[a-z]{2}", lang) for lang in named.langs), named.name
         assert all(re.fullmatch(r"[0-9a-f]{64}", side.sha256) for side in named.sides), named.name
         assert all(side.url.startswith("https://") for side in named.sides), named.name
+        assert named.tokenized in (None, *TOKENIZERS), named.name
+
+
+def test_mlqe_pe_sets_read_archive_members_and_say_they_are_moses_tokenized():
+    for split, member in (("train", "train"), ("dev", "dev"), ("test", "test20")):
+        named = corpora.lookup(f"mlqe-pe-ruen-{split}")
+        assert named.tokenized == "moses"
+        assert named.side("ru").member.endswith(f"/{member}.src")
+        assert named.side("en").member.endswith(f"/{member}.pe")  # the human post-edit, not the MT
+        assert named.side("ru").url == named.side("en").url  # one archive holds both sides
 
 
 def test_multi30k_has_every_split_in_every_language_it_exists_in():
@@ -50,13 +61,17 @@ def test_every_entry_matches_the_mirror(mirror):
             path = fetch.mirror_path(mirror, side.url)
             covered.add(path.relative_to(mirror).as_posix())
             assert fetch.sha256_file(path) == side.sha256, side.url
-            assert len(formats.text_lines(path.read_bytes(), side.url)) == named.lines, side.url
-    assert covered == listed  # every file in the mirror is named by some set
+            data = path.read_bytes()
+            if side.member is not None:
+                data = formats.archive_member(data, side.member, side.url)
+            assert len(formats.text_lines(data, side.url)) == named.lines, (side.url, side.member)
+    # every corpus file in the mirror is named by some set (a license file beside one is not a corpus)
+    assert covered == {path for path in listed if not path.endswith("/LICENSE")}
 
 
 def test_lookup_refuses_an_unknown_name_with_the_closest_ones():
     assert corpora.lookup("newstest2018-ruen").side("ru").url.endswith("/testsets/ru-en/newstest2018.ru")
-    with pytest.raises(UserError, match=r"no set named 'newstest2018-enru'.*did you mean newstest2018-ruen"):
+    with pytest.raises(UserError, match=r"no set named 'newstest2018-enru'.*did you mean .*2018-ruen"):
         corpora.lookup("newstest2018-enru")
     with pytest.raises(UserError, match=r"no set named 'zzz'.*python -m pipeline corpora"):
         corpora.lookup("zzz")

@@ -324,3 +324,84 @@ def test_ctrl_c_stops_the_workers_and_keeps_the_old_output(tmp_path, monkeypatch
     assert {p: p.read_bytes() for p in out.rglob("*.*")} == before
     assert not multiprocessing.active_children()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["clean", "raw"]
+
+
+# --- sources that ship Moses-tokenized ----------------------------------------------------
+
+
+def test_only_the_lines_of_a_tokenized_source_are_detokenized_and_counted(tmp_path, monkeypatch):
+    monkeypatch.setattr(clean, "CHUNK_PAIRS", 2)  # the tokenized source spans chunks and starts in one
+    plain = [("Er sagt , nein .", "He says , no .")]  # a plain source keeps its spaces as they are
+    moses = [("Sie sagt &quot; ja &quot; .", "She says &quot; yes &quot; ."), ("Es geht .", "It 's fine .")]
+    moses += [("Gut", "Good")]  # nothing to undo: not counted as changed
+    raw = write_raw(
+        tmp_path / "raw",
+        {
+            "train": ([s for s, _ in plain + moses], [t for _, t in plain + moses]),
+            "val": (["Ein Test ."], ["A test ."]),
+            "test/t": (["Ein Test , zwei ."], ["A test , two ."]),
+        },
+    )
+    files.write_json(
+        raw / "manifest.json",
+        {
+            "src_lang": "de",
+            "tgt_lang": "en",
+            "splits": {
+                "train": [{"name": "plain", "lines": 1}, {"name": "mlqe", "lines": 3, "tokenized": "moses"}],
+                "val": [{"name": "v", "lines": 1}],
+                "test": [{"name": "t", "lines": 1, "tokenized": "moses"}],
+            },
+        },
+    )
+    stats = clean.clean(CLEAN, raw, tmp_path / "clean")
+    out = tmp_path / "clean"
+    assert files.read_lines(out / "train.src") == ["Er sagt , nein .", 'Sie sagt "ja".', "Es geht.", "Gut"]
+    assert files.read_lines(out / "train.tgt") == ["He says , no .", 'She says "yes".', "It's fine.", "Good"]
+    assert files.read_lines(out / "val.tgt") == ["A test ."]
+    assert files.read_lines(out / "test/t.tgt") == ["A test, two."]
+    assert stats["train"]["detokenized"] == {"src": 2, "tgt": 2}
+    assert stats["test"]["t"]["detokenized"] == {"src": 1, "tgt": 1}
+    assert "detokenized" not in stats["val"]  # no tokenized source: stats.json as before
+
+
+def test_a_held_out_split_detokenizes_the_lines_it_took_from_a_tokenized_source(tmp_path):
+    raw = write_raw(tmp_path / "raw", {"train": (["a ."], ["b ."]), "val": (["x", "y ."], ["x", "y ."])})
+    write_raw(raw, {"test/t": (["t"], ["t"])})
+    parts = [
+        {"name": "plain", "lines": 1, "tokenized": None},
+        {"name": "m", "lines": 1, "tokenized": "moses"},
+    ]
+    files.write_json(
+        raw / "manifest.json",
+        {
+            "src_lang": "de",
+            "tgt_lang": "en",
+            "splits": {
+                "train": [{"name": "plain", "lines": 0}, {"name": "m", "lines": 1, "tokenized": "moses"}],
+                "val": [{"name": "heldout", "lines": 2, "parts": parts}],
+                "test": [{"name": "t", "lines": 1}],
+            },
+        },
+    )
+    stats = clean.clean(CLEAN, raw, tmp_path / "clean")
+    assert files.read_lines(tmp_path / "clean" / "val.src") == ["x", "y."]
+    assert stats["val"]["detokenized"] == {"src": 1, "tgt": 1}
+    assert files.read_lines(tmp_path / "clean" / "train.src") == ["a."]
+
+
+def test_tokenized_ranges_follow_the_manifests_order_of_sources():
+    m = {
+        "splits": {
+            "train": [
+                {"name": "a", "lines": 3},
+                {"name": "b", "lines": 2, "tokenized": "moses"},
+                {"name": "c", "lines": 4},
+                {"name": "d", "lines": 1, "tokenized": "moses"},
+            ],
+            "test": [{"name": "x", "lines": 5}, {"name": "y", "lines": 6, "tokenized": "moses"}],
+        }
+    }
+    assert clean.tokenized_ranges(m, "train") == ((3, 5), (9, 10))
+    assert clean.tokenized_ranges(m, "test/y") == ((0, 6),)
+    assert clean.tokenized_ranges(m, "test/x") == clean.tokenized_ranges({}, "val") == ()

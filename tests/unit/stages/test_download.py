@@ -442,3 +442,65 @@ def test_the_readme_pair_experiments_download_from_the_catalog_and_clean_keeps_t
     train = set(files.read_lines(tmp_path / "clean" / "train.src"))
     for test in data.test:
         assert not train & set(files.read_lines(tmp_path / "clean" / "test" / f"{test}.src")), test
+
+
+# --- sources that ship tokenized ------------------------------------------------------------
+
+
+def test_a_tokenized_source_is_marked_in_the_manifest_and_its_held_out_lines_listed(tmp_path):
+    moses = dataclasses.replace(numbered(tmp_path, 30, "m"), tokenized="moses")
+    data = dataclasses.replace(
+        user_data(numbered(tmp_path, 30, "a"), heldout_val=4, heldout_test=4),
+        sources={"a": numbered(tmp_path, 30, "a"), "m": moses},
+        train=("a", "m"),
+    )
+    manifest = download.download(data, tmp_path / "raw")
+    a, m = manifest["splits"]["train"]
+    assert "tokenized" not in a and m["tokenized"] == "moses"
+    val_idx, _ = download.heldout_indices(60, 4, 4, data.heldout_seed)
+    (val,) = manifest["splits"]["val"]
+    want = [("a", sum(i < 30 for i in val_idx), None), ("m", sum(i >= 30 for i in val_idx), "moses")]
+    assert [(p["name"], p["lines"], p["tokenized"]) for p in val["parts"]] == [w for w in want if w[1]]
+    assert "parts" not in manifest["heldout"]
+    # clean reads the parts: the held-out lines of m are the last ones of val
+    ranges = clean.tokenized_ranges(manifest, "val")
+    assert ranges == (((4 - want[1][1], 4),) if want[1][1] else ())
+
+
+def test_without_a_tokenized_source_the_manifest_is_as_before(tmp_path):
+    data = user_data(numbered(tmp_path, 30), heldout_val=4, heldout_test=4)
+    manifest = download.download(data, tmp_path / "raw")
+    assert "tokenized" not in manifest["splits"]["train"][0]
+    assert "parts" not in manifest["splits"]["val"][0]
+
+
+def test_tokenized_is_refused_on_a_catalog_source_which_says_it_itself():
+    data = dataclasses.replace(
+        BASE.data, sources={"x": SourceSpec(catalog="multi30k-val", tokenized="moses")}
+    )
+    with pytest.raises(ParamsError, match=r"data.sources.x: tokenized: not with catalog"):
+        params.validate_data(data)
+
+
+def test_mlqe_pe_from_the_mirror_is_read_from_its_archive_and_detokenized_by_clean(tmp_path, mirror):
+    data = dataclasses.replace(
+        BASE.data,
+        src_lang="ru",
+        tgt_lang="en",
+        mirror=str(mirror),
+        train=("mlqe-pe-ruen-dev",),
+        val=("mlqe-pe-ruen-test",),
+        test=("ntrex128-enru",),
+    )
+    manifest = download.download(data, tmp_path / "raw")
+    (train,) = manifest["splits"]["train"]
+    assert (train["lines"], train["tokenized"]) == (1000, "moses")
+    assert [f["member"] for f in train["files"]] == ["ru-en-dev/dev.src", "ru-en-dev/dev.pe"]
+    raw_en = files.read_lines(tmp_path / "raw" / "train.tgt")
+    assert sum(" 't " in f"{line} " or " , " in line for line in raw_en) > 100  # as MLQE-PE ships it
+    stats = clean.clean(BASE.clean, tmp_path / "raw", tmp_path / "clean")
+    en = files.read_lines(tmp_path / "clean" / "val.tgt")
+    assert len(en) == 1000 and stats["val"]["detokenized"]["tgt"] > 500
+    assert not any(" , " in line or " 't " in line or line.endswith(" .") for line in en)
+    assert stats["train"]["lines_in"] == 1000 and stats["train"]["detokenized"]["src"] > 500
+    assert "detokenized" not in stats["test"]["ntrex128-enru"]  # NTREX is plain text: untouched
