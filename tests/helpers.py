@@ -100,7 +100,7 @@ def write_side(prefix: Path, seqs: list[list[int]]) -> None:
     offsets.tofile(f"{prefix}.idx")
 
 
-def bpe_params(joint: bool = True, vocab_size: int = VOCAB, **changes) -> BpeParams:
+def bpe_params(joint: bool = True, vocab_size: int | str = VOCAB, **changes) -> BpeParams:
     """params.yaml's bpe section with a test-sized vocabulary: new settings arrive with their defaults."""
     return dataclasses.replace(BASE.bpe, joint=joint, vocab_size=vocab_size, **changes)
 
