@@ -4,15 +4,14 @@ Output (one directory, written atomically): spm.model + spm.vocab when
 bpe.joint, else src.model/src.vocab and tgt.model/tgt.vocab; with bpe.vocab_size:
 auto, also AUTO_FILE, the size AUTO_VOCAB chose for the number of training pairs.
 
-The sample (`sample_pairs`): at most bpe.sample_lines lines a model (a joint model
-gets both sides of half as many pairs), shared equally among the train sources
-(clean's stats.json), a source smaller than its share giving all it has; all
-lines when the split is smaller, as Multi30k is. Fed in corpus order, every source
-side before the other, through `sentence_iterator` (no temp-file path lands in
-the model), with input_sentence_size=0 so that sentencepiece samples nothing
-again. BPE training then has no random step, and the learned pieces are the
-same for any num_threads (sentencepiece 0.2.3): the trainer runs on every core
-and the model file records RECORDED_THREADS, so its bytes are the machine's own.
+The sample (`sample_pairs`): at most bpe.sample_lines lines a model (a joint model gets
+both sides of half as many pairs), shared equally among the train sources (clean's
+stats.json), all lines when the split is smaller. Fed in corpus order, every source side
+before the other, through `sentence_iterator`, with input_sentence_size=0 so that
+sentencepiece samples nothing again. BPE training then has no random step and the same
+pieces for any num_threads (sentencepiece 0.2.3): it runs on every core, and the model
+records RECORDED_THREADS, so its bytes are the machine's own. Unigram training is not (its
+EM sums over threads): it runs on RECORDED_THREADS.
 """
 
 from __future__ import annotations
@@ -147,7 +146,9 @@ def _train_one(
             normalization_rule_name="identity",
             input_sentence_size=0,
             shuffle_input_sentence=False,
-            num_threads=cores(),
+            # A unigram model's EM sums over threads' shares, so its pieces and scores change with the
+            # thread count (measured, sentencepiece 0.2.3): it trains on a fixed number instead.
+            num_threads=cores() if bpe.model_type == "bpe" else RECORDED_THREADS,
             minloglevel=1,  # warnings (e.g. skipped over-long sentences) still show
         )
     except RuntimeError as e:

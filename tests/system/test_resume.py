@@ -196,14 +196,26 @@ def test_sigkilled_run_resumes_to_bitwise_the_same_weights(corpus, tmp_path):
 # --- with subword sampling: each epoch segments the clean text afresh ------------------------
 
 
-@pytest.fixture(scope="module")
-def text_corpus(tmp_path_factory) -> Paths:
-    return make_text_corpus(tmp_path_factory.mktemp("sampling"), n_train=60, n_val=8)
+SAMPLED = {"bpe": {"subword_sampling": "bpe_dropout", "subword_alpha": 0.2}}
+SAMPLED["unigram"] = {"subword_sampling": "unigram", "subword_alpha": 0.2}
+
+
+@pytest.fixture(scope="module", params=["bpe", "unigram"])
+def text_corpus(request, tmp_path_factory) -> tuple[Paths, dict]:
+    """A text corpus with a model of each type, and the train settings that sample it."""
+    root = tmp_path_factory.mktemp(f"sampling-{request.param}")
+    return make_text_corpus(root, model_type=request.param, n_train=60, n_val=8), SAMPLED[request.param]
+
+
+def with_model_type(raw: dict, sampled: dict) -> dict:
+    """params whose bpe.model_type fits the sampling (the corpus's model is of that type)."""
+    raw["bpe"]["model_type"] = "unigram" if sampled["subword_sampling"] == "unigram" else "bpe"
+    return raw
 
 
 def test_sigkilled_run_with_subword_sampling_resumes_mid_epoch_to_the_same_weights(text_corpus, tmp_path):
-    sampled = {"subword_sampling": "bpe_dropout", "subword_alpha": 0.2}
-    raw = tiny_raw(**{**SETTINGS, "max_steps": 40, "validate_every": 3, **sampled})
+    text_corpus, sampled = text_corpus
+    raw = with_model_type(tiny_raw(**{**SETTINGS, "max_steps": 40, "validate_every": 3, **sampled}), sampled)
     params_file = tmp_path / "params.yaml"
     params_file.write_text(yaml.safe_dump(raw), encoding="utf-8")
     uninterrupted = run_paths(tmp_path / "a", text_corpus, clean=True)
@@ -225,10 +237,11 @@ def test_sigkilled_run_with_subword_sampling_resumes_mid_epoch_to_the_same_weigh
 
 def test_sampling_changes_what_is_learned_so_the_resume_test_above_can_fail(text_corpus, tmp_path):
     """Without this, a sampler that did nothing would pass the resume test too."""
-    sampled = {"subword_sampling": "bpe_dropout", "subword_alpha": 0.2}
+    text_corpus, sampled = text_corpus
     runs = {}
     for name, extra in (("off", {}), ("on", sampled)):
         paths = run_paths(tmp_path / name, text_corpus, clean=True)
-        train(P.from_dict(tiny_raw(**{**SETTINGS, "max_steps": 12, **extra})), paths, tracking=False)
+        raw = with_model_type(tiny_raw(**{**SETTINGS, "max_steps": 12, **extra}), sampled)
+        train(P.from_dict(raw), paths, tracking=False)
         runs[name] = checkpoint.load(paths.out_dir / "model.pt")["model"]
     assert any(not torch.equal(runs["off"][k], runs["on"][k]) for k in runs["off"])
