@@ -4,9 +4,9 @@ Unigram sampling (Kudo 2018) or BPE-dropout (Provilkov et al. 2020) of the clean
 pipeline.data.subwords (sentencepiece's own sampler ignores its seed across processes); validation
 and decoding keep data/bin's deterministic segmentation. Each block of BLOCK sentences of a side
 draws from a generator seeded by (train.seed, epoch, side, block), so an epoch's segmentation is
-a pure function of those, whatever ran before, and a resumed run redoes it exactly
-(docs/exact-resume.md). `Prefetcher` runs it in one child process, an epoch ahead of the
-one being trained, handing whole epochs over in order through a queue of one.
+a pure function of those, whatever ran before, and a resumed run redoes it exactly (settings:
+docs/low-resource.md; resume: docs/exact-resume.md). `Prefetcher` runs it in one child process,
+an epoch ahead of the one being trained, handing whole epochs over in order through a queue of one.
 """
 
 from __future__ import annotations

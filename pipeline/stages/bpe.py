@@ -2,7 +2,7 @@
 
 Output (one directory, written atomically): spm.model + spm.vocab when
 bpe.joint, else src.model/src.vocab and tgt.model/tgt.vocab; with bpe.vocab_size:
-auto, also AUTO_FILE, the size AUTO_VOCAB chose for the number of training pairs.
+auto, also AUTO_FILE, the size AUTO_VOCAB chose for the training pairs (docs/low-resource.md).
 
 The sample (`sample_pairs`): at most bpe.sample_lines lines a model (a joint model gets
 both sides of half as many pairs), shared equally among the train sources (clean's
