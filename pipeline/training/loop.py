@@ -234,9 +234,13 @@ class Trainer:
                 while self.progress.stopped is None:
                     self.train_epoch(bar)
         finally:
-            if self._prefetcher is not None:
-                self._prefetcher.close()
-                self._prefetcher = None
+            self.stop_sampling()
+
+    def stop_sampling(self) -> None:
+        """Stop the subword sampling process, if one runs (epoch_data starts another when asked)."""
+        if self._prefetcher is not None:
+            self._prefetcher.close()
+            self._prefetcher = None
 
     def train_epoch(self, bar: tqdm) -> None:
         """The rest of the current epoch, from progress.position, one update at a time."""
