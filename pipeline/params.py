@@ -451,7 +451,7 @@ def validate(p: Params) -> None:
 
     _check(t.max_tokens >= 1, "train.max_tokens", "must be at least 1")
     check_source_draws(t, d.train)
-    check_sampling(t, b)
+    check_subword_sampling(t, b)
     _check(t.update_freq >= 1, "train.update_freq", "must be at least 1")
     _check(t.lr > 0, "train.lr", "must be positive")
     _check(all(0.0 <= x < 1.0 for x in t.betas), "train.betas", "each must be within [0, 1)")
@@ -481,7 +481,7 @@ def validate(p: Params) -> None:
     check_sampling_takes_effect(dec.sampling)
 
 
-def check_sampling(t: TrainParams, b: BpeParams) -> None:
+def check_subword_sampling(t: TrainParams, b: BpeParams) -> None:
     """Subword sampling's settings, and that the kind of sampling fits the kind of subword model."""
     _check(
         0.0 < t.subword_alpha <= 1.0,
@@ -507,6 +507,12 @@ def check_sampling(t: TrainParams, b: BpeParams) -> None:
             f"{t.subword_nbest} leaves one segmentation to sample from (no sampling); use -1 (all) or 2 "
             "or more, or subword_sampling: none",
         )
+    _check(
+        t.subword_sampling == "unigram" or t.subword_nbest == -1,
+        "train.subword_nbest",
+        f"{t.subword_nbest} has no effect with subword_sampling: {t.subword_sampling} (only unigram "
+        "sampling draws among the n best): set subword_sampling: unigram, or set this to -1",
+    )
     if t.subword_sampling == "bpe_dropout":
         _check(
             b.model_type == "bpe",

@@ -202,6 +202,15 @@ def test_an_nbest_that_leaves_nothing_to_sample_is_refused(raw, nbest):
     assert message.startswith(f"train.subword_nbest: {nbest} leaves one segmentation to sample from")
 
 
+@pytest.mark.parametrize(("model_type", "kind"), [("bpe", "bpe_dropout"), ("bpe", "none")])
+def test_an_nbest_without_unigram_sampling_is_refused_as_having_no_effect(raw, model_type, kind):
+    message = refused(sampling(raw, model_type, kind, subword_nbest=8))
+    assert message == (
+        f"train.subword_nbest: 8 has no effect with subword_sampling: {kind} (only unigram sampling draws "
+        "among the n best): set subword_sampling: unigram, or set this to -1"
+    )
+
+
 def test_bpe_dropout_on_a_unigram_model_is_refused_with_the_fix(raw):
     message = refused(sampling(raw, "unigram", "bpe_dropout"))
     assert message == (
