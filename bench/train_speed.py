@@ -1,6 +1,7 @@
 """Training speed on CPU: this project's train step against HF Marian and torch.nn.Transformer.
 
     python -m bench.train_speed --bin data/bin --out-json reports/bench.json --out-md reports/bench.md
+    python -m bench.train_speed --bin data/bin --bpe data/bpe --clean data/clean ...  # + subword sampling
     python -m bench.train_speed --smoke --out-json /tmp/b.json --out-md /tmp/b.md   # seconds, tiny sizes
 
 Not a test: it measures, in one run,
@@ -25,7 +26,12 @@ Not a test: it measures, in one run,
    token-budget batches of the train split (max_tokens from params.yaml,
    shuffled, seed), real target tokens/s and the padding fraction, against
    the fixed synthetic batch for the same number of target tokens, interleaved.
-3. data-path memory: peak RSS of a fresh process that loads a synthetic
+3. subword sampling (with --bin, --bpe and --clean): our step on the first --real-batches
+   batches of epoch 1 cut from data/bin's segmentation and from a sampled one (train.subword_*
+   as params.yaml sets them, else BPE-dropout 0.1 or unigram 0.1 as the model is), interleaved,
+   while the sampling process prepares epoch 2 beside them as it does in training, so that its
+   cost to the updates shows; and the sampler's own sentences/s (pipeline.data.sampling).
+4. data-path memory: peak RSS of a fresh process that loads a synthetic
    binarized corpus of 1M (and 10k) pairs, builds one epoch's batches, and
    collates the first --memory-batches of them (no model), with the size of
    the in-memory index, so "memory does not grow with the corpus beyond its
@@ -70,7 +76,9 @@ from torch import nn
 
 from bench.common import machine_info, merge_rows, write_section
 from pipeline import params as P
-from pipeline.data.batching import Batch, ParallelData, collate, epoch_batches, token_batches
+from pipeline.data.batching import Batch, ParallelData, TokenArray, collate, epoch_batches, token_batches
+from pipeline.data.sampling import Prefetcher, Sampling, read_text, sample_epoch
+from pipeline.data.vocab import Vocab
 from pipeline.files import write_json
 from pipeline.model.transformer import build_model
 from pipeline.tokens import BOS, EOS, N_SPECIAL, PAD
@@ -83,6 +91,7 @@ TRAIN_START, TRAIN_END = "<!-- train:start -->", "<!-- train:end -->"
 SYSTEMS = ("ours", "hf-marian", "torch-nn-transformer")
 BAR = 1.25  # the issue's: ours >= 1.25x the faster peer at equal precision
 SYNTHETIC, REAL, SAME_TOKENS = "train_synthetic", "train_real_batches", "train_synthetic_same_tokens"
+SAMPLING_OFF, SAMPLING_ON, SAMPLER = "train_sampling_off", "train_sampling_on", "subword_sampler"
 
 StepFn = Callable[[Batch], Any]  # one whole update on a batch
 
@@ -490,6 +499,87 @@ def real_batch_speed(
     return rows
 
 
+def sampling_speed(
+    setup: Setup,
+    params: P.Params,
+    dirs: tuple[Path, Path, Path],
+    precisions: list[str],
+    seed: int,
+    say: Callable[[str], None],
+) -> list[dict]:
+    """Our step on batches of data/bin's segmentation and of a sampled one; the sampler's speed."""
+    bin_dir, bpe_dir, clean_dir = dirs
+    data = ParallelData.load(bin_dir, "train")
+    text = read_text(clean_dir, len(data))
+    vocab = Vocab.load(bpe_dir, threads=1)
+    kind = "bpe_dropout" if vocab.model_type == "bpe" else "unigram"
+    how = Sampling.of(params.train) or Sampling(kind, 0.1, -1, params.train.seed)
+    n = min(len(data), 2000)
+    began = time.perf_counter()
+    sample_epoch(vocab, (text[0][:n], text[1][:n]), how, 1)
+    sentences_per_s = 2 * n / (time.perf_counter() - began)
+    prefetcher = Prefetcher(bpe_dir, text, how, first=1)
+    try:
+        src, tgt = prefetcher.get(1)  # from here on the child samples epoch 2, beside the updates
+        sampled = ParallelData(TokenArray.from_arrays(*src), TokenArray.from_arrays(*tgt))
+        rows = [row("ours", SAMPLER, "-", "sentences_per_s", sentences_per_s)]
+        rows += _on_off_rows(setup, params, (data, sampled), precisions, seed, say)
+    finally:
+        prefetcher.close()
+    return [*rows, row("ours", SAMPLER, "-", f"{how.kind}_alpha", how.alpha, digits=3)]
+
+
+def _on_off_rows(
+    setup: Setup,
+    params: P.Params,
+    datasets: tuple[ParallelData, ParallelData],
+    precisions: list[str],
+    seed: int,
+    say: Callable[[str], None],
+) -> list[dict]:
+    """tokens/s of our step on the first batches of each (off: data/bin's, on: sampled), interleaved."""
+    t = params.train
+    passes = []
+    for data in datasets:
+        ids = token_batches(
+            data.src.lengths, data.tgt.lengths, t.max_tokens, shuffle=True, seed=t.seed, epoch=1
+        )
+        passes.append([collate(data, b) for b in ids[: setup.warmup + setup.real_batches]])
+    vocab = max(max(int(b.src.max()), int(b.tgt_out.max())) for p in passes for b in p) + 1
+    rows = []
+    for precision in precisions:
+        step = ours(with_precision(params, setup.model, precision), vocab, seed)
+        for b in passes[0][: setup.warmup]:
+            step(b)
+        seconds: list[list[float]] = [[], []]
+        for _ in range(min(setup.repeats, 2)):
+            for k, batches in enumerate(passes):
+                seconds[k].append(timed_pass(step, batches[setup.warmup :]))
+        for task, batches, s in zip((SAMPLING_OFF, SAMPLING_ON), passes, seconds):
+            tokens = sum(b.n_tgt_tokens for b in batches[setup.warmup :])
+            rows.append(row("ours", task, precision, "tokens_per_s", tokens / statistics.median(s)))
+        say(f"{precision} sampling off / on: {rows[-2]['value']:,.0f} / {rows[-1]['value']:,.0f} tok/s")
+    return rows
+
+
+def sampling_table(v: dict, precisions: list[str]) -> list[str]:
+    get = lambda task, p, m: v.get(("ours", task, p, m), float("nan"))
+    kind = next((k[3].removesuffix("_alpha") for k in v if k[1] == SAMPLER and k[3].endswith("_alpha")), "?")
+    out = [
+        f"Subword sampling ({kind}, alpha {get(SAMPLER, '-', f'{kind}_alpha'):g}): our step on the first "
+        "real train batches of epoch 1 cut from data/bin's segmentation (off) and from a sampled one "
+        "(on), while the sampling process prepares the next epoch beside them; the sampler alone makes "
+        f"{get(SAMPLER, '-', 'sentences_per_s'):,.0f} sentences/s on one core. Target tokens/s:",
+        "",
+        "| precision | sampling off | sampling on |",
+        "|---|---:|---:|",
+    ]
+    for p in precisions:
+        off, on = (get(task, p, "tokens_per_s") for task in (SAMPLING_OFF, SAMPLING_ON))
+        out.append(f"| {p} | {off:,.0f} | {on:,.0f} |")
+    return [*out, ""]
+
+
 def timed_pass(step: StepFn, batches: list[Batch]) -> float:
     """Seconds to run one update per batch."""
     began = time.perf_counter()
@@ -672,6 +762,8 @@ def train_section(rows: list[dict], setup: Setup, info: dict[str, str], command:
     out.append("")
     if any(k[1] == REAL for k in v):
         out += real_table(v, setup, precisions)
+    if any(k[1] == SAMPLER for k in v):
+        out += sampling_table(v, precisions)
     if any(k[0] == "data-path" for k in v):
         out += memory_table(v, setup)
     out += [
@@ -773,6 +865,7 @@ def benchmark(
     smoke: bool = False,
     params_file: Path = REPO / "params.yaml",
     bin_dir: Path | None = None,
+    sampled_from: tuple[Path, Path] | None = None,
     out_json: Path | None = None,
     out_md: Path | None = None,
     seconds: float = 20.0,
@@ -784,7 +877,10 @@ def benchmark(
     command: str = "",
     say: Callable[[str], None] = print,
 ) -> list[dict]:
-    """Every measurement; merges the rows into out_json and the section into out_md when given; -> rows."""
+    """Every measurement; merges the rows into out_json and the section into out_md when given; -> rows.
+
+    `sampled_from`: (bpe_dir, clean_dir), with bin_dir, for the subword sampling measurement.
+    """
     threads = torch.get_num_threads()
     if smoke:
         torch.set_num_threads(1)  # tiny sizes; and never compete with a real run for the cores
@@ -793,6 +889,7 @@ def benchmark(
             smoke,
             params_file,
             bin_dir,
+            sampled_from,
             seconds,
             repeats,
             real_batches,
@@ -814,6 +911,7 @@ def measure_all(
     smoke: bool,
     params_file: Path,
     bin_dir: Path | None,
+    sampled_from: tuple[Path, Path] | None,
     seconds: float,
     repeats: int,
     real_batches: int,
@@ -832,6 +930,8 @@ def measure_all(
     rows = throughput(setup, params, precisions, systems, seed, say)
     if bin_dir is not None:
         rows += real_batch_speed(setup, params, bin_dir, precisions, seed, say)
+    if bin_dir is not None and sampled_from is not None:
+        rows += sampling_speed(setup, params, (bin_dir, *sampled_from), precisions, seed, say)
     if memory_check:
         rows += memory(setup, params.train.max_tokens, seed, say)
     if smoke:
@@ -854,6 +954,20 @@ def measure_all(
     type=click.Path(file_okay=False, exists=True, path_type=Path),
     default=None,
     help="The binarize stage's output (data/bin): adds the real-batch measurement.",
+)
+@click.option(
+    "--bpe",
+    "bpe_dir",
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="With --bin and --clean: the subword model(s) (data/bpe), for the subword sampling measurement.",
+)
+@click.option(
+    "--clean",
+    "clean_dir",
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="With --bin and --bpe: the clean text (data/clean) that subword sampling segments.",
 )
 @click.option(
     "--out-json",
@@ -889,6 +1003,8 @@ def main(
     smoke: bool,
     params_file: Path,
     bin_dir: Path | None,
+    bpe_dir: Path | None,
+    clean_dir: Path | None,
     out_json: Path | None,
     out_md: Path | None,
     seconds: float,
@@ -902,6 +1018,8 @@ def main(
     chosen = tuple(p.strip() for p in precisions.split(",") if p.strip())
     if not chosen or set(chosen) - {"fp32", "bf16"}:
         raise click.BadParameter("a comma-separated subset of fp32,bf16", param_hint="--precisions")
+    if (bpe_dir is None) != (clean_dir is None) or (bpe_dir is not None and bin_dir is None):
+        raise click.UsageError("the subword sampling measurement needs all of --bin, --bpe and --clean")
     if not smoke:
         out_json = out_json or Path("reports/bench.json")
         out_md = out_md or Path("reports/bench.md")
@@ -910,6 +1028,7 @@ def main(
         smoke=smoke,
         params_file=params_file,
         bin_dir=bin_dir,
+        sampled_from=(bpe_dir, clean_dir) if bpe_dir is not None and clean_dir is not None else None,
         out_json=out_json,
         out_md=out_md,
         seconds=seconds,

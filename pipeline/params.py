@@ -83,7 +83,8 @@ class CleanParams:
 @dataclass(frozen=True)
 class BpeParams:
     joint: bool
-    vocab_size: int
+    model_type: Literal["bpe", "unigram"]
+    vocab_size: int | Literal["auto"]  # auto: from the training pairs (pipeline.stages.bpe.auto_vocab_size)
     character_coverage: float
     byte_fallback: bool
     sample_lines: int
@@ -130,6 +131,10 @@ class TrainParams:
     compile: bool
     seed: int
     max_tokens: int
+    # A fresh segmentation of every training sentence each epoch (docs/low-resource.md).
+    subword_sampling: Literal["none", "unigram", "bpe_dropout"]
+    subword_alpha: float
+    subword_nbest: int
     source_weights: dict[str, float]
     source_temperature: float
     update_freq: int
@@ -228,6 +233,10 @@ _ADDED = {
     ("clean", "decontaminate"): False,
     ("bpe", "sample_lines"): 2**62,  # every line: what the bpe stage trained on before
     ("bpe", "seed"): 1,
+    ("bpe", "model_type"): "bpe",
+    ("train", "subword_sampling"): "none",
+    ("train", "subword_alpha"): 0.1,
+    ("train", "subword_nbest"): -1,
     ("train", "source_weights"): {},
     ("train", "source_temperature"): 1.0,
     ("tracking", "register_model"): None,
@@ -317,8 +326,10 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
         options = typing.get_args(tp)
         if value is None and type(None) in options:
             return None
-        (inner,) = [t for t in options if t is not type(None)]
-        return _coerce(inner, value, key)
+        inner = [t for t in options if t is not type(None)]
+        if len(inner) == 1:
+            return _coerce(inner[0], value, key)
+        return _coerce_either(inner, value, key)
     if origin is Literal:
         allowed = typing.get_args(tp)
         if value not in allowed:
@@ -364,6 +375,23 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
     raise TypeError(f"params.py cannot coerce type {tp!r} for {key}")  # a developer's error
 
 
+def _coerce_either(options: list[Any], value: Any, key: str) -> Any:
+    """The value as the first of `options` it fits (int | Literal["auto"]: a number or the word)."""
+    for option in options:
+        try:
+            return _coerce(option, value, key)
+        except ParamsError:
+            continue
+    allowed = " or ".join(
+        " | ".join(map(str, typing.get_args(o))) if typing.get_origin(o) is Literal else _KINDS[o]
+        for o in options
+    )
+    raise ParamsError(f"{key}: got {_show(value)}; expected {allowed}")
+
+
+_KINDS = {int: "a whole number", float: "a number", str: "a string", bool: "true or false"}
+
+
 # --- validation of values and of how sections fit together --------------------
 
 
@@ -382,7 +410,9 @@ def validate(p: Params) -> None:
     _check(c.max_ratio >= 1.0, "clean.max_ratio", "must be at least 1.0")
 
     _check(
-        b.vocab_size > N_SPECIAL + 2, "bpe.vocab_size", f"must exceed the {N_SPECIAL} special tokens plus 2"
+        b.vocab_size == "auto" or b.vocab_size > N_SPECIAL + 2,
+        "bpe.vocab_size",
+        f"must exceed the {N_SPECIAL} special tokens plus 2, or be auto (sized from the training pairs)",
     )
     _check(0.9 <= b.character_coverage <= 1.0, "bpe.character_coverage", "must be within [0.9, 1.0]")
     _check(
@@ -421,6 +451,7 @@ def validate(p: Params) -> None:
 
     _check(t.max_tokens >= 1, "train.max_tokens", "must be at least 1")
     check_source_draws(t, d.train)
+    check_subword_sampling(t, b)
     _check(t.update_freq >= 1, "train.update_freq", "must be at least 1")
     _check(t.lr > 0, "train.lr", "must be positive")
     _check(all(0.0 <= x < 1.0 for x in t.betas), "train.betas", "each must be within [0, 1)")
@@ -448,6 +479,47 @@ def validate(p: Params) -> None:
 
     check_decode(dec)
     check_sampling_takes_effect(dec.sampling)
+
+
+def check_subword_sampling(t: TrainParams, b: BpeParams) -> None:
+    """Subword sampling's settings, and that the kind of sampling fits the kind of subword model."""
+    _check(
+        0.0 < t.subword_alpha <= 1.0,
+        "train.subword_alpha",
+        "must be within (0, 1]: unigram's smoothing of the sampled distribution, or bpe_dropout's chance "
+        "to drop a merge (0.1 in Provilkov et al. 2020); subword_sampling: none turns sampling off",
+    )
+    _check(
+        t.subword_nbest >= -1,
+        "train.subword_nbest",
+        "must be -1 (sample among every segmentation) or a number of best segmentations to sample among",
+    )
+    if t.subword_sampling == "unigram":
+        _check(
+            b.model_type == "unigram",
+            "train.subword_sampling",
+            "unigram samples a unigram model's segmentations, but bpe.model_type is bpe; use "
+            "subword_sampling: bpe_dropout for a BPE model, or set bpe.model_type: unigram",
+        )
+        _check(
+            t.subword_nbest not in (0, 1),
+            "train.subword_nbest",
+            f"{t.subword_nbest} leaves one segmentation to sample from (no sampling); use -1 (all) or 2 "
+            "or more, or subword_sampling: none",
+        )
+    _check(
+        t.subword_sampling == "unigram" or t.subword_nbest == -1,
+        "train.subword_nbest",
+        f"{t.subword_nbest} has no effect with subword_sampling: {t.subword_sampling} (only unigram "
+        "sampling draws among the n best): set subword_sampling: unigram, or set this to -1",
+    )
+    if t.subword_sampling == "bpe_dropout":
+        _check(
+            b.model_type == "bpe",
+            "train.subword_sampling",
+            "bpe_dropout drops the merges of a BPE model, but bpe.model_type is unigram; use "
+            "subword_sampling: unigram for a unigram model, or set bpe.model_type: bpe",
+        )
 
 
 def validate_data(d: DataParams) -> None:

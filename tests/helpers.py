@@ -100,7 +100,7 @@ def write_side(prefix: Path, seqs: list[list[int]]) -> None:
     offsets.tofile(f"{prefix}.idx")
 
 
-def bpe_params(joint: bool = True, vocab_size: int = VOCAB, **changes) -> BpeParams:
+def bpe_params(joint: bool = True, vocab_size: int | str = VOCAB, **changes) -> BpeParams:
     """params.yaml's bpe section with a test-sized vocabulary: new settings arrive with their defaults."""
     return dataclasses.replace(BASE.bpe, joint=joint, vocab_size=vocab_size, **changes)
 
@@ -124,6 +124,32 @@ def make_corpus(
         write_side(root / "bin" / f"{split}.src", src)
         write_side(root / "bin" / f"{split}.tgt", tgt)
     return Paths(root / "bin", root / "bpe", root / "model", root / "checkpoints", root / "log")
+
+
+def make_text_corpus(
+    root: Path,
+    *,
+    model_type: str = "bpe",
+    n_train: int = 60,
+    n_val: int = 8,
+    vocab_size: int = 40,
+    seed: int = 0,
+) -> Paths:
+    """A copy task as text (clean/), its subword model (bpe/, of `model_type`) and data/bin, all consistent:
+    what subword sampling trains from."""
+    from pipeline.stages.binarize import binarize  # the stage under test elsewhere: only when needed
+
+    rng = random.Random(seed)
+    clean = root / "clean"
+    clean.mkdir(parents=True)
+    word = lambda: "".join(rng.choices("abcdefgh", k=rng.randint(2, 6)))
+    for split, n in (("train", n_train), ("val", n_val)):
+        lines = [" ".join(word() for _ in range(rng.randint(2, 5))) for _ in range(n)]
+        for side in ("src", "tgt"):
+            (clean / f"{split}.{side}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    train_bpe(bpe_params(vocab_size=vocab_size, model_type=model_type), clean, root / "bpe")
+    binarize(clean, root / "bpe", root / "bin")
+    return Paths(root / "bin", root / "bpe", root / "model", root / "checkpoints", root / "log", clean)
 
 
 def reshard(bin_dir: Path, out: Path, lines: int) -> Path:

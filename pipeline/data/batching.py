@@ -39,6 +39,16 @@ class TokenArray:
         lengths = [np.diff(offsets).astype(np.int32) for _, offsets in self._shards]
         self.lengths = np.concatenate(lengths) if lengths else np.zeros(0, np.int32)  # (n,)
 
+    @classmethod
+    def from_arrays(cls, ids: np.ndarray, offsets: np.ndarray) -> TokenArray:
+        """Sentences held in memory, as one shard's (ids, offsets) (an epoch's sampled segmentation)."""
+        array = cls.__new__(cls)
+        array.prefixes = []
+        array._shards = [(ids, offsets)]
+        array._starts = np.array([0, len(offsets) - 1], dtype=np.int64)
+        array.lengths = np.diff(offsets).astype(np.int32)
+        return array
+
     def __len__(self) -> int:
         return len(self.lengths)
 

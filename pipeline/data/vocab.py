@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import sentencepiece as spm
+from sentencepiece import sentencepiece_model_pb2
 
 from pipeline import tokens
 from pipeline.errors import UserError
@@ -103,6 +104,29 @@ class Vocab:
 
     def encode_tgt(self, lines: Sequence[str]) -> list[list[int]]:
         return self._encode(self._tgt, lines)
+
+    def nbest(self, side: str, line: str, n: int) -> list[tuple[list[int], float]]:
+        """The line's n best segmentations (ids, score) by sentencepiece (a unigram model's)."""
+        sp = self._src if side == "src" else self._tgt
+        found = sp.nbest_encode(line, nbest_size=n, return_type="proto")
+        return [([piece.id for piece in best.pieces], best.score) for best in found.nbests]
+
+    def pieces(self, side: str) -> dict[str, tuple[int, float]]:
+        """The model's normal pieces (not special, unknown, unused or byte ones): piece -> (id, score)."""
+        sp = self._src if side == "src" else self._tgt
+        special = (sp.is_unknown, sp.is_control, sp.is_unused, sp.is_byte)
+        return {
+            sp.id_to_piece(i): (i, sp.get_score(i))
+            for i in range(sp.get_piece_size())
+            if not any(kind(i) for kind in special)
+        }
+
+    @property
+    def model_type(self) -> str:
+        """bpe or unigram: what the bpe stage trained (both sides' models share bpe.model_type)."""
+        proto = sentencepiece_model_pb2.ModelProto()  # type: ignore[attr-defined]
+        proto.ParseFromString(self._src.serialized_model_proto())
+        return "unigram" if proto.trainer_spec.model_type == proto.trainer_spec.UNIGRAM else "bpe"
 
     def decode_src(self, ids: Iterable[int]) -> str:
         return self._decode(self._src, ids)

@@ -1,22 +1,23 @@
-"""Stage bpe: train sentencepiece BPE on a seeded sample of the training split.
+"""Stage bpe: train sentencepiece (bpe.model_type: BPE or unigram) on a seeded sample of the train split.
 
 Output (one directory, written atomically): spm.model + spm.vocab when
-bpe.joint, else src.model/src.vocab and tgt.model/tgt.vocab.
+bpe.joint, else src.model/src.vocab and tgt.model/tgt.vocab; with bpe.vocab_size:
+auto, also AUTO_FILE, the size AUTO_VOCAB chose for the training pairs (docs/low-resource.md).
 
-The sample (`sample_pairs`): at most bpe.sample_lines lines a model (a joint model
-gets both sides of half as many pairs), shared equally among the train sources
-(clean's stats.json), a source smaller than its share giving all it has; all
-lines when the split is smaller, as Multi30k is. Fed in corpus order, every source
-side before the other, through `sentence_iterator` (no temp-file path lands in
-the model), with input_sentence_size=0 so that sentencepiece samples nothing
-again. BPE training then has no random step, and the learned pieces are the
-same for any num_threads (sentencepiece 0.2.3): the trainer runs on every core
-and the model file records RECORDED_THREADS, so its bytes are the machine's own.
+The sample (`sample_pairs`): at most bpe.sample_lines lines a model (a joint model gets
+both sides of half as many pairs), shared equally among the train sources (clean's
+stats.json), all lines when the split is smaller. Fed in corpus order, every source side
+before the other, through `sentence_iterator`, with input_sentence_size=0 so that
+sentencepiece samples nothing again. BPE training then has no random step and the same
+pieces for any num_threads (sentencepiece 0.2.3): it runs on every core, and the model
+records RECORDED_THREADS, so its bytes are the machine's own. Unigram training is not (its
+EM sums over threads): it runs on RECORDED_THREADS.
 """
 
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import io
 import json
 import random
@@ -40,6 +41,30 @@ from pipeline.stages.options import clean_option, load_params, params_option
 # trained with before the trainer used every core, so their bytes stay the same.
 RECORDED_THREADS = 4
 
+# bpe.vocab_size: auto -> pieces per model by training pairs: (fewer than this many pairs, pieces).
+# From the literature until the sweep of issue 26 measures it (docs/low-resource.md): Sennrich and
+# Zhang 2019 and mozilla/translations use about 1k-2k pieces for 10k-30k sentences.
+AUTO_VOCAB = ((10_000, 1_000), (50_000, 2_000), (200_000, 4_000), (1_000_000, 8_000))
+AUTO_VOCAB_ABOVE = 16_000  # 1M pairs or more
+AUTO_FILE = "vocab_size.json"
+
+
+def auto_vocab_size(pairs: int) -> int:
+    """The pieces per model that bpe.vocab_size: auto gives a training split of `pairs` pairs."""
+    return next((size for below, size in AUTO_VOCAB if pairs < below), AUTO_VOCAB_ABOVE)
+
+
+def _resolved(bpe: BpeParams, src: Path, pairs: int) -> BpeParams:
+    """`bpe` with vocab_size: auto replaced by the size AUTO_VOCAB gives `pairs` training pairs."""
+    if bpe.vocab_size != "auto":
+        return bpe
+    if not pairs:
+        raise UserError(
+            f"bpe.vocab_size: auto sizes the vocabulary from the training pairs, but {src} has none; "
+            "check data.train and the clean stage's output, or give bpe.vocab_size a number"
+        )
+    return dataclasses.replace(bpe, vocab_size=auto_vocab_size(pairs))
+
 
 def train_bpe(bpe: BpeParams, clean_dir: Path, out_dir: Path) -> Vocab:
     """Train the model(s) on clean_dir/train.{src,tgt}; write out_dir atomically."""
@@ -48,8 +73,15 @@ def train_bpe(bpe: BpeParams, clean_dir: Path, out_dir: Path) -> Vocab:
         if not path.is_file():
             raise UserError(f"{path}: missing; run the clean stage first (`python -m pipeline clean`)")
     sources = _train_sources(clean_dir, _count_lines(src), _count_lines(tgt))
+    chosen = _resolved(bpe, src, sum(n for _, n in sources))
     with atomic_path(out_dir) as tmp:
         tmp.mkdir()
+        if chosen != bpe:
+            files.write_json(
+                tmp / AUTO_FILE,
+                {"vocab_size": chosen.vocab_size, "training_pairs": sum(n for _, n in sources)},
+            )
+        bpe = chosen
         if bpe.joint:
             picked = sample_pairs([n for _, n in sources], bpe.sample_lines // 2, bpe.seed)
             _train_one(bpe, [src, tgt], picked, tmp / JOINT_MODEL, "the joint model")
@@ -94,7 +126,7 @@ def _train_one(
         spm.SentencePieceTrainer.train(
             sentence_iterator=_lines(inputs, picked),
             model_writer=buffer,
-            model_type="bpe",
+            model_type=bpe.model_type,
             vocab_size=bpe.vocab_size,
             character_coverage=bpe.character_coverage,
             byte_fallback=bpe.byte_fallback,
@@ -114,7 +146,9 @@ def _train_one(
             normalization_rule_name="identity",
             input_sentence_size=0,
             shuffle_input_sentence=False,
-            num_threads=cores(),
+            # A unigram model's EM sums over threads' shares, so its pieces and scores change with the
+            # thread count (measured, sentencepiece 0.2.3): it trains on a fixed number instead.
+            num_threads=cores() if bpe.model_type == "bpe" else RECORDED_THREADS,
             minloglevel=1,  # warnings (e.g. skipped over-long sentences) still show
         )
     except RuntimeError as e:

@@ -76,6 +76,13 @@ def _run(params: P.Params, paths: Paths, dist: Dist, on_change: str, tracking: b
     help="The bpe stage's output directory (its models are copied into --out).",
 )
 @click.option(
+    "--clean",
+    "clean_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="The clean stage's output: its train text, for train.subword_sampling to segment each epoch.",
+)
+@click.option(
     "--out",
     "out_dir",
     type=click.Path(file_okay=False, path_type=Path),
@@ -113,6 +120,7 @@ def command(
     params_file: Path,
     bin_dir: Path,
     bpe_dir: Path,
+    clean_dir: Path | None,
     out_dir: Path,
     ckpt_dir: Path,
     log_dir: Path,
@@ -121,7 +129,7 @@ def command(
 ) -> None:
     """Train the model; resumes from --checkpoints/last.pt when it exists."""
     params = load_params(params_file)
-    paths = Paths(bin_dir, bpe_dir, out_dir, ckpt_dir, log_dir)
+    paths = Paths(bin_dir, bpe_dir, out_dir, ckpt_dir, log_dir, clean_dir)
     try:
         with stop_on_signals():
             summary = train(params, paths, on_change=on_change, tracking=tracking)

@@ -26,7 +26,8 @@ from tqdm import tqdm
 
 from pipeline import params as P
 from pipeline.data import batching
-from pipeline.data.batching import ParallelData, collate, token_batches
+from pipeline.data.batching import ParallelData, TokenArray, collate, token_batches
+from pipeline.data.sampling import Prefetcher, Sampling, read_text
 from pipeline.data.vocab import Vocab
 from pipeline.decoding.search import translate_ids
 from pipeline.devices import torch_device
@@ -65,6 +66,22 @@ def fitting_sentences(data: ParallelData, cfg: P.ModelParams) -> np.ndarray:
     else:
         ok = np.maximum(src, tgt) + 1 <= cfg.max_positions  # + EOS / + BOS
     return np.flatnonzero(ok)
+
+
+def sampling_text(params: P.Params, paths: Paths, vocab: Vocab, n_train: int) -> tuple[list[str], list[str]]:
+    """The clean text that subword sampling segments each epoch, checked against data/bin and data/bpe."""
+    kind = params.train.subword_sampling
+    want = "unigram" if kind == "unigram" else "bpe"
+    if vocab.model_type != want:
+        raise UserError(
+            f"train.subword_sampling: {kind} needs a {want} model, but {paths.bpe_dir} holds a "
+            f"{vocab.model_type} one; rerun the bpe stage with bpe.model_type: {want}"
+        )
+    if paths.clean_dir is None:
+        raise UserError(
+            f"train.subword_sampling: {kind} segments the clean text each epoch; pass --clean data/clean"
+        )
+    return read_text(paths.clean_dir, n_train)
 
 
 @dataclass(frozen=True)
@@ -124,13 +141,21 @@ class Trainer:
         self.train_ids = self._fitting(self.train_data, "train")
         self.sources = SourceDraws.plan(paths.bin_dir, len(self.train_data), t)
         self.val_ids = self._fitting(self.val_data, "val")
+        self.sampling = Sampling.of(t)
+        self._text = sampling_text(params, paths, self.vocab, len(self.train_data)) if self.sampling else None
+        self._prefetcher: Prefetcher | None = None
+        self._epoch_data: tuple[int, ParallelData] | None = None
         model = build_model(params.model, self.vocab.src_size, self.vocab.tgt_size).to(self.device)
         self.update = UpdateStep(params, model, self.device, dist)
         torch.manual_seed(t.seed + dist.rank)  # the dropout stream: one per rank, after a shared init
-        self.state = RunState(params, paths, dist, self.update, self.vocab)
+        sampled_from = []
+        if self._text is not None and paths.clean_dir is not None:
+            sampled_from = [paths.clean_dir / f"train.{side}" for side in ("src", "tgt")]
+        self.state = RunState(params, paths, dist, self.update, self.vocab, sampled_from)
         self.observer: Observer = Quiet()
         self._started, self._total_steps = (time.monotonic(), 0), 0  # for the ETA, set per session
-        self.n_batches = len(self.epoch_batches(1))
+        # With subword sampling an estimate: sampled segmentations are longer than data/bin's.
+        self.n_batches = len(self._batches(self.train_data, self.train_ids, 1))
         if self.n_batches == 0:
             raise UserError(
                 f"{paths.bin_dir}: too little training data for {dist.world_size} processes "
@@ -164,18 +189,38 @@ class Trainer:
         if self.dist.main:
             tqdm.write(message, file=sys.stderr)
 
+    def epoch_data(self, epoch: int) -> ParallelData:
+        """The train split as `epoch` sees it: data/bin's, or with subword sampling its own segmentation."""
+        if self._text is None or self.sampling is None:
+            return self.train_data
+        if self._epoch_data is None or self._epoch_data[0] != epoch:
+            if self._prefetcher is None:  # started here, at the first epoch this session trains
+                self._prefetcher = Prefetcher(self.paths.bpe_dir, self._text, self.sampling, epoch)
+            src, tgt = self._prefetcher.get(epoch)
+            self._epoch_data = (
+                epoch,
+                ParallelData(TokenArray.from_arrays(*src), TokenArray.from_arrays(*tgt)),
+            )
+        return self._epoch_data[1]
+
     def epoch_batches(self, epoch: int) -> list[np.ndarray]:
         """This rank's batches of sentence indices for `epoch`: a pure function of (seed, epoch)."""
+        data = self.epoch_data(epoch)
+        fitting = self.train_ids if data is self.train_data else fitting_sentences(data, self.params.model)
+        return self._batches(data, fitting, epoch)
+
+    def _batches(self, data: ParallelData, fitting: np.ndarray, epoch: int) -> list[np.ndarray]:
+        """Batches by token count of `data`'s lengths (the sampled ones, with sampling)."""
         t, d = self.params.train, self.dist
         return batching.epoch_batches(
-            self.train_data,
+            data,
             t.max_tokens,
             shuffle=True,
             seed=t.seed,
             epoch=epoch,
             rank=d.rank,
             world_size=d.world_size,
-            ids=self.sources.epoch_ids(self.train_ids, t.seed, epoch),
+            ids=self.sources.epoch_ids(fitting, t.seed, epoch),
         )
 
     # --- the loop ---
@@ -184,19 +229,28 @@ class Trainer:
         """Train until max_steps, max_epochs or early stopping; a finished run does nothing."""
         if self.progress.stopped is not None:
             return
-        with self.progress_bar() as bar:
-            while self.progress.stopped is None:
-                self.train_epoch(bar)
+        try:
+            with self.progress_bar() as bar:
+                while self.progress.stopped is None:
+                    self.train_epoch(bar)
+        finally:
+            self.stop_sampling()
+
+    def stop_sampling(self) -> None:
+        """Stop the subword sampling process, if one runs (epoch_data starts another when asked)."""
+        if self._prefetcher is not None:
+            self._prefetcher.close()
+            self._prefetcher = None
 
     def train_epoch(self, bar: tqdm) -> None:
         """The rest of the current epoch, from progress.position, one update at a time."""
         p, update_freq = self.progress, self.params.train.update_freq
         epoch = p.epoch
-        batches = self.epoch_batches(epoch)
+        batches, data = self.epoch_batches(epoch), self.epoch_data(epoch)
         for start in range(p.position, len(batches), update_freq):
             group = batches[start : start + update_freq]
             began = time.perf_counter()
-            result = self.update.update([collate(self.train_data, ids) for ids in group])
+            result = self.update.update([collate(data, ids) for ids in group])
             if result is None:
                 self.skip_or_stop()
             seconds = time.perf_counter() - began

@@ -14,7 +14,7 @@ import hashlib
 import itertools
 import random
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, cast
@@ -46,6 +46,7 @@ class Paths:
     out_dir: Path
     ckpt_dir: Path
     log_dir: Path
+    clean_dir: Path | None = None  # the clean text, which train.subword_sampling segments each epoch
 
 
 # --- progress -------------------------------------------------------------------------
@@ -166,13 +167,13 @@ def code_fingerprint() -> dict[str, str]:
     return sources.fingerprint("pipeline.stages.train")
 
 
-def data_fingerprint(bin_dir: Path, vocab: Vocab) -> str:
-    """sha256 of the sentence offsets and the subword models: changes when the data does."""
+def data_fingerprint(bin_dir: Path, vocab: Vocab, text: Sequence[Path] = ()) -> str:
+    """sha256 of the sentence offsets, the subword models and any `text` sampled: changes with the data."""
     digest = hashlib.sha256()
     for split, side in itertools.product(("train", "val"), ("src", "tgt")):
         for prefix in shard_prefixes(bin_dir, split, side):
             digest.update(Path(f"{prefix}.idx").read_bytes())
-    for path in vocab.model_files():
+    for path in [*vocab.model_files(), *text]:
         digest.update(path.read_bytes())
     return digest.hexdigest()
 
@@ -183,9 +184,18 @@ def data_fingerprint(bin_dir: Path, vocab: Vocab) -> str:
 class RunState:
     """The update step's tensors, the progress and the fingerprints; saved to and resumed from last.pt."""
 
-    def __init__(self, params: P.Params, paths: Paths, dist: Dist, update: UpdateStep, vocab: Vocab):
+    def __init__(
+        self,
+        params: P.Params,
+        paths: Paths,
+        dist: Dist,
+        update: UpdateStep,
+        vocab: Vocab,
+        text: Sequence[Path] = (),
+    ):
+        """`text`: the clean text subword sampling segments, if it is on (part of the data fingerprint)."""
         self.params, self.paths, self.dist, self.update, self.vocab = params, paths, dist, update, vocab
-        self.data = data_fingerprint(paths.bin_dir, vocab)
+        self.data = data_fingerprint(paths.bin_dir, vocab, text)
         self.code = code_fingerprint()
         self.progress = Progress()
         self.replaced_run: dict[str, str | None] | None = None  # the MLflow run of a state resume deleted

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import pytest
 
 from bench import train_speed
-from tests.helpers import REPO
+from tests.helpers import REPO, make_text_corpus
 
 PRECISIONS = ("fp32", "bf16")
 MEMORY_CORPORA = ((2_000, 1), (20_000, 1), (20_000, 4))  # (pairs, sentence length scale) of the smoke run
@@ -189,3 +189,26 @@ def test_report_has_the_memory_table_a_row_per_corpus(smoke: Smoke) -> None:
         line.startswith("| pairs | tokens (both sides) | index (.idx, both sides) |") for line in lines
     )
     assert sum(line.startswith(("| 2,000 | ", "| 20,000 | ")) for line in lines) == len(MEMORY_CORPORA)
+
+
+def test_the_subword_sampling_rows_compare_sampling_off_and_on_for_each_precision(tmp_path):
+    corpus = make_text_corpus(tmp_path, n_train=1000, n_val=8)  # a few batches of 2,048 tokens
+    assert corpus.clean_dir is not None
+    rows = train_speed.benchmark(
+        smoke=True,
+        params_file=REPO / "params.yaml",
+        bin_dir=corpus.bin_dir,
+        sampled_from=(corpus.bpe_dir, corpus.clean_dir),
+        out_md=tmp_path / "bench.md",
+        memory_check=False,
+        say=lambda _: None,
+    )
+    by_task = {(r["task"], r["precision"], r["metric"]): r["value"] for r in rows}
+    for precision in PRECISIONS:
+        for task in (train_speed.SAMPLING_OFF, train_speed.SAMPLING_ON):
+            assert by_task[(task, precision, "tokens_per_s")] > 0
+    assert by_task[(train_speed.SAMPLER, "-", "sentences_per_s")] > 0
+    assert by_task[(train_speed.SAMPLER, "-", "bpe_dropout_alpha")] == 0.1  # params.yaml: sampling off
+    report = (tmp_path / "bench.md").read_text()
+    assert "Subword sampling (bpe_dropout, alpha 0.1)" in report
+    assert "| precision | sampling off | sampling on |" in report

@@ -26,7 +26,7 @@ from pipeline.stages.train import train
 from pipeline.training import state as run_state
 from pipeline.training.state import Paths
 from pipeline.training.step import UpdateStep
-from tests.helpers import REPO, make_corpus, read_tsv, tiny_raw
+from tests.helpers import REPO, make_corpus, make_text_corpus, read_tsv, tiny_raw
 
 pytestmark = pytest.mark.slow
 
@@ -47,9 +47,10 @@ class Interrupt(Exception):
     """Stands in for a crash at a chosen point."""
 
 
-def run_paths(root: Path, corpus: Paths) -> Paths:
-    """Separate outputs over a shared corpus."""
-    return Paths(corpus.bin_dir, corpus.bpe_dir, root / "model", root / "checkpoints", root / "log")
+def run_paths(root: Path, corpus: Paths, clean: bool = False) -> Paths:
+    """Separate outputs over a shared corpus (and its clean text, for subword sampling)."""
+    outs = (root / "model", root / "checkpoints", root / "log")
+    return Paths(corpus.bin_dir, corpus.bpe_dir, *outs, corpus.clean_dir if clean else None)
 
 
 @pytest.fixture(scope="module")
@@ -148,6 +149,7 @@ def train_command(params_file: Path, paths: Paths) -> list[str]:
         "--log",
         str(paths.log_dir),
         "--no-tracking",
+        *(["--clean", str(paths.clean_dir)] if paths.clean_dir else []),
     ]
 
 
@@ -189,3 +191,57 @@ def test_sigkilled_run_resumes_to_bitwise_the_same_weights(corpus, tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert "resuming from step" in done.stderr
     assert_same_run(uninterrupted, b)
+
+
+# --- with subword sampling: each epoch segments the clean text afresh ------------------------
+
+
+SAMPLED = {"bpe": {"subword_sampling": "bpe_dropout", "subword_alpha": 0.2}}
+SAMPLED["unigram"] = {"subword_sampling": "unigram", "subword_alpha": 0.2}
+
+
+@pytest.fixture(scope="module", params=["bpe", "unigram"])
+def text_corpus(request, tmp_path_factory) -> tuple[Paths, dict]:
+    """A text corpus with a model of each type, and the train settings that sample it."""
+    root = tmp_path_factory.mktemp(f"sampling-{request.param}")
+    return make_text_corpus(root, model_type=request.param, n_train=60, n_val=8), SAMPLED[request.param]
+
+
+def with_model_type(raw: dict, sampled: dict) -> dict:
+    """params whose bpe.model_type fits the sampling (the corpus's model is of that type)."""
+    raw["bpe"]["model_type"] = "unigram" if sampled["subword_sampling"] == "unigram" else "bpe"
+    return raw
+
+
+def test_sigkilled_run_with_subword_sampling_resumes_mid_epoch_to_the_same_weights(text_corpus, tmp_path):
+    text_corpus, sampled = text_corpus
+    raw = with_model_type(tiny_raw(**{**SETTINGS, "max_steps": 40, "validate_every": 3, **sampled}), sampled)
+    params_file = tmp_path / "params.yaml"
+    params_file.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    uninterrupted = run_paths(tmp_path / "a", text_corpus, clean=True)
+    train(P.from_dict(raw), uninterrupted, tracking=False)
+    steps = read_tsv(uninterrupted.log_dir / "steps.tsv")
+    assert len({row[1] for row in steps[1:]}) >= 3  # several epochs, each with its own segmentation
+
+    b = run_paths(tmp_path / "b", text_corpus, clean=True)
+    kill_when(params_file, b, lambda: (b.ckpt_dir / "ckpt_6.pt").exists(), tmp_path / "kill.log")
+    state = checkpoint.load(b.ckpt_dir / "last.pt")["progress"]
+    assert state["stopped"] is None and state["position"] > 0  # killed mid-epoch
+    done = subprocess.run(
+        train_command(params_file, b), cwd=REPO, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "resuming from step" in done.stderr
+    assert_same_run(uninterrupted, b)
+
+
+def test_sampling_changes_what_is_learned_so_the_resume_test_above_can_fail(text_corpus, tmp_path):
+    """Without this, a sampler that did nothing would pass the resume test too."""
+    text_corpus, sampled = text_corpus
+    runs = {}
+    for name, extra in (("off", {}), ("on", sampled)):
+        paths = run_paths(tmp_path / name, text_corpus, clean=True)
+        raw = with_model_type(tiny_raw(**{**SETTINGS, "max_steps": 12, **extra}), sampled)
+        train(P.from_dict(raw), paths, tracking=False)
+        runs[name] = checkpoint.load(paths.out_dir / "model.pt")["model"]
+    assert any(not torch.equal(runs["off"][k], runs["on"][k]) for k in runs["off"])

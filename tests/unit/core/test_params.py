@@ -152,11 +152,104 @@ def test_a_saved_model_from_before_the_refusals_still_loads(params):
         ("decode", "beam", 0, "decode.beam: must be at least 1"),
         ("decode", "sampling", {"top_k": 3}, "decode.sampling.enabled: missing"),
         ("bpe", "vocab_size", 6, "bpe.vocab_size: must exceed the 5 special tokens"),
+        ("bpe", "vocab_size", "big", "bpe.vocab_size: got 'big'; expected a whole number or auto"),
+        ("bpe", "model_type", "char", "bpe.model_type: got 'char'; allowed: bpe | unigram"),
+        ("train", "subword_sampling", "yes", "train.subword_sampling: got 'yes'; allowed: none | unigram"),
     ],
 )
 def test_bad_values_are_refused_naming_the_key(raw, section, key, value, expected):
     raw[section][key] = value
     assert expected in refused(raw)
+
+
+def test_vocab_size_auto_is_taken_as_the_word(raw):
+    raw["bpe"]["vocab_size"] = "auto"
+    assert P.from_dict(raw).bpe.vocab_size == "auto"
+
+
+# --- subword sampling: each bad setting stops with one line naming the key and the fix -----
+
+
+def sampling(raw: dict, model_type: str, kind: str, **train) -> dict:
+    raw["bpe"]["model_type"] = model_type
+    raw["train"].update(subword_sampling=kind, **train)
+    return raw
+
+
+@pytest.mark.parametrize("alpha", [0.0, -0.1, 1.5])
+@pytest.mark.parametrize(("model_type", "kind"), [("unigram", "unigram"), ("bpe", "bpe_dropout")])
+def test_an_alpha_outside_0_1_is_refused_for_either_kind_of_sampling(raw, alpha, model_type, kind):
+    message = refused(sampling(raw, model_type, kind, subword_alpha=alpha))
+    assert message.startswith("train.subword_alpha: must be within (0, 1]")
+    assert "subword_sampling: none turns sampling off" in message
+
+
+@pytest.mark.parametrize("alpha", [1e-6, 0.1, 1.0])
+def test_an_alpha_within_0_1_is_accepted(raw, alpha):
+    assert P.from_dict(sampling(raw, "bpe", "bpe_dropout", subword_alpha=alpha)).train.subword_alpha == alpha
+
+
+def test_nbest_below_minus_one_is_refused_and_minus_one_or_more_than_one_accepted(raw):
+    message = refused(sampling(copy.deepcopy(raw), "unigram", "unigram", subword_nbest=-2))
+    assert message.startswith("train.subword_nbest: must be -1 (sample among every segmentation)")
+    for nbest in (-1, 2, 64):
+        assert P.from_dict(sampling(copy.deepcopy(raw), "unigram", "unigram", subword_nbest=nbest))
+
+
+@pytest.mark.parametrize("nbest", [0, 1])
+def test_an_nbest_that_leaves_nothing_to_sample_is_refused(raw, nbest):
+    message = refused(sampling(raw, "unigram", "unigram", subword_nbest=nbest))
+    assert message.startswith(f"train.subword_nbest: {nbest} leaves one segmentation to sample from")
+
+
+@pytest.mark.parametrize(("model_type", "kind"), [("bpe", "bpe_dropout"), ("bpe", "none")])
+def test_an_nbest_without_unigram_sampling_is_refused_as_having_no_effect(raw, model_type, kind):
+    message = refused(sampling(raw, model_type, kind, subword_nbest=8))
+    assert message == (
+        f"train.subword_nbest: 8 has no effect with subword_sampling: {kind} (only unigram sampling draws "
+        "among the n best): set subword_sampling: unigram, or set this to -1"
+    )
+
+
+def test_bpe_dropout_on_a_unigram_model_is_refused_with_the_fix(raw):
+    message = refused(sampling(raw, "unigram", "bpe_dropout"))
+    assert message == (
+        "train.subword_sampling: bpe_dropout drops the merges of a BPE model, but bpe.model_type is "
+        "unigram; use subword_sampling: unigram for a unigram model, or set bpe.model_type: bpe"
+    )
+
+
+def test_unigram_sampling_on_a_bpe_model_is_refused_with_the_fix(raw):
+    message = refused(sampling(raw, "bpe", "unigram"))
+    assert message.startswith("train.subword_sampling: unigram samples a unigram model's segmentations")
+    assert message.endswith(
+        "use subword_sampling: bpe_dropout for a BPE model, or set bpe.model_type: unigram"
+    )
+
+
+def test_saved_params_from_before_sampling_load_with_sampling_off(raw):
+    del raw["train"]["subword_sampling"], raw["train"]["subword_alpha"], raw["train"]["subword_nbest"]
+    del raw["bpe"]["model_type"]
+    old = P.from_saved(raw)
+    assert (old.train.subword_sampling, old.bpe.model_type) == ("none", "bpe")
+
+
+@pytest.mark.parametrize("stage", ["bpe", "binarize", "train"])
+def test_a_bad_sampling_setting_stops_a_stage_before_it_writes_anything(tmp_path, raw, stage):
+    bad = tmp_path / "params.yaml"
+    bad.write_text(yaml.safe_dump(sampling(raw, "unigram", "bpe_dropout")))
+    out = tmp_path / "out"
+    dirs = {"bpe": ["--clean", str(tmp_path)], "binarize": ["--clean", str(tmp_path), "--bpe", str(tmp_path)]}
+    dirs["train"] = ["--bin", str(tmp_path), "--bpe", str(tmp_path), "--checkpoints", str(tmp_path / "c")]
+    dirs["train"] += ["--log", str(tmp_path / "log")]
+    args = [sys.executable, "-m", "pipeline", stage, "--params", str(bad), *dirs[stage], "--out", str(out)]
+    result = subprocess.run(args, capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "Error: train.subword_sampling: bpe_dropout drops the merges of a BPE model, but bpe.model_type is "
+        "unigram; use subword_sampling: unigram for a unigram model, or set bpe.model_type: bpe"
+    ]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["params.yaml"]
 
 
 def test_tying_needs_a_joint_vocabulary(raw):

@@ -204,3 +204,56 @@ def test_stats_that_disagree_with_the_train_file_are_a_user_error(tmp_path: Path
     (tmp_path / "clean" / "stats.json").write_text(json.dumps(stats), encoding="utf-8")
     with pytest.raises(UserError, match=r"stats.json counts 60 training lines but .*train.src has 50"):
         bpe_stage.train_bpe(bpe_params(), tmp_path / "clean", tmp_path / "bpe")
+
+
+# --- bpe.model_type and bpe.vocab_size: auto --------------------------------------------------
+
+
+def test_model_type_unigram_trains_a_unigram_model_with_the_same_special_ids(tmp_path: Path) -> None:
+    write_corpus(tmp_path / "clean")
+    bpe_stage.train_bpe(bpe_params(model_type="unigram", vocab_size=50), tmp_path / "clean", tmp_path / "bpe")
+    proto = sentencepiece_model_pb2.ModelProto()
+    proto.ParseFromString((tmp_path / "bpe/spm.model").read_bytes())
+    assert proto.trainer_spec.model_type == sentencepiece_model_pb2.TrainerSpec.UNIGRAM
+    sp = processor(tmp_path / "bpe/spm.model")
+    assert [sp.id_to_piece(i) for i in range(tokens.N_SPECIAL)] == [
+        tokens.PAD_PIECE, tokens.UNK_PIECE, tokens.BOS_PIECE, tokens.EOS_PIECE, tokens.SEP_PIECE
+    ]  # fmt: skip
+
+
+def test_the_auto_rule_grows_with_the_corpus_as_its_table_says():
+    sizes = [bpe_stage.auto_vocab_size(n) for n in (1, 9_999, 10_000, 49_999, 50_000, 200_000, 999_999)]
+    assert sizes == [1_000, 1_000, 2_000, 2_000, 4_000, 8_000, 8_000]
+    assert bpe_stage.auto_vocab_size(1_000_000) == bpe_stage.auto_vocab_size(10**8) == 16_000
+
+
+def test_vocab_size_auto_is_chosen_from_the_training_pairs_and_recorded(tmp_path: Path, monkeypatch) -> None:
+    write_corpus(tmp_path / "clean", n_train=400)
+    monkeypatch.setattr(bpe_stage, "AUTO_VOCAB", ((300, 50), (500, 80)))  # 400 pairs -> 80 pieces
+    vocab = bpe_stage.train_bpe(bpe_params(vocab_size="auto"), tmp_path / "clean", tmp_path / "bpe")
+    assert vocab.src_size == 80
+    recorded = json.loads((tmp_path / "bpe" / bpe_stage.AUTO_FILE).read_text(encoding="utf-8"))
+    assert recorded == {"vocab_size": 80, "training_pairs": 400}
+
+
+def test_a_numeric_vocab_size_writes_no_auto_record(tmp_path: Path) -> None:
+    write_corpus(tmp_path / "clean")
+    bpe_stage.train_bpe(bpe_params(), tmp_path / "clean", tmp_path / "bpe")
+    assert not (tmp_path / "bpe" / bpe_stage.AUTO_FILE).exists()
+
+
+def test_vocab_size_auto_without_training_pairs_stops_before_writing(tmp_path: Path) -> None:
+    (tmp_path / "clean").mkdir()
+    for side in ("src", "tgt"):
+        (tmp_path / f"clean/train.{side}").write_text("", encoding="utf-8")
+    runner = CliRunner()
+    params = write_params(tmp_path / "params.yaml", vocab_size="auto")
+    args = ["--params", str(params), "--clean", str(tmp_path / "clean"), "--out", str(tmp_path / "bpe")]
+    result = runner.invoke(bpe_stage.command, args)
+    assert result.exit_code == 1
+    assert result.output.strip().splitlines() == [
+        f"Error: bpe.vocab_size: auto sizes the vocabulary from the training pairs, but "
+        f"{tmp_path / 'clean/train.src'} has none; check data.train and the clean stage's output, or give "
+        "bpe.vocab_size a number"
+    ]
+    assert not (tmp_path / "bpe").exists()

@@ -31,7 +31,7 @@ from pipeline.tracking import Tracker
 from pipeline.training import state
 from pipeline.training.loop import Trainer
 from pipeline.training.state import Paths
-from tests.helpers import make_corpus, model_weights, read_tsv, tiny_params, tiny_raw
+from tests.helpers import make_corpus, make_text_corpus, model_weights, read_tsv, tiny_params, tiny_raw
 
 # --- learning, and what a run writes --------------------------------------------------------
 
@@ -426,3 +426,46 @@ def test_validation_leaves_every_rng_as_it_found_it(tmp_path, monkeypatch):
     assert val_loss > 0 and 0 <= val_bleu <= 100
     assert torch.equal(torch.get_rng_state(), state[0]) and random.getstate() == state[1]
     assert trainer.model.training
+
+
+# --- subword sampling -------------------------------------------------------------------------
+
+
+def test_with_sampling_each_epoch_trains_on_its_own_segmentation_batched_by_its_lengths(tmp_path):
+    paths = make_text_corpus(tmp_path, n_train=80)
+    trainer = Trainer(tiny_params(subword_sampling="bpe_dropout", subword_alpha=0.3), paths)
+    try:
+        one, two = trainer.epoch_data(1), trainer.epoch_data(2)
+        assert len(one) == len(two) == len(trainer.train_data) == 80
+        assert not np.array_equal(one.src.lengths, two.src.lengths)  # resegmented
+        assert trainer.epoch_data(2) is two  # one segmentation an epoch, made once
+        # sampling splits words further than data/bin's segmentation: longer, and batched by that
+        assert one.src.lengths.sum() > trainer.train_data.src.lengths.sum()
+        batches = trainer.epoch_batches(2)
+        widest = [int(np.maximum(two.src.lengths[b], two.tgt.lengths[b]).max()) + 1 for b in batches]
+        assert all(
+            len(b) * w <= trainer.params.train.max_tokens or len(b) == 1 for b, w in zip(batches, widest)
+        )
+        assert sorted(np.concatenate(batches).tolist()) == list(range(80))
+    finally:
+        trainer.stop_sampling()
+
+
+def test_without_sampling_the_epochs_train_on_data_bin(tmp_path):
+    paths = make_text_corpus(tmp_path, n_train=40)
+    trainer = Trainer(tiny_params(), paths)
+    assert trainer.epoch_data(1) is trainer.epoch_data(2) is trainer.train_data
+
+
+def test_sampling_of_the_wrong_kind_for_the_model_or_without_the_text_is_refused(tmp_path):
+    paths = make_text_corpus(tmp_path, n_train=40)  # a BPE model
+    raw = tiny_params().to_dict()
+    raw["bpe"]["model_type"] = "unigram"
+    raw["train"].update(subword_sampling="unigram")
+    with pytest.raises(
+        UserError, match=r"train.subword_sampling: unigram needs a unigram model, but .* holds a bpe"
+    ):
+        Trainer(P.from_dict(raw), paths)
+    no_text = Paths(paths.bin_dir, paths.bpe_dir, paths.out_dir, paths.ckpt_dir, paths.log_dir)
+    with pytest.raises(UserError, match=r"segments the clean text each epoch; pass --clean data/clean"):
+        Trainer(tiny_params(subword_sampling="bpe_dropout"), no_text)
