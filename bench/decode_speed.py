@@ -66,11 +66,12 @@ from pipeline import params as P
 from pipeline.data.batching import collate_src
 from pipeline.data.text import normalize
 from pipeline.data.vocab import Vocab
+from pipeline.decoding.hf_export import hf_config
 from pipeline.decoding.search import default_workers, translate_ids
 from pipeline.files import read_lines, write_json
 from pipeline.model import checkpoint
 from pipeline.model.transformer import Transformer, build_model
-from pipeline.tokens import BOS, EOS, N_SPECIAL, PAD
+from pipeline.tokens import N_SPECIAL, PAD
 
 REPO = Path(__file__).resolve().parents[1]
 DECODE_START, DECODE_END = "<!-- decode:start -->", "<!-- decode:end -->"
@@ -174,29 +175,11 @@ def per_batch(run: Callable[[Batch, int], list[int]]) -> Runner:
 
 def hf_runner(model: Transformer, steps: int) -> Runner:
     """MarianMTModel at the same dimensions, random weights, generate() with a fixed length."""
-    from transformers import MarianConfig, MarianMTModel
+    from transformers import MarianMTModel
 
-    cfg = model.cfg
-    config = MarianConfig(
-        vocab_size=model.out_weight.size(0),
-        d_model=cfg.d_model,
-        encoder_layers=cfg.n_encoder_layers,
-        decoder_layers=cfg.n_decoder_layers,
-        encoder_attention_heads=cfg.n_heads,
-        decoder_attention_heads=cfg.n_heads,
-        encoder_ffn_dim=cfg.d_ff,
-        decoder_ffn_dim=cfg.d_ff,
-        activation_function=cfg.activation,
-        max_position_embeddings=cfg.max_positions,
-        scale_embedding=cfg.scale_embeddings,
-        pad_token_id=PAD,
-        eos_token_id=EOS,
-        bos_token_id=BOS,
-        decoder_start_token_id=BOS,
-        forced_eos_token_id=None,
-        dropout=0.0,
-        attention_dropout=0.0,
-    )
+    vocab = model.out_weight.size(0)
+    config = hf_config("marian", model.cfg, vocab, vocab)  # the shape export-hf writes
+    config.forced_eos_token_id = None  # generate() runs exactly `steps` tokens
     hf = MarianMTModel(config).eval()
 
     @per_batch

@@ -79,6 +79,7 @@ from pipeline import params as P
 from pipeline.data.batching import Batch, ParallelData, TokenArray, collate, epoch_batches, token_batches
 from pipeline.data.sampling import Prefetcher, Sampling, read_text, sample_epoch
 from pipeline.data.vocab import Vocab
+from pipeline.decoding.hf_export import hf_config
 from pipeline.files import write_json
 from pipeline.model.transformer import build_model
 from pipeline.tokens import BOS, EOS, N_SPECIAL, PAD
@@ -240,34 +241,12 @@ def peer_step(model: nn.Module, forward: Callable, params: P.Params) -> StepFn:
 
 def hf_marian(params: P.Params, vocab: int, seed: int) -> StepFn:
     """MarianMTModel (post-LN, its only layout) at our dimensions; random weights, nothing from the hub."""
-    from transformers import MarianConfig, MarianMTModel
+    from transformers import MarianMTModel
 
-    cfg = params.model
     torch.manual_seed(seed)
-    config = MarianConfig(
-        vocab_size=vocab,
-        d_model=cfg.d_model,
-        encoder_layers=cfg.n_encoder_layers,
-        decoder_layers=cfg.n_decoder_layers,
-        encoder_attention_heads=cfg.n_heads,
-        decoder_attention_heads=cfg.n_heads,
-        encoder_ffn_dim=cfg.d_ff,
-        decoder_ffn_dim=cfg.d_ff,
-        activation_function=cfg.activation,
-        max_position_embeddings=cfg.max_positions,
-        scale_embedding=cfg.scale_embeddings,
-        dropout=cfg.dropout,
-        attention_dropout=cfg.attention_dropout,
-        activation_dropout=cfg.activation_dropout,
-        share_encoder_decoder_embeddings=True,
-        tie_word_embeddings=True,
-        pad_token_id=PAD,
-        eos_token_id=EOS,
-        bos_token_id=BOS,
-        decoder_start_token_id=BOS,
-        forced_eos_token_id=None,
-        use_cache=False,
-    )
+    config = hf_config("marian", params.model, vocab, vocab)  # the shape export-hf writes
+    config.use_cache = False
+    config.forced_eos_token_id = None
     model = MarianMTModel(config)
 
     def forward(src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
