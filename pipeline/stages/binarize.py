@@ -33,7 +33,7 @@ from pipeline.data.pool import ordered_results, resolve_workers
 from pipeline.data.vocab import Vocab
 from pipeline.errors import UserError
 from pipeline.files import atomic_path, write_json
-from pipeline.stages.options import bpe_option, clean_option, load_params, params_option
+from pipeline.stages.options import bpe_option, clean_option, directory, load_params, params_option
 
 SPLITS = ("train", "val")  # not the test sets: decode reads them as text, nothing trains on them
 SIDES = ("src", "tgt")
@@ -226,10 +226,8 @@ def _sha256(path: Path) -> str:
 @click.command("binarize")
 @clean_option
 @bpe_option
-@click.option(
-    "--out",
-    "out_dir",
-    type=click.Path(file_okay=False, path_type=Path),
+@directory(
+    "out",
     required=True,
     help="Where to write the binarized splits.",
 )

@@ -35,7 +35,7 @@ from pipeline.data.vocab import JOINT_MODEL, SRC_MODEL, TGT_MODEL, Vocab
 from pipeline.errors import UserError
 from pipeline.files import atomic_path
 from pipeline.params import BpeParams
-from pipeline.stages.options import clean_option, load_params, params_option
+from pipeline.stages.options import clean_option, directory, load_params, params_option
 
 # What the model file says of num_threads, whatever the trainer ran on: the value models were
 # trained with before the trainer used every core, so their bytes stay the same.
@@ -230,10 +230,8 @@ def _user_error(e: RuntimeError, bpe: BpeParams, inputs: list[Path], what: str) 
 @click.command("bpe")
 @params_option
 @clean_option
-@click.option(
-    "--out",
-    "out_dir",
-    type=click.Path(file_okay=False, path_type=Path),
+@directory(
+    "out",
     required=True,
     help="Where to write the sentencepiece model(s).",
 )

@@ -29,7 +29,7 @@ from pipeline.decoding.translator import Translator, nbest_row, one_line
 from pipeline.devices import DEVICES
 from pipeline.errors import UserError
 from pipeline.params import DecodeParams
-from pipeline.stages.options import clean_option, load_params, model_option, params_option
+from pipeline.stages.options import clean_option, directory, load_params, model_option, params_option
 
 VAL = "val"
 TEST_DIR = "test"  # clean/test/<name>.src -> test/<name>.hyp
@@ -106,10 +106,8 @@ def stats_lines(report: dict[str, Any]) -> list[str]:
 @params_option
 @model_option
 @clean_option
-@click.option(
-    "--out",
-    "out_dir",
-    type=click.Path(file_okay=False, path_type=Path),
+@directory(
+    "out",
     required=True,
     help="Where to write val.hyp, test/<name>.hyp and stats.json.",
 )

@@ -30,7 +30,7 @@ from pipeline.reporting.runs import (
 )
 from pipeline.reporting.significance import against_baseline
 from pipeline.reporting.tables import experiments_markdown
-from pipeline.stages.options import load_params, params_option
+from pipeline.stages.options import directory, load_params, params_option
 
 # MLflow's run statuses as the table spells them, and DVC's queue states.
 STATUSES = ("finished", "running", "killed", "failed", "scheduled", "queued")
@@ -98,10 +98,8 @@ def write_table(frame: pd.DataFrame, out: Path) -> None:
     show_default=True,
     help="With --baseline: bs, paired bootstrap resampling; ar, approximate randomization.",
 )
-@click.option(
-    "--refs",
-    "refs_dir",
-    type=click.Path(file_okay=False, path_type=Path),
+@directory(
+    "refs",
     default=Path("data/raw"),
     show_default=True,
     help="With --baseline: the directory with the references test/<name>.tgt.",

@@ -14,18 +14,12 @@ import click
 
 from pipeline.decoding.ct2 import export
 from pipeline.decoding.translator import QUANTIZATIONS
-from pipeline.stages.options import model_option
+from pipeline.stages.options import model_option, out_dir_option
 
 
 @click.command("export-ct2")
 @model_option
-@click.option(
-    "--out",
-    "out_dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    required=True,
-    help="Where to write the CTranslate2 model directory (replaced atomically).",
-)
+@out_dir_option("CTranslate2 model")
 @click.option(
     "--quantization",
     type=click.Choice(QUANTIZATIONS),

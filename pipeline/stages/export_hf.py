@@ -14,18 +14,12 @@ from pathlib import Path
 import click
 
 from pipeline.decoding.hf_export import export_hf
-from pipeline.stages.options import model_option
+from pipeline.stages.options import model_option, out_dir_option
 
 
 @click.command("export-hf")
 @model_option
-@click.option(
-    "--out",
-    "out_dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    required=True,
-    help="Where to write the transformers model directory (replaced atomically).",
-)
+@out_dir_option("transformers model")
 @click.option(
     "--metrics",
     type=click.Path(dir_okay=False, path_type=Path),

@@ -16,18 +16,12 @@ from pathlib import Path
 import click
 
 from pipeline.decoding.hf_import import import_hf
-from pipeline.stages.options import load_params, params_option
+from pipeline.stages.options import load_params, out_dir_option, params_option
 
 
 @click.command("import-hf")
 @click.argument("source")
-@click.option(
-    "--out",
-    "out_dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    required=True,
-    help="Where to write the model directory (replaced atomically).",
-)
+@out_dir_option("model")
 @params_option
 def command(source: str, out_dir: Path, params_file: Path) -> None:
     """Import SOURCE, a local OPUS-MT directory (or, online, a Hub name such as

@@ -31,6 +31,13 @@ def directory(name: str, help: str, **kwargs: Any) -> Callable[[F], F]:
 clean_option = directory("clean", "The clean stage's output directory.", required=True)
 bpe_option = directory("bpe", "The bpe stage's output directory.", required=True)
 model_option = directory("model", "The train stage's model directory (data/model).", required=True)
+
+
+def out_dir_option(what: str) -> Callable[[F], F]:
+    """The required --out of the commands that write one directory (replaced atomically)."""
+    return directory("out", f"Where to write the {what} directory (replaced atomically).", required=True)
+
+
 refs_option = directory(
     "refs",
     "Directory with the references val.tgt and test/<name>.tgt (data/raw).",

@@ -42,7 +42,7 @@ from pipeline.reporting.page import (
     render_report,
 )
 from pipeline.reporting.tables import run_label
-from pipeline.stages.options import load_params, params_option
+from pipeline.stages.options import directory, load_params, params_option
 from pipeline.tracking import RUN_FILE, Tracker
 
 LENGTH_BUCKETS = (10, 20, 30, 40)  # source words; fixed so reports of different runs compare
@@ -309,17 +309,13 @@ def _run_id(run_file: Path | None) -> str | None:
     required=True,
     help="The clean stage's stats.json.",
 )
-@click.option(
-    "--raw",
-    "raw_dir",
-    type=click.Path(file_okay=False, path_type=Path),
+@directory(
+    "raw",
     required=True,
     help="Directory with test/<name>.src and .tgt, and manifest.json (data/raw).",
 )
-@click.option(
-    "--decode",
-    "decode_dir",
-    type=click.Path(file_okay=False, path_type=Path),
+@directory(
+    "decode",
     required=True,
     help="Directory with test/<name>.hyp (data/decode).",
 )
@@ -329,17 +325,13 @@ def _run_id(run_file: Path | None) -> str | None:
     required=True,
     help="The Markdown report to write.",
 )
-@click.option(
-    "--figures",
-    "figures_dir",
-    type=click.Path(file_okay=False, path_type=Path),
+@directory(
+    "figures",
     required=True,
     help="Directory for the report's PNG figures (rewritten whole).",
 )
-@click.option(
-    "--model",
-    "model_dir",
-    type=click.Path(file_okay=False, path_type=Path),
+@directory(
+    "model",
     default=None,
     help="Model dir: its model draws the attention heatmaps; if it holds mlflow_run.json, "
     "the report is logged to that MLflow run and marked in the experiments table.",

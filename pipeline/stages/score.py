@@ -42,7 +42,7 @@ from pipeline.reporting.metrics import (
     confidence_intervals,
     corpus_scores,
 )
-from pipeline.stages.options import load_params
+from pipeline.stages.options import directory, load_params
 from pipeline.tracking import RUN_FILE, Tracker, manifest_datasets, read_manifest
 
 SCORE_NAMES = ("bleu", "chrf", "chrfpp", "ter")
@@ -181,17 +181,13 @@ def summary_lines(results: dict[str, Any]) -> list[str]:
     help="params.yaml: with --model, log the model to its MLflow run (registered as "
     "tracking.register_model, if set).",
 )
-@click.option(
-    "--decode",
-    "decode_dir",
-    type=click.Path(file_okay=False, path_type=Path),
+@directory(
+    "decode",
     required=True,
     help="Directory with val.hyp and test/<name>.hyp (the decode stage's output).",
 )
-@click.option(
-    "--refs",
-    "refs_dir",
-    type=click.Path(file_okay=False, path_type=Path),
+@directory(
+    "refs",
     required=True,
     help="Directory with the references val.tgt and test/<name>.tgt (data/raw).",
 )
@@ -201,10 +197,8 @@ def summary_lines(results: dict[str, Any]) -> list[str]:
     required=True,
     help="The metrics JSON to write (DVC metrics).",
 )
-@click.option(
-    "--model",
-    "model_dir",
-    type=click.Path(file_okay=False, path_type=Path),
+@directory(
+    "model",
     default=None,
     help="Model dir; if it holds mlflow_run.json, the scores are logged to that MLflow run.",
 )

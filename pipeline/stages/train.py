@@ -22,7 +22,7 @@ import click
 
 from pipeline import params as P
 from pipeline.model.transformer import count_parameters
-from pipeline.stages.options import load_params, params_option
+from pipeline.stages.options import directory, load_params, params_option
 from pipeline.training.distributed import Dist, close_distributed, init_distributed
 from pipeline.training.loop import Trainer
 from pipeline.training.signals import Stopped, stop_on_signals
@@ -61,31 +61,23 @@ def _run(params: P.Params, paths: Paths, dist: Dist, on_change: str, tracking: b
 
 @click.command("train")
 @params_option
-@click.option(
-    "--bin",
-    "bin_dir",
-    type=click.Path(file_okay=False, path_type=Path),
+@directory(
+    "bin",
     required=True,
     help="The binarize stage's output directory.",
 )
-@click.option(
-    "--bpe",
-    "bpe_dir",
-    type=click.Path(file_okay=False, path_type=Path),
+@directory(
+    "bpe",
     required=True,
     help="The bpe stage's output directory (its models are copied into --out).",
 )
-@click.option(
-    "--clean",
-    "clean_dir",
-    type=click.Path(file_okay=False, path_type=Path),
+@directory(
+    "clean",
     default=None,
     help="The clean stage's output: its train text, for train.subword_sampling to segment each epoch.",
 )
-@click.option(
-    "--out",
-    "out_dir",
-    type=click.Path(file_okay=False, path_type=Path),
+@directory(
+    "out",
     required=True,
     help="Where to write the final model directory.",
 )
@@ -96,10 +88,8 @@ def _run(params: P.Params, paths: Paths, dist: Dist, on_change: str, tracking: b
     required=True,
     help="Training state and checkpoints, kept across runs to resume.",
 )
-@click.option(
-    "--log",
-    "log_dir",
-    type=click.Path(file_okay=False, path_type=Path),
+@directory(
+    "log",
     required=True,
     help="Where to write steps.tsv, valid.tsv and summary.json.",
 )
