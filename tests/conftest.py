@@ -17,19 +17,11 @@ from pipeline import files, tracking
 from pipeline import params as P
 from pipeline.data import fetch
 from pipeline.decoding.translator import Translator
-from tests.helpers import (
-    COMMIT,
-    DECODE_SETS,
-    DECODE_STAGE,
-    MIRROR,
-    REPO,
-    SCORE_STAGE,
-    SWEEP,
-    dvc,
-    log_run,
-    make_model_dir,
-    references,
-)
+from tests.support.dvc_repo import DECODE_SETS, DECODE_STAGE, SCORE_STAGE, dvc
+from tests.support.models import make_model_dir
+from tests.support.repo import MIRROR, REPO
+from tests.support.sweep import COMMIT, SWEEP, log_run
+from tests.support.tables import references
 
 
 @pytest.fixture(scope="session")
@@ -48,7 +40,7 @@ def mirror() -> Path:
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory) -> Path:
-    """A tiny random model directory (helpers.make_model_dir), made once per test module."""
+    """A tiny random model directory (support.models.make_model_dir), made once per test module."""
     return make_model_dir(tmp_path_factory.mktemp("m") / "model")
 
 
@@ -77,7 +69,7 @@ def offline(monkeypatch):
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """One SQLite MLflow store holding helpers.SWEEP, plus a run of another experiment (once per module)."""
+    """One SQLite MLflow store holding support.sweep's SWEEP and a run of another experiment (per module)."""
     root = tmp_path_factory.mktemp("mlflow")
     uri = f"sqlite:///{root / 'mlflow.db'}"
     with pytest.MonkeyPatch.context() as patch:
@@ -124,8 +116,8 @@ def dvc_repo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list]:
 
 @pytest.fixture(scope="session")
 def decode_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A real git + DVC repo whose stand-in decode stage (helpers.DECODE_STAGE) caches data/decode, with
-    references in data/raw (val, test sets flickr and mscoco: helpers.DECODE_SETS); the baseline commit
+    """A real git + DVC repo whose stand-in decode stage (support.dvc_repo) caches data/decode, with
+    references in data/raw (val, test sets flickr and mscoco: DECODE_SETS); the baseline commit
     `main` garbles half the words (decode.noise 0.5, train.seed 1), experiment `better` a fifth,
     `reseeded` half with train.seed 2 (made once per session)."""
     root = tmp_path_factory.mktemp("decoderepo")
@@ -154,10 +146,10 @@ def decode_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def marian_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny OPUS-MT-shaped MarianMTModel directory (helpers.make_marian_dir: two sentencepiece
+    """A tiny OPUS-MT-shaped MarianMTModel directory (support.hf.make_marian_dir: two sentencepiece
     models over one vocab.json, swish), made once per session."""
     pytest.importorskip("transformers")
-    from tests.helpers import make_marian_dir
+    from tests.support.hf import make_marian_dir
 
     return make_marian_dir(tmp_path_factory.mktemp("marian") / "opus-mt-de-en")
 

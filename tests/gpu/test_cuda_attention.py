@@ -16,7 +16,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from pipeline.model.attention import MultiHeadAttention
 from pipeline.model.transformer import build_model
-from tests.helpers import BASE
+from tests.support.repo import BASE
 
 pytestmark = pytest.mark.cuda
 

@@ -13,7 +13,8 @@ from pipeline.decoding.search import translate_ids
 from pipeline.decoding.translator import Translator
 from pipeline.model.transformer import build_model
 from pipeline.tokens import N_SPECIAL
-from tests.helpers import BASE, make_model_dir, tiny_model_params
+from tests.support.models import make_model_dir, tiny_model_params
+from tests.support.repo import BASE
 
 pytestmark = pytest.mark.cuda
 

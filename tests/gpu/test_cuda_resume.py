@@ -25,7 +25,9 @@ import yaml
 
 from pipeline.model import checkpoint
 from pipeline.training.state import Paths
-from tests.helpers import REPO, make_corpus, read_tsv, tiny_raw
+from tests.support.corpora import read_tsv
+from tests.support.models import make_corpus, tiny_raw
+from tests.support.repo import REPO
 
 pytestmark = pytest.mark.cuda
 

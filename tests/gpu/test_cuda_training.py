@@ -18,7 +18,7 @@ import torch
 from bench.gpu.corpus import synthetic_batch
 from bench.gpu.step import Update
 from pipeline.model.transformer import build_model
-from tests.helpers import BASE
+from tests.support.repo import BASE
 
 pytestmark = pytest.mark.cuda
 

@@ -27,7 +27,8 @@ from pipeline.reporting.metrics import paired_test
 from pipeline.reporting.runs import RunRecord
 from pipeline.stages import score
 from pipeline.tracking import Tracker
-from tests.helpers import BASE, REPO, garble, references, table_rows
+from tests.support.repo import BASE, REPO
+from tests.support.tables import garble, references, table_rows
 
 TESTS = list(BASE.data.test)
 LINES = 60

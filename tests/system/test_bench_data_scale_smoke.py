@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from bench import data_scale as D
-from tests.helpers import REPO
+from tests.support.repo import REPO
 
 MIRROR = REPO.parent / "shared" / "corpora"
 PAIRS, WORKERS = 2_000, (1, 2)

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 import pytest
 
 from bench import train_speed
-from tests.helpers import REPO, make_text_corpus
+from tests.support.models import make_text_corpus
+from tests.support.repo import REPO
 
 PRECISIONS = ("fp32", "bf16")
 MEMORY_CORPORA = ((2_000, 1), (20_000, 1), (20_000, 4))  # (pairs, sentence length scale) of the smoke run

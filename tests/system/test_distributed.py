@@ -23,7 +23,9 @@ from pipeline import params as P
 from pipeline.data.batching import ParallelData, token_batches
 from pipeline.model import checkpoint
 from pipeline.stages.train import train
-from tests.helpers import REPO, make_corpus, read_tsv, reshard, tiny_raw
+from tests.support.corpora import read_tsv
+from tests.support.models import make_corpus, reshard, tiny_raw
+from tests.support.repo import REPO
 
 pytestmark = pytest.mark.slow
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.helpers import REPO
+from tests.support.repo import REPO
 
 pytestmark = pytest.mark.slow
 

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from pipeline.training.loop import STEPS_HEADER, VALID_HEADER
-from tests.helpers import REPO
+from tests.support.repo import REPO
 
 DVC = Path(sys.executable).parent / "dvc"
 PLOTS = {  # title -> (file, y column), as the README promises them

@@ -34,17 +34,9 @@ from pipeline.stages import binarize, bpe, clean, download
 from pipeline.stages.train import train
 from pipeline.training.loop import Trainer, fitting_sentences
 from pipeline.training.state import LAST
-from tests.helpers import (
-    REPO,
-    free_port,
-    make_corpus,
-    make_model_dir,
-    start_server,
-    stop_server,
-    tiny_params,
-    train_spm,
-    wait_healthy,
-)
+from tests.support.mlflow_server import free_port, start_server, stop_server, wait_healthy
+from tests.support.models import make_corpus, make_model_dir, tiny_params, train_spm
+from tests.support.repo import REPO
 
 # --- params: refused by every stage before anything is written ----------------------------------
 

@@ -37,7 +37,8 @@ from pipeline.model.transformer import build_model
 from pipeline.stages import clean
 from pipeline.stages import translate as translate_stage
 from pipeline.stages.bpe import train_bpe
-from tests.helpers import BASE, WORDS, bpe_params, tiny_model_params, train_spm
+from tests.support.models import WORDS, bpe_params, tiny_model_params, train_spm
+from tests.support.repo import BASE
 
 NASTY = [
     "\x00",

@@ -20,16 +20,9 @@ import torch
 from pipeline import tracking
 from pipeline.stages.score import log_final_scores, log_trained_model
 from pipeline.stages.train import train
-from tests.helpers import (
-    free_port,
-    make_corpus,
-    model_weights,
-    raw_manifest,
-    start_server,
-    stop_server,
-    tiny_params,
-    wait_healthy,
-)
+from tests.support.corpora import raw_manifest
+from tests.support.mlflow_server import free_port, start_server, stop_server, wait_healthy
+from tests.support.models import make_corpus, model_weights, tiny_params
 
 pytestmark = pytest.mark.slow
 
@@ -40,7 +33,7 @@ BATCH = ["abc def", "", " ".join(["abcdefgh"] * 400), "Привет, мир! 你
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """A tiny model trained with tracking into root/s.db (the store helpers.start_server serves),
+    """A tiny model trained with tracking into root/s.db (the store support.mlflow_server serves),
     and test scores, the manifest's datasets and the model logged as the score stage logs them."""
     root = tmp_path_factory.mktemp("mlflow-run")
     uri = f"sqlite:///{root / 's.db'}"

@@ -26,7 +26,9 @@ from pipeline.stages.train import train
 from pipeline.training import state as run_state
 from pipeline.training.state import Paths
 from pipeline.training.step import UpdateStep
-from tests.helpers import REPO, make_corpus, make_text_corpus, read_tsv, tiny_raw
+from tests.support.corpora import read_tsv
+from tests.support.models import make_corpus, make_text_corpus, tiny_raw
+from tests.support.repo import REPO
 
 pytestmark = pytest.mark.slow
 

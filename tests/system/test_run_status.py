@@ -20,7 +20,8 @@ import yaml
 from pipeline.model import checkpoint
 from pipeline.reporting.runs import mlflow_table
 from pipeline.training.state import Paths
-from tests.helpers import REPO, make_corpus, tiny_raw
+from tests.support.models import make_corpus, tiny_raw
+from tests.support.repo import REPO
 
 pytestmark = pytest.mark.slow
 

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from pipeline.sources import PACKAGE, ROOT, module_file
-from tests.helpers import REPO
+from tests.support.repo import REPO
 
 # Each subpackage's layer; the modules at the top of the package are the core (layer 0).
 # A module may import its own subpackage and any lower layer, never a sibling of its own layer.

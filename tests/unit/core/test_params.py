@@ -9,7 +9,7 @@ import yaml
 
 from pipeline import params as P
 from pipeline.errors import ParamsError
-from tests.helpers import REPO
+from tests.support.repo import REPO
 
 
 @pytest.fixture

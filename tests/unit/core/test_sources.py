@@ -9,7 +9,7 @@ import yaml
 
 from pipeline import sources
 from pipeline.sources import PACKAGE, fingerprint, module_closure
-from tests.helpers import REPO
+from tests.support.repo import REPO
 
 
 def _stage_module(cmd: str) -> str:

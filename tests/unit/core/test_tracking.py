@@ -18,7 +18,8 @@ from mlflow.exceptions import MlflowException
 
 from pipeline import tracking
 from pipeline.tracking import Tracker
-from tests.helpers import free_port, raw_manifest, sha, start_server, stop_server, wait_healthy
+from tests.support.corpora import raw_manifest, sha
+from tests.support.mlflow_server import free_port, start_server, stop_server, wait_healthy
 
 PARAMS = {
     "data": {"train": ["multi30k-train", "tatoeba"], "src_lang": "de", "tgt_lang": "en"},

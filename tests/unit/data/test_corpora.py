@@ -10,7 +10,7 @@ import yaml
 from pipeline.data import corpora, fetch, formats
 from pipeline.data.detok import TOKENIZERS
 from pipeline.errors import UserError
-from tests.helpers import M30K
+from tests.support.corpora import M30K
 
 M30K_SPLITS = ("train", "val", "test_2016_flickr", "test_2017_flickr", "test_2017_mscoco", "test_2018_flickr")
 

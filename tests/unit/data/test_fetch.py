@@ -16,18 +16,9 @@ from pipeline import files
 from pipeline.data import corpora, fetch
 from pipeline.errors import UserError
 from pipeline.stages import download
-from tests.helpers import (
-    BASE,
-    M30K,
-    entries,
-    fake_multi30k_mirror,
-    numbered,
-    serve,
-    sha,
-    sides,
-    user_data,
-    write,
-)
+from tests.support.corpora import M30K, entries, fake_multi30k_mirror, numbered, sha, sides, user_data, write
+from tests.support.fake_http import serve
+from tests.support.repo import BASE
 
 pytestmark = pytest.mark.usefixtures("offline")
 

@@ -13,7 +13,8 @@ from pipeline.data import sampling
 from pipeline.data.sampling import Prefetcher, Sampling, read_text, sample_epoch
 from pipeline.data.vocab import Vocab
 from pipeline.errors import UserError
-from tests.helpers import REPO, make_text_corpus
+from tests.support.models import make_text_corpus
+from tests.support.repo import REPO
 
 DROPOUT = Sampling("bpe_dropout", alpha=0.3, nbest=-1, seed=1)
 UNIGRAM = Sampling("unigram", alpha=0.1, nbest=-1, seed=1)

@@ -7,7 +7,7 @@ import pytest
 
 from pipeline.data import subwords
 from pipeline.data.vocab import Vocab
-from tests.helpers import make_text_corpus
+from tests.support.models import make_text_corpus
 
 
 @pytest.fixture(scope="module", params=["bpe", "unigram"])

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline.data import text
-from tests.helpers import BASE
+from tests.support.repo import BASE
 
 CLEAN = dataclasses.replace(BASE.clean, max_words=5, max_ratio=3.0)
 

@@ -15,7 +15,8 @@ from pipeline import tokens
 from pipeline.data.vocab import Vocab
 from pipeline.errors import UserError
 from pipeline.stages.bpe import train_bpe
-from tests.helpers import SRC_WORDS, TGT_WORDS, bpe_params, train_marian_spm
+from tests.support.hf import SRC_WORDS, TGT_WORDS, train_marian_spm
+from tests.support.models import bpe_params
 
 WORDS = "der die das hund katze läuft über straße the dog cat runs over street".split()
 

@@ -22,7 +22,7 @@ from pipeline.model import checkpoint
 from pipeline.model.transformer import Seq2SeqBase
 from pipeline.stages import translate as translate_stage
 from pipeline.tokens import BOS, EOS, N_SPECIAL
-from tests.helpers import CT2_MAX_LEN, make_ct2_model_dir
+from tests.support.models import CT2_MAX_LEN, make_ct2_model_dir
 
 # (norm, positions, tie_embeddings, activation, seed): every mapping the export makes, each
 # with a seed whose outputs vary between inputs and mostly end before the length limit.

@@ -12,7 +12,8 @@ import pytest
 from pipeline.decoding import heatmaps
 from pipeline.decoding.translator import Translator
 from pipeline.errors import UserError
-from tests.helpers import make_model_dir, png_size
+from tests.support.figures import png_size
+from tests.support.models import make_model_dir
 
 SENTENCES = ["ein hund läuft über die straße", "die katze"]
 

@@ -17,7 +17,9 @@ from pipeline.decoding.search import translate_ids
 from pipeline.decoding.translator import Translator
 from pipeline.errors import UserError
 from pipeline.tokens import BOS
-from tests.helpers import BASE, REPO, make_ct2_model_dir, make_trained_model_dir, marian_pairs
+from tests.support.hf import make_trained_model_dir, marian_pairs
+from tests.support.models import make_ct2_model_dir
+from tests.support.repo import BASE, REPO
 
 transformers = pytest.importorskip("transformers")
 

@@ -16,7 +16,8 @@ from pipeline.decoding.search import translate_ids
 from pipeline.decoding.translator import Translator
 from pipeline.errors import UserError
 from pipeline.tokens import BOS, PAD, SEP
-from tests.helpers import BASE, marian_pairs
+from tests.support.hf import marian_pairs
+from tests.support.repo import BASE
 
 transformers = pytest.importorskip("transformers")
 

@@ -7,7 +7,7 @@ import torch
 
 from pipeline.decoding import hf_weights
 from pipeline.model.transformer import build_model
-from tests.helpers import tiny_model_params
+from tests.support.models import tiny_model_params
 
 EMBEDDINGS = {"src_embed.tokens.weight", "tgt_embed.tokens.weight", "out_weight", "out_bias"}
 

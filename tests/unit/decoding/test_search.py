@@ -29,7 +29,8 @@ from pipeline.decoding.search import (
 )
 from pipeline.model.transformer import DecoderState, Seq2SeqBase, build_model
 from pipeline.tokens import BOS, EOS, N_SPECIAL
-from tests.helpers import REPO, tiny_model_params
+from tests.support.models import tiny_model_params
+from tests.support.repo import REPO
 
 BASE = P.load(REPO / "params.yaml")
 

@@ -10,7 +10,7 @@ import pytest
 from pipeline.decoding import translator as tr
 from pipeline.decoding.translator import Translator
 from pipeline.errors import UserError
-from tests.helpers import make_model_dir
+from tests.support.models import make_model_dir
 
 
 def test_translator_uses_the_models_settings_and_keeps_line_count(translator: Translator) -> None:

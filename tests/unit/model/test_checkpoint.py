@@ -14,7 +14,7 @@ from pipeline import params
 from pipeline.errors import UserError
 from pipeline.model import checkpoint
 from pipeline.model.transformer import build_model
-from tests.helpers import REPO
+from tests.support.repo import REPO
 
 BASE = params.load(REPO / "params.yaml")
 VOCAB = 23

@@ -30,7 +30,7 @@ from pipeline.model.transformer import (
 )
 from pipeline.params import ModelParams
 from pipeline.tokens import BOS, EOS, N_SPECIAL, PAD, SEP
-from tests.helpers import REPO
+from tests.support.repo import REPO
 
 BASE = params.load(REPO / "params.yaml")
 VOCAB = 23

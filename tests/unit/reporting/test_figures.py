@@ -8,7 +8,7 @@ import pandas as pd
 
 from pipeline.reporting import figures
 from pipeline.stages.report import read_tsv
-from tests.helpers import axis_labels, legend_texts, notes, png_size
+from tests.support.figures import axis_labels, legend_texts, notes, png_size
 
 
 def test_plot_without_validation_rows(tmp_path: Path, saved_figures) -> None:

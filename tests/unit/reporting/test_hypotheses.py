@@ -12,7 +12,8 @@ from pipeline import files
 from pipeline.errors import UserError
 from pipeline.reporting import hypotheses
 from pipeline.tracking import Tracker
-from tests.helpers import dvc, garble, references
+from tests.support.dvc_repo import dvc
+from tests.support.tables import garble, references
 
 
 def test_sets_are_keyed_val_then_test_sets_by_name(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from sacrebleu.metrics import BLEU
 
 from pipeline.errors import UserError
 from pipeline.reporting import metrics
-from tests.helpers import garble, references
+from tests.support.tables import garble, references
 
 
 def test_sentence_chrf_per_line() -> None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pipeline import params as P
 from pipeline.reporting import page
-from tests.helpers import REPO, table_rows
+from tests.support.repo import REPO
+from tests.support.tables import table_rows
 
 SIGNATURE = {"bleu": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0"}
 TEST_METRICS = {"bleu": 37.12, "chrf": 60.27, "ter": 45.0, "n_lines": 8, "signature": SIGNATURE}

@@ -19,7 +19,7 @@ import pytest
 
 from pipeline.reporting import runs
 from pipeline.tracking import Tracker
-from tests.helpers import COMMIT, SWEEP, T16, T17, sweep_params
+from tests.support.sweep import COMMIT, SWEEP, T16, T17, sweep_params
 
 # --- the table from MLflow -------------------------------------------------------
 

@@ -11,7 +11,7 @@ from pipeline import files
 from pipeline.errors import UserError
 from pipeline.reporting import runs, significance
 from pipeline.reporting.hypotheses import RunHypotheses
-from tests.helpers import garble, references, table_rows
+from tests.support.tables import garble, references, table_rows
 
 ALL = ("val", "test/a", "test/b")
 

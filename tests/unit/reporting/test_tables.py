@@ -7,7 +7,7 @@ import math
 import pandas as pd
 
 from pipeline.reporting import runs, tables
-from tests.helpers import table_rows
+from tests.support.tables import table_rows
 
 
 def test_pipes_and_markdown_in_sentences_are_escaped() -> None:

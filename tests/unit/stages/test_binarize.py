@@ -24,7 +24,8 @@ from pipeline.data.vocab import Vocab
 from pipeline.errors import UserError
 from pipeline.stages import binarize as binarize_stage
 from pipeline.stages.bpe import train_bpe
-from tests.helpers import REPO, bpe_params
+from tests.support.models import bpe_params
+from tests.support.repo import REPO
 
 SPLITS, SIDES = ("train", "val"), ("src", "tgt")  # test sets are not binarized: nothing trains on them
 DE = "der die das ein hund katze mann läuft springt über straße weiß".split()

@@ -19,8 +19,8 @@ from pipeline import tokens
 from pipeline.errors import UserError
 from pipeline.params import BpeParams
 from pipeline.stages import bpe as bpe_stage
-from tests.helpers import REPO
-from tests.helpers import bpe_params as sized_bpe
+from tests.support.models import bpe_params as sized_bpe
+from tests.support.repo import REPO
 
 bpe_params = functools.partial(sized_bpe, vocab_size=100)
 

@@ -16,7 +16,7 @@ from pipeline import files, params
 from pipeline.data import lines, text
 from pipeline.errors import UserError
 from pipeline.stages import clean
-from tests.helpers import REPO
+from tests.support.repo import REPO
 
 BASE = params.load(REPO / "params.yaml")
 CLEAN = dataclasses.replace(BASE.clean, max_words=5, max_ratio=3.0, dedupe=True, decontaminate=True)

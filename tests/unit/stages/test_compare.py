@@ -14,7 +14,7 @@ from pipeline import files
 from pipeline.reporting import hypotheses
 from pipeline.stages import compare
 from pipeline.tracking import Tracker
-from tests.helpers import table_rows
+from tests.support.tables import table_rows
 
 
 def run_compare(repo: Path, monkeypatch: pytest.MonkeyPatch, *args: str) -> Result:

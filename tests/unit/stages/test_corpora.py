@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from pipeline.data import corpora
 from pipeline.data.corpora import NamedSet, Side
 from pipeline.stages import corpora as command_module
-from tests.helpers import sha, write
+from tests.support.corpora import sha, write
 
 
 def invoke(*args: str, mirror: str | None = None):

@@ -11,7 +11,8 @@ from click.testing import CliRunner
 from pipeline import params as P
 from pipeline.decoding.translator import Translator
 from pipeline.stages import decode as decode_stage
-from tests.helpers import REPO, make_model_dir
+from tests.support.models import make_model_dir
+from tests.support.repo import REPO
 
 VAL = ["ein hund läuft", "", "die katze springt über die straße", "   ", "der mann"]
 TEST = ["das kind", "eine frau läuft über die straße", ""]

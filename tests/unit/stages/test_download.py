@@ -22,18 +22,9 @@ from pipeline.data import corpora
 from pipeline.errors import ParamsError, UserError
 from pipeline.params import DataParams, SourceSpec
 from pipeline.stages import clean, download
-from tests.helpers import (
-    M30K,
-    REPO,
-    entries,
-    fake_multi30k_mirror,
-    numbered,
-    serve,
-    sha,
-    sides,
-    user_data,
-    write,
-)
+from tests.support.corpora import M30K, entries, fake_multi30k_mirror, numbered, sha, sides, user_data, write
+from tests.support.fake_http import serve
+from tests.support.repo import REPO
 
 BASE = params.load(REPO / "params.yaml")
 

@@ -9,7 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 from pipeline.stages import experiments as experiments_stage
-from tests.helpers import REPO, table_rows
+from tests.support.repo import REPO
+from tests.support.tables import table_rows
 
 
 def test_cli_dvc_source_prints_and_writes_csv(

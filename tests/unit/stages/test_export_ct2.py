@@ -12,7 +12,7 @@ pytest.importorskip("ctranslate2")
 from pipeline.decoding import ct2
 from pipeline.stages import export_ct2
 from pipeline.stages import translate as translate_stage
-from tests.helpers import make_ct2_model_dir
+from tests.support.models import make_ct2_model_dir
 
 
 def run(args: list[str], stdin: bytes = b""):

@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from pipeline.stages import export_hf
-from tests.helpers import make_ct2_model_dir
+from tests.support.models import make_ct2_model_dir
 
 transformers = pytest.importorskip("transformers")
 

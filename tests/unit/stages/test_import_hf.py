@@ -13,7 +13,8 @@ from click.testing import CliRunner
 
 from pipeline.stages import import_hf
 from pipeline.stages import translate as translate_stage
-from tests.helpers import REPO, marian_pairs
+from tests.support.hf import marian_pairs
+from tests.support.repo import REPO
 
 pytest.importorskip("transformers")
 

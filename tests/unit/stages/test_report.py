@@ -12,15 +12,10 @@ from click.testing import CliRunner
 from pipeline import files, tracking
 from pipeline import params as P
 from pipeline.stages import report
-from tests.helpers import (
-    REPO,
-    axis_labels,
-    legend_texts,
-    make_model_dir,
-    notes,
-    png_size,
-    table_rows,
-)
+from tests.support.figures import axis_labels, legend_texts, notes, png_size
+from tests.support.models import make_model_dir
+from tests.support.repo import REPO
+from tests.support.tables import table_rows
 
 PARAMS_FILE = REPO / "params.yaml"
 

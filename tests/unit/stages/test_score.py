@@ -14,7 +14,7 @@ from sacrebleu.metrics import BLEU, CHRF, TER
 from pipeline import files
 from pipeline.errors import UserError
 from pipeline.stages import score
-from tests.helpers import garble, references
+from tests.support.tables import garble, references
 
 REFS = [
     "a man in an orange hat starring at something .",

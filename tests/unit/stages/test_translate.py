@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from pipeline.decoding import translator as tr
 from pipeline.decoding.translator import Translator
 from pipeline.stages import translate as translate_stage
-from tests.helpers import make_model_dir
+from tests.support.models import make_model_dir
 
 
 def run(args: list[str], stdin: bytes = b""):

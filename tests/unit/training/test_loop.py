@@ -31,7 +31,8 @@ from pipeline.tracking import Tracker
 from pipeline.training import state
 from pipeline.training.loop import Trainer
 from pipeline.training.state import Paths
-from tests.helpers import make_corpus, make_text_corpus, model_weights, read_tsv, tiny_params, tiny_raw
+from tests.support.corpora import read_tsv
+from tests.support.models import make_corpus, make_text_corpus, model_weights, tiny_params, tiny_raw
 
 # --- learning, and what a run writes --------------------------------------------------------
 

@@ -28,7 +28,7 @@ from pipeline.training.state import (
     set_rng_state,
 )
 from pipeline.training.step import UpdateStep
-from tests.helpers import VOCAB, make_corpus, tiny_params
+from tests.support.models import VOCAB, make_corpus, tiny_params
 
 CPU = torch.device("cpu")
 

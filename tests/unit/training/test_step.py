@@ -15,7 +15,7 @@ from pipeline.errors import UserError
 from pipeline.model.transformer import build_model
 from pipeline.tokens import BOS, EOS, N_SPECIAL, PAD
 from pipeline.training.step import UpdateStep
-from tests.helpers import VOCAB, tiny_params
+from tests.support.models import VOCAB, tiny_params
 
 CPU = torch.device("cpu")
 
