@@ -8,26 +8,27 @@ its sentencepiece model and binarized ids, everything `python -m pipeline train`
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from pipeline import params as P
 from pipeline.data.batching import Batch
-from pipeline.params import BpeParams
+from pipeline.data.shards import write_shard
 from pipeline.stages.bpe import train_bpe
 from pipeline.tokens import BOS, EOS, N_SPECIAL, PAD
+
+REPO = Path(__file__).resolve().parents[2]
 
 SPLITS = ("train", "val", "test")
 
 
 def write_side(prefix: Path, seqs: list[np.ndarray]) -> None:
     """One {split}.{side}.bin/.idx pair as binarize writes it (uint16 ids, int64 offsets)."""
-    offsets = np.zeros(len(seqs) + 1, dtype="<i8")
-    np.cumsum([len(s) for s in seqs], out=offsets[1:])
-    np.concatenate(seqs).astype("<u2").tofile(f"{prefix}.bin")
-    offsets.tofile(f"{prefix}.idx")
+    write_shard(prefix, seqs)
 
 
 def multi30k_lengths(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -58,14 +59,8 @@ def write_small_run(root: Path, vocab_size: int = 64, pairs: int = 400, seed: in
     lines = [" ".join(word() for _ in range(rng.randint(3, 12))) for _ in range(500)]
     for side in ("src", "tgt"):
         (text / f"train.{side}").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    bpe = BpeParams(
-        joint=True,
-        vocab_size=vocab_size,
-        character_coverage=1.0,
-        byte_fallback=False,
-        sample_lines=2_000_000,
-        seed=1,
-    )
+    # params.yaml's bpe section at this vocabulary size: new settings arrive with their defaults
+    bpe = dataclasses.replace(P.load(REPO / "params.yaml").bpe, vocab_size=vocab_size, seed=1)
     train_bpe(bpe, text, root / "bpe")
     write_binarized(root / "bin", vocab_size, {"train": pairs, "val": 20, "test": 20}, seed)
     return root / "bin", root / "bpe"
