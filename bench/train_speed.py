@@ -78,6 +78,7 @@ from bench.common import machine_info, merge_rows, write_section
 from pipeline import params as P
 from pipeline.data.batching import Batch, ParallelData, TokenArray, collate, epoch_batches, token_batches
 from pipeline.data.sampling import Prefetcher, Sampling, read_text, sample_epoch
+from pipeline.data.shards import ShardWriter, offsets_of
 from pipeline.data.vocab import Vocab
 from pipeline.decoding.hf_export import hf_config
 from pipeline.files import write_json
@@ -186,13 +187,11 @@ def write_corpus(bin_dir: Path, pairs: int, vocab: int, seed: int, scale: int = 
     bin_dir.mkdir(parents=True, exist_ok=True)
     index_bytes = 0
     for side in ("src", "tgt"):
-        offsets = np.zeros(pairs + 1, dtype="<i8")
-        np.cumsum(rng.integers(5, 41, size=pairs) * scale, out=offsets[1:])
-        rng.integers(N_SPECIAL, vocab, size=int(offsets[-1]), dtype=np.uint16).astype("<u2").tofile(
-            bin_dir / f"train.{side}.bin"
-        )
-        offsets.tofile(bin_dir / f"train.{side}.idx")
-        index_bytes += offsets.nbytes
+        lengths = rng.integers(5, 41, size=pairs) * scale
+        ids = rng.integers(N_SPECIAL, vocab, size=int(lengths.sum()), dtype=np.uint16).astype("<u2")
+        with ShardWriter(bin_dir / f"train.{side}") as out:
+            out.write(lengths, ids)
+        index_bytes += offsets_of(lengths).nbytes
     return index_bytes
 
 

@@ -14,11 +14,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from pipeline.data.shards import open_shard
 from pipeline.errors import UserError
 from pipeline.tokens import BOS, EOS, PAD
 
-# itemsize -> dtype, as binarize writes them
-_DTYPES: dict[int, np.dtype[np.integer]] = {2: np.dtype("<u2"), 4: np.dtype("<i4")}
 _BLOCK = 1 << 16  # sentences per block where a per-sentence Python loop needs a list
 
 
@@ -32,7 +31,7 @@ class TokenArray:
     def __init__(self, prefix: str | Path | Sequence[str | Path]) -> None:
         prefixes = [prefix] if isinstance(prefix, (str, Path)) else list(prefix)
         self.prefixes = [Path(p) for p in prefixes]
-        self._shards = [_open_shard(p) for p in self.prefixes]
+        self._shards = [open_shard(p) for p in self.prefixes]
         counts = [len(offsets) - 1 for _, offsets in self._shards]
         self._starts = np.zeros(len(counts) + 1, dtype=np.int64)  # sentence id of each shard's first
         np.cumsum(counts, out=self._starts[1:])
@@ -76,29 +75,6 @@ class TokenArray:
 
     def __setstate__(self, state: dict) -> None:
         TokenArray.__init__(self, state["prefixes"])  # the class's own: self.__init__ could be a subclass's
-
-
-def _open_shard(prefix: Path) -> tuple[np.ndarray, np.ndarray]:
-    """A shard's (ids, offsets), both mapped read-only; offsets has n+1 entries from 0."""
-    bin_path, idx_path = Path(f"{prefix}.bin"), Path(f"{prefix}.idx")
-    for path in (bin_path, idx_path):
-        if not path.is_file():
-            raise UserError(f"{path}: missing; run the binarize stage (`python -m pipeline binarize`)")
-    idx_bytes = idx_path.stat().st_size
-    if idx_bytes < 8 or idx_bytes % 8:
-        raise UserError(f"{idx_path}: not an index of int64 offsets (corrupt?); rerun binarize")
-    offsets = np.memmap(idx_path, dtype="<i8", mode="r")
-    n_tokens, n_bytes = int(offsets[-1]), bin_path.stat().st_size
-    itemsize = n_bytes // n_tokens if n_tokens > 0 else 2
-    if n_tokens < 0 or offsets[0] != 0 or itemsize not in _DTYPES or itemsize * n_tokens != n_bytes:
-        raise UserError(f"{prefix}.bin/.idx: sizes do not match (corrupt?); rerun binarize")
-    # np.memmap cannot map an empty file; an empty array reads the same.
-    tokens = (
-        np.memmap(bin_path, dtype=_DTYPES[itemsize], mode="r")
-        if n_tokens > 0
-        else np.zeros(0, dtype=_DTYPES[itemsize])
-    )
-    return tokens, offsets
 
 
 def shard_prefixes(bin_dir: Path, split: str, side: str) -> list[Path]:

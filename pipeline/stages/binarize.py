@@ -30,6 +30,7 @@ import numpy as np
 
 from pipeline import tokens
 from pipeline.data.pool import ordered_results, resolve_workers
+from pipeline.data.shards import ShardWriter, token_dtype
 from pipeline.data.vocab import Vocab
 from pipeline.errors import UserError
 from pipeline.files import atomic_path, write_json
@@ -43,11 +44,6 @@ CHUNK_LINES = 10_000
 SHARD_LINES = 1_000_000  # about 30-60 MB a shard and side at Multi30k/WMT sentence lengths
 
 Encoder = Callable[[list[str]], list[list[int]]]
-
-
-def token_dtype(vocab_size: int) -> np.dtype:
-    """uint16 halves the file (and page cache) for any vocab of at most 65536 pieces."""
-    return np.dtype("<u2") if vocab_size <= 2**16 else np.dtype("<i4")
 
 
 @dataclass(frozen=True)
@@ -174,21 +170,16 @@ def train_sources(clean_dir: Path, n_train: int) -> list[dict[str, Any]]:
 
 def _write_shard(shard: Shard, encoded: Iterator[tuple[np.ndarray, np.ndarray]]) -> dict[str, int]:
     """Write the shard's chunks, the next len(shard.chunks) of `encoded`; return its counts."""
-    lengths = [np.zeros(0, np.int64)]
     n_unk = 0
-    with open(f"{shard.prefix}.bin", "wb") as out:
+    with ShardWriter(shard.prefix) as out:
         for _, (lens, ids) in zip(shard.chunks, encoded):  # chunks first: zip must not take one too many
-            out.write(ids.tobytes())
-            lengths.append(lens)
+            out.write(lens, ids)
             n_unk += int(np.count_nonzero(ids == tokens.UNK))
-    all_lens = np.concatenate(lengths)
-    offsets = np.zeros(len(all_lens) + 1, dtype="<i8")
-    np.cumsum(all_lens, out=offsets[1:])
-    offsets.tofile(f"{shard.prefix}.idx")
+    lengths = out.lengths
     return {
-        "sentences": len(all_lens),
-        "tokens": int(offsets[-1]),
-        "max_len": int(all_lens.max(initial=0)),
+        "sentences": len(lengths),
+        "tokens": int(lengths.sum()),
+        "max_len": int(lengths.max(initial=0)),
         "unk": n_unk,
     }
 

@@ -9,13 +9,13 @@ import random
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import sentencepiece as spm
 import torch
 import yaml
 
 from pipeline import params as P
 from pipeline.data.batching import ParallelData
+from pipeline.data.shards import write_shard
 from pipeline.decoding.search import BANNED
 from pipeline.model import checkpoint
 from pipeline.model.transformer import Seq2SeqBase, build_model
@@ -78,11 +78,7 @@ VOCAB = 24
 
 def write_side(prefix: Path, seqs: list[list[int]]) -> None:
     """One {split}.{side}.bin/.idx pair, as the binarize stage writes it."""
-    lens = np.array([len(s) for s in seqs], dtype=np.int64)
-    offsets = np.zeros(len(seqs) + 1, dtype="<i8")
-    np.cumsum(lens, out=offsets[1:])
-    np.concatenate([np.asarray(s, dtype="<u2") for s in seqs]).tofile(f"{prefix}.bin")
-    offsets.tofile(f"{prefix}.idx")
+    write_shard(prefix, seqs)
 
 
 def bpe_params(joint: bool = True, vocab_size: int | str = VOCAB, **changes) -> BpeParams:
