@@ -305,38 +305,6 @@ class TrainFilter:
             counts["dropped"]["duplicate"] += k
 
 
-def clean_pairs(
-    src: Sequence[str],
-    tgt: Sequence[str],
-    params: CleanParams,
-    train: bool,
-    heldout: Heldout = NO_HELDOUT,
-    sources: Sequence[tuple[str, int]] = (),
-) -> tuple[list[str], list[str], SplitStats]:
-    """Normalize a split's line-aligned sides (in memory); for train also filter. Returns (src, tgt, stats).
-
-    `sources`: the train split's (name, lines) in order, for per-source counts.
-    """
-    if len(src) != len(tgt):
-        raise ValueError(f"sides differ in length: {len(src)} != {len(tgt)}")  # callers check first
-    if sum(n for _, n in sources) not in (0, len(src)):
-        raise ValueError(f"sources hold {sum(n for _, n in sources)} lines, the split {len(src)}")
-    stats = SplitStats()
-    chunk = clean_lines(list(src), list(tgt), params, train, heldout)
-    stats.add_normalized(chunk.normalized)
-    if not train:
-        stats.lines_in = stats.lines_out = len(chunk.src)
-        return chunk.src, chunk.tgt, stats
-    outcomes = TrainFilter(params, sources or [("train", len(src))], stats)
-    outcomes.take(chunk.codes)
-    kept_src, kept_tgt = chunk.src, chunk.tgt
-    if params.dedupe:
-        duplicate = ~dedupe.first_occurrences(np.frombuffer(chunk.hashes, dtype=np.uint64))
-        outcomes.drop_duplicates(0, duplicate)
-        kept_src, kept_tgt = (list(itertools.compress(lines, ~duplicate)) for lines in (kept_src, kept_tgt))
-    return kept_src, kept_tgt, stats
-
-
 # --- the stage -------------------------------------------------------------------------------
 
 

@@ -5,8 +5,11 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import hashlib
+import shutil
 from pathlib import Path
+from typing import Any
 
+from pipeline import files
 from pipeline import params as P
 from pipeline.data import corpora, fetch
 from pipeline.params import DataParams, SourceSpec
@@ -100,3 +103,27 @@ def raw_manifest(train: list[str], val: list[str], test: list[str], *, lines: in
         "splits": {split: [entry(n) for n in names] for split, names in splits.items()},
         "heldout": None,
     }
+
+
+def clean_split(
+    root: Path, src: list[str], tgt: list[str], params: P.CleanParams, train: bool
+) -> tuple[list[str], list[str], dict[str, Any]]:
+    """The clean stage run on these lines as the train split (train) or as val: (src, tgt, its stats).
+
+    The other splits hold one pair, "v" (val, which decontamination then also drops from train) or
+    "zz train only" (train), so that the split is cleaned as the stage cleans it, by the same code.
+    """
+    from pipeline.stages import clean
+
+    raw, out = root / "raw", root / "clean"
+    shutil.rmtree(root, ignore_errors=True)
+    (raw / "test").mkdir(parents=True)
+    given, other = (src, tgt), (["zz train only"], ["zz train only"])
+    splits = {"train": given if train else other, "val": (["v"], ["v"]) if train else given}
+    splits["test/t"] = (["t"], ["t"])
+    for stem, (s, t) in splits.items():
+        files.write_lines(raw / f"{stem}.src", s)
+        files.write_lines(raw / f"{stem}.tgt", t)
+    stats = clean.clean(params, raw, out)
+    stem = "train" if train else "val"
+    return files.read_lines(out / f"{stem}.src"), files.read_lines(out / f"{stem}.tgt"), stats[stem]

@@ -13,9 +13,10 @@ import yaml
 from click.testing import CliRunner
 
 from pipeline import files, params
-from pipeline.data import lines, text
+from pipeline.data import lines
 from pipeline.errors import UserError
 from pipeline.stages import clean
+from tests.support.corpora import clean_split
 from tests.support.repo import REPO
 
 BASE = params.load(REPO / "params.yaml")
@@ -32,10 +33,10 @@ def write_raw(raw: Path, splits: dict[str, tuple[list[str], list[str]]]) -> Path
     return raw
 
 
-# --- clean_pairs -------------------------------------------------------------------
+# --- one split through the stage -------------------------------------------------------------------
 
 
-def test_each_drop_reason_is_counted_by_the_first_rule_that_applies():
+def test_each_drop_reason_is_counted_by_the_first_rule_that_applies(tmp_path):
     pairs = [
         ("ein Hund", "a dog"),  # kept
         ("", "a dog"),  # empty
@@ -49,36 +50,37 @@ def test_each_drop_reason_is_counted_by_the_first_rule_that_applies():
         ("ein Hund", "the dog"),  # not a duplicate: tgt differs
     ]
     src, tgt = zip(*pairs)
-    out_src, out_tgt, stats = clean.clean_pairs(src, tgt, CLEAN, train=True)
+    out_src, out_tgt, stats = clean_split(tmp_path, list(src), list(tgt), CLEAN, train=True)
     assert list(zip(out_src, out_tgt)) == [("ein Hund", "a dog"), ("ab", "abcdef"), ("ein Hund", "the dog")]
-    assert stats.dropped == {**NO_DROPS, "empty": 3, "too_long": 1, "ratio": 2, "duplicate": 1}
-    assert (stats.lines_in, stats.lines_out) == (10, 3)
+    assert stats["dropped"] == {**NO_DROPS, "empty": 3, "too_long": 1, "ratio": 2, "duplicate": 1}
+    assert (stats["lines_in"], stats["lines_out"]) == (10, 3)
 
 
-def test_dedupe_keeps_the_first_and_can_be_turned_off():
+def test_dedupe_keeps_the_first_and_can_be_turned_off(tmp_path):
     src = ["b", "a", "a", "b", "a"]
     tgt = ["B", "A", "A", "B", "other"]
     loose = dataclasses.replace(CLEAN, max_ratio=10.0)
-    out_src, out_tgt, stats = clean.clean_pairs(src, tgt, loose, train=True)
+    out_src, out_tgt, stats = clean_split(tmp_path, src, tgt, loose, train=True)
     assert list(zip(out_src, out_tgt)) == [("b", "B"), ("a", "A"), ("a", "other")]
-    assert stats.dropped["duplicate"] == 2
-    kept, _, stats = clean.clean_pairs(src, tgt, dataclasses.replace(loose, dedupe=False), train=True)
-    assert kept == src and stats.dropped["duplicate"] == 0
+    assert stats["dropped"]["duplicate"] == 2
+    kept, _, stats = clean_split(tmp_path, src, tgt, dataclasses.replace(loose, dedupe=False), train=True)
+    assert kept == src and stats["dropped"]["duplicate"] == 0
 
 
-def test_a_pair_dropped_for_another_reason_is_not_remembered_as_seen():
-    src, _, stats = clean.clean_pairs(["a", "a"], ["abcdefgh", "abcdefgh"], CLEAN, train=True)
-    assert src == [] and stats.dropped == {**NO_DROPS, "ratio": 2}
+def test_a_pair_dropped_for_another_reason_is_not_remembered_as_seen(tmp_path):
+    pairs = [("a", "abcdefgh"), ("a", "abcdefgh"), ("a", "abc")]
+    src, _, stats = clean_split(tmp_path, *map(list, zip(*pairs)), CLEAN, train=True)
+    assert src == ["a"] and stats["dropped"] == {**NO_DROPS, "ratio": 2}
 
 
-def test_eval_splits_are_normalized_but_never_filtered():
+def test_eval_splits_are_normalized_but_never_filtered(tmp_path):
     src = ["  x\ty ", "", "a", "a", "one two three four five six seven"]
     tgt = ["X", "", "abcdefghij", "abcdefghij", "1"]
-    out_src, out_tgt, stats = clean.clean_pairs(src, tgt, CLEAN, train=False)
+    out_src, out_tgt, stats = clean_split(tmp_path, src, tgt, CLEAN, train=False)
     assert out_src == ["x y", "", "a", "a", "one two three four five six seven"]
     assert out_tgt == tgt
-    assert stats.lines_out == 5 and sum(stats.dropped.values()) == 0
-    assert stats.normalized["src"] == text.SideStats(control_chars=1, nfc=0, whitespace=1)
+    assert stats["lines_out"] == 5 and sum(stats["dropped"].values()) == 0
+    assert stats["normalized"]["src"] == {"control_chars": 1, "nfc": 0, "whitespace": 1}
 
 
 def test_a_one_megabyte_line_is_dropped_from_train_and_kept_in_test(tmp_path):
@@ -280,9 +282,6 @@ def test_the_output_is_the_same_for_any_number_of_workers_and_chunk_size(tmp_pat
     assert clean.clean(CLEAN, raw, tmp_path / "chunked", workers=workers) == whole
     for path in sorted((tmp_path / "whole").rglob("*.*")):
         assert path.read_bytes() == (tmp_path / "chunked" / path.relative_to(tmp_path / "whole")).read_bytes()
-    heldout = clean.Heldout(frozenset({clean._digest("v")}), frozenset({clean._digest("v")}))
-    in_memory, _, _ = clean.clean_pairs(*corpus(200), CLEAN, True, heldout)
-    assert files.read_lines(tmp_path / "whole" / "train.src") == in_memory
     assert whole["train"]["dropped"]["duplicate"] > 0 and whole["train"]["dropped"]["heldout_overlap"] == 1
 
 
