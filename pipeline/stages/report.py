@@ -163,24 +163,14 @@ def build_report(
     runs, runs_note = read_experiments(params.tracking.experiment)
     compared = experiment_curves(runs, run_id) if runs is not None else []
 
-    def link(name: str) -> str:
-        return Path(os.path.relpath(figures_dir / name, out.parent)).as_posix()
-
-    figures = {"curves": link(CURVES_PNG)}
-    with files.atomic_path(figures_dir) as tmp:  # the whole folder, so no stale figure survives
-        tmp.mkdir()
-        plot_learning_curves(steps, valid, tmp / CURVES_PNG)
-        if length_rows and first is not None:
-            plot_bleu_by_length(length_rows, tmp / LENGTH_PNG, first)
-            figures["length"] = link(LENGTH_PNG)
-        if len(compared) > 1:
-            plot_experiment_curves(compared, _label(runs, run_id), tmp / COMPARE_PNG)
-            figures["compare"] = link(COMPARE_PNG)
-        heatmaps, heatmaps_note = draw_heatmaps(
-            model_dir, test.srcs if test else [], tmp, params.decode, first or TEST_DIR
-        )
-        heatmaps = [(caption, link(name)) for caption, name in heatmaps]
-
+    figures, heatmaps, heatmaps_note = draw_figures(
+        figures_dir,
+        out.parent,
+        logs=(steps, valid),
+        by_length=(length_rows, first),
+        compared=(compared, _label(runs, run_id)),
+        heatmaps_of=(model_dir, test.srcs if test else [], params.decode, first or TEST_DIR),
+    )
     inputs = ReportInputs(
         params=params.to_dict(),
         metrics=read_json(metrics_path, required=True) or {},
@@ -205,6 +195,42 @@ def build_report(
             tracker.log_artifact(out, "report")
             tracker.log_artifacts(figures_dir, "report/figures")
     return text
+
+
+def draw_figures(
+    figures_dir: Path,
+    page_dir: Path,
+    *,
+    logs: tuple[pd.DataFrame | None, pd.DataFrame | None],
+    by_length: tuple[list[dict[str, Any]], str | None],
+    compared: tuple[list[tuple[str, pd.DataFrame]], str | None],
+    heatmaps_of: tuple[Path | None, list[str], P.DecodeParams, str],
+) -> tuple[dict[str, str], list[tuple[str, str]], str | None]:
+    """Draw the report's figures into figures_dir, rewritten whole so that no stale figure survives.
+
+    logs: train's steps and valid logs; by_length: the rows and their test set; compared: the runs'
+    validation curves and this run's label; heatmaps_of: (model dir, sources, decode params, set).
+    Returns each figure's link from page_dir, the heatmaps' (caption, link), and why there are none.
+    """
+
+    def link(name: str) -> str:
+        return Path(os.path.relpath(figures_dir / name, page_dir)).as_posix()
+
+    figures = {"curves": link(CURVES_PNG)}
+    with files.atomic_path(figures_dir) as tmp:
+        tmp.mkdir()
+        plot_learning_curves(*logs, tmp / CURVES_PNG)
+        rows, analysed = by_length
+        if rows and analysed is not None:
+            plot_bleu_by_length(rows, tmp / LENGTH_PNG, analysed)
+            figures["length"] = link(LENGTH_PNG)
+        curves, current = compared
+        if len(curves) > 1:
+            plot_experiment_curves(curves, current, tmp / COMPARE_PNG)
+            figures["compare"] = link(COMPARE_PNG)
+        model_dir, srcs, decode, name = heatmaps_of
+        heatmaps, note = draw_heatmaps(model_dir, srcs, tmp, decode, name)
+    return figures, [(caption, link(name)) for caption, name in heatmaps], note
 
 
 def read_experiments(experiment: str) -> tuple[pd.DataFrame | None, str | None]:
