@@ -74,6 +74,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from bench import flops
 from bench.common import machine_info, merge_rows, write_section
 from pipeline import params as P
 from pipeline.data.batching import Batch, ParallelData, TokenArray, collate, epoch_batches, token_batches
@@ -83,6 +84,7 @@ from pipeline.data.vocab import Vocab
 from pipeline.decoding.hf_export import hf_config
 from pipeline.files import write_json
 from pipeline.model.transformer import build_model
+from pipeline.reporting.tables import markdown_table
 from pipeline.tokens import BOS, EOS, N_SPECIAL, PAD
 from pipeline.training.distributed import Dist
 from pipeline.training.optim import inverse_sqrt, parameter_groups
@@ -403,6 +405,59 @@ def throughput(
                 row("ours", setup.task, precision, "round_ratio_max", max(per_round), digits=3),
             ]
     return rows
+
+
+PRECISION_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+PEAK = "torch.matmul"  # the system of the measured-peak rows
+
+
+def utilization(
+    setup: Setup, rows: list[dict], precisions: list[str], say: Callable[[str], None]
+) -> list[dict]:
+    """Each system's model FLOP utilization against the matmul peak measured here at the update's own
+    GEMM shapes, dtype and threads (bench.flops); with the peak and the FLOPs per target token."""
+    if setup.model.arch != "encoder_decoder":
+        return []
+    forward = flops.forward_gemms(setup.model, setup.vocab, setup.batch, setup.length, setup.length)
+    gemms = flops.update_gemms(forward)
+    per_token = sum(g.flops for g in gemms) / (setup.batch * setup.length)
+    speeds = {(r["system"], r["precision"]): r["value"] for r in rows if r["metric"] == "tokens_per_s"}
+    out = []
+    for precision in precisions:
+        peak = flops.measured_peak(gemms, PRECISION_DTYPES[precision], 0.005 if setup.smoke else 0.05)
+        say(f"{precision} matmul peak at the update's shapes: {peak / 1e12:.3f} TFLOP/s")
+        out += [
+            row(PEAK, setup.task, precision, "gemm_peak_tflops", peak / 1e12, digits=4),
+            row(PEAK, setup.task, precision, "model_mflop_per_target_token", per_token / 1e6, digits=2),
+        ]
+        out += [
+            row(system, setup.task, precision, "mfu_of_measured_peak", speed * per_token / peak, digits=3)
+            for (system, p), speed in speeds.items()
+            if p == precision
+        ]
+    return out
+
+
+def utilization_table(v: dict, setup: Setup, precisions: list[str]) -> list[str]:
+    """MFU per system and precision, the measured peak and the FLOPs it is measured with."""
+    get = lambda s, p, m: v.get((s, setup.task, p, m))
+    if get(PEAK, precisions[0], "gemm_peak_tflops") is None:
+        return []
+    per_token = get(PEAK, precisions[0], "model_mflop_per_target_token")
+    rows = [
+        [s, *(f"{get(s, p, 'mfu_of_measured_peak'):.2f}" for p in precisions)]
+        for s in SYSTEMS
+        if get(s, precisions[0], "mfu_of_measured_peak") is not None
+    ]
+    rows.append([f"{PEAK} peak, TFLOP/s", *(f"{get(PEAK, p, 'gemm_peak_tflops'):.3f}" for p in precisions)])
+    return [
+        f"Model FLOP utilization: target tokens/s x {per_token:,.1f} MFLOP per target token (the update's "
+        "matrix products, forward and backward: bench/flops.py) over the matmul peak measured in this run "
+        "at those products' shapes, dtype and threads:",
+        "",
+        markdown_table(["system", *precisions], rows, "l" + "r" * len(precisions)),
+        "",
+    ]
 
 
 def corpus_vocab(bin_dir: Path, default: int) -> int:
@@ -738,6 +793,7 @@ def train_section(rows: list[dict], setup: Setup, info: dict[str, str], command:
             + " | |"
         )
     out.append("")
+    out += utilization_table(v, setup, precisions)
     if any(k[1] == REAL for k in v):
         out += real_table(v, setup, precisions)
     if any(k[1] == SAMPLER for k in v):
@@ -906,6 +962,7 @@ def measure_all(
     # Read now, while the thread count is the one measured with.
     info = machine_info("torch threads", torch.get_num_threads(), ["transformers"])
     rows = throughput(setup, params, precisions, systems, seed, say)
+    rows += utilization(setup, rows, precisions, say)
     if bin_dir is not None:
         rows += real_batch_speed(setup, params, bin_dir, precisions, seed, say)
     if bin_dir is not None and sampled_from is not None:

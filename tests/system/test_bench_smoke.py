@@ -213,3 +213,16 @@ def test_the_subword_sampling_rows_compare_sampling_off_and_on_for_each_precisio
     report = (tmp_path / "bench.md").read_text()
     assert "Subword sampling (bpe_dropout, alpha 0.1)" in report
     assert "| precision | sampling off | sampling on |" in report
+
+
+def test_utilization_is_each_systems_flops_over_the_measured_peak(smoke: Smoke) -> None:
+    get = {(r["system"], r["precision"], r["metric"]): r["value"] for r in smoke.rows}
+    speed = speeds(smoke.rows)
+    for precision in PRECISIONS:
+        peak = get[(train_speed.PEAK, precision, "gemm_peak_tflops")] * 1e12
+        per_token = get[(train_speed.PEAK, precision, "model_mflop_per_target_token")] * 1e6
+        assert peak > 0 and per_token > 0
+        for system in {s for s, p in speed if p == precision}:
+            mfu = get[(system, precision, "mfu_of_measured_peak")]
+            assert mfu == pytest.approx(speed[(system, precision)] * per_token / peak, rel=0.05, abs=1e-3)
+    assert "Model FLOP utilization" in smoke.report and "torch.matmul peak, TFLOP/s" in smoke.report
