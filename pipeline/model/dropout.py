@@ -9,7 +9,8 @@ rounded to a multiple of 2^-16 (0.1 becomes 0.1000061), and kept elements
 are scaled by exactly 1 / (1 - p), as torch does. Seeding, and saving and
 restoring the RNG state for exact resume, work as for any torch sampling.
 
-On other devices torch's fused dropout is already cheap and is used as it is.
+On other devices, and in a torch.compile graph, torch's fused dropout is already cheap and is
+used as it is.
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
     """F.dropout(x, p, training), with a cheaper mask on CPU."""
     if not training or p == 0.0:
         return x
-    if x.device.type != "cpu" or p == 1.0:
-        return F.dropout(x, p, training)
+    if x.device.type != "cpu" or p == 1.0 or torch.compiler.is_compiling():
+        return F.dropout(x, p, training)  # compiled: inductor fuses torch's mask into the kernel
     keep, scale = keep_mask(x.shape, p, x.device), 1.0 / (1.0 - p)
     if x.dtype == torch.float32:
         # One float32 multiplier (scale or 0): the backward pass is then a single product.

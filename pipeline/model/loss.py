@@ -18,6 +18,7 @@ D, V; n a chunk's rows.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from pipeline.model.linear import linear
 from pipeline.tokens import PAD
@@ -41,6 +42,16 @@ def projected_loss(
     float32; smoothing 0 is plain cross-entropy. PAD rows are dropped before the projection.
     Under autocast the matmuls run in its dtype, the softmax in float32, as autocast would.
     """
+    if torch.compiler.is_compiling():
+        # A compiled graph keeps static shapes (no boolean indexing) and lets inductor fuse the rest.
+        logits = F.linear(hidden, weight, bias).float()
+        return F.cross_entropy(
+            logits.flatten(0, -2),
+            target.flatten(),
+            ignore_index=PAD,
+            label_smoothing=smoothing,
+            reduction="sum",
+        )
     keep = target != PAD
     hidden, target = hidden[keep], target[keep]  # (N, D), (N,)
     if not (torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)):

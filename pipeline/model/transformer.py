@@ -55,6 +55,9 @@ class SinusoidalPositions(nn.Module):
 
     def forward(self, positions: torch.Tensor) -> torch.Tensor:
         """positions (...) int -> (..., D)."""
+        if torch.compiler.is_compiling():
+            # A compiled graph has no data-dependent branch: training keeps to max_positions.
+            return self.table[positions]
         needed = int(positions.max()) + 1 if positions.numel() else 0
         table = self.table  # one read: decoding workers may grow it at the same time
         if needed > table.size(0):

@@ -135,3 +135,21 @@ def test_model_forward_with_target_is_the_loss_of_its_logits(params, arch):
         model(src, tgt).flatten(0, 1), tgt.flatten(), ignore_index=PAD, reduction="sum", label_smoothing=0.1
     )
     torch.testing.assert_close(model(src, tgt, tgt, 0.1), ref, rtol=1e-5, atol=1e-4)
+
+
+def test_the_compiled_branch_is_the_same_loss_as_the_fused_one(monkeypatch):
+    """Under torch.compile the loss is the plain composition (static shapes for inductor)."""
+    torch.manual_seed(0)
+    hidden = torch.randn(3, 5, 16, requires_grad=True)
+    weight, bias = torch.randn(40, 16, requires_grad=True), torch.randn(40)
+    target = torch.randint(1, 40, (3, 5))
+    target[0, 3:] = PAD
+    fused = projected_loss(hidden, weight, bias, target, 0.1)
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    plain = projected_loss(hidden, weight, bias, target, 0.1)
+    torch.testing.assert_close(plain, fused, rtol=1e-5, atol=1e-5)
+    grads = torch.autograd.grad(plain, (hidden, weight))
+    monkeypatch.undo()
+    expected = torch.autograd.grad(projected_loss(hidden, weight, bias, target, 0.1), (hidden, weight))
+    for got, want in zip(grads, expected, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)

@@ -564,3 +564,27 @@ def test_a_sinusoidal_table_grown_meanwhile_by_another_worker_is_kept(monkeypatc
     got = positions(torch.arange(12))
     assert positions.table.size(0) == 20
     torch.testing.assert_close(got, make(12), rtol=0, atol=0)
+
+
+# --- torch.compile: one graph, no breaks -------------------------------------------------------
+
+
+@pytest.mark.parametrize("arch", ["encoder_decoder", "decoder_only"])
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_a_training_forward_compiles_to_one_graph_without_breaks(arch: str, precision: str):
+    """train.compile traces the loss forward whole: positions, dropout and the loss take no
+    data-dependent branch under dynamo (checked with torch._dynamo.explain, on the CPU)."""
+    import torch._dynamo as dynamo
+
+    base = params.load(REPO / "params.yaml").model
+    depth = {"n_layers": 2} if arch == "encoder_decoder" else {"n_layers": None, "decoder_layers": 2}
+    cfg = dataclasses.replace(base, arch=arch, d_model=32, n_heads=4, d_ff=64, max_positions=64, **depth)
+    torch.manual_seed(0)
+    model = build_model(cfg, 50, 50).train()  # dropout on, as params.yaml sets it
+    src, tgt = torch.randint(N_SPECIAL, 50, (3, 7)), torch.randint(N_SPECIAL, 50, (3, 6))
+    src[0, -2:], tgt[1, -2:] = PAD, PAD  # padding: the loss must skip it without boolean indexing
+    dynamo.reset()
+    with torch.autocast("cpu", torch.bfloat16, enabled=precision == "bf16"):
+        found = dynamo.explain(lambda s, t: model(s, t[:, :-1], t[:, 1:], 0.1))(src, tgt)
+    assert found.graph_break_count == 0, [b.reason for b in found.break_reasons]
+    assert found.graph_count == 1
