@@ -15,6 +15,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+SIDES = ("src", "tgt")  # the two sides of a parallel split, as its line files are named: {split}.{side}
+
 
 @contextlib.contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:

@@ -16,6 +16,7 @@ import torch
 
 from pipeline.data.shards import open_shard
 from pipeline.errors import UserError
+from pipeline.files import SIDES
 from pipeline.tokens import BOS, EOS, PAD
 
 _BLOCK = 1 << 16  # sentences per block where a per-sentence Python loop needs a list
@@ -104,7 +105,7 @@ class ParallelData:
     @classmethod
     def load(cls, bin_dir: str | Path, split: str) -> ParallelData:
         bin_dir = Path(bin_dir)
-        data = cls(*(TokenArray(shard_prefixes(bin_dir, split, side)) for side in ("src", "tgt")))
+        data = cls(*(TokenArray(shard_prefixes(bin_dir, split, side)) for side in SIDES))
         if len(data.src) != len(data.tgt):
             raise UserError(
                 f"{bin_dir}: {split}.src has {len(data.src)} sentences but {split}.tgt has "

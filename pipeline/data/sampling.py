@@ -26,9 +26,9 @@ from pipeline import files
 from pipeline.data import subwords
 from pipeline.data.vocab import Vocab
 from pipeline.errors import UserError
+from pipeline.files import SIDES
 from pipeline.params import TrainParams
 
-SIDES = ("src", "tgt")
 BLOCK = 1024  # sentences drawn from one generator: the unit of the seed, so fixed, not tuned
 _POLL_S = 1.0  # how often a blocked side checks that the other is still alive
 

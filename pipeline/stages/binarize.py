@@ -33,11 +33,10 @@ from pipeline.data.pool import ordered_results, resolve_workers
 from pipeline.data.shards import ShardWriter, token_dtype
 from pipeline.data.vocab import Vocab
 from pipeline.errors import UserError
-from pipeline.files import atomic_path, write_json
+from pipeline.files import SIDES, atomic_path, write_json
 from pipeline.stages.options import bpe_option, clean_option, directory, load_params, params_option
 
 SPLITS = ("train", "val")  # not the test sets: decode reads them as text, nothing trains on them
-SIDES = ("src", "tgt")
 # Lines a worker encodes at a time (a task): memory is a few chunks a worker, whatever the corpus
 # size, and small tasks keep every worker busy to the end.
 CHUNK_LINES = 10_000

@@ -38,10 +38,10 @@ from pipeline.data.lines import skip_lines
 from pipeline.data.pool import ordered_results, resolve_workers
 from pipeline.data.text import SideStats, drop_reason, normalize_lines
 from pipeline.errors import UserError
+from pipeline.files import SIDES
 from pipeline.params import CleanParams
 from pipeline.stages.options import load_params, params_option
 
-SIDES = ("src", "tgt")
 DROP_REASONS = ("empty", "heldout_overlap", "too_long", "ratio", "duplicate")
 CHUNK_PAIRS = 10_000  # pairs a worker cleans at a time: memory is a few chunks per worker
 HASH_BYTES = 8  # 64-bit hashes: the collision rate is in the module docstring

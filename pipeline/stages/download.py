@@ -35,11 +35,11 @@ from pipeline import files
 from pipeline.data import corpora, formats
 from pipeline.data.fetch import Fetched, Source, fetch, verified_by
 from pipeline.errors import ParamsError, UserError
+from pipeline.files import SIDES
 from pipeline.params import DataParams, SourceSpec
 from pipeline.stages.options import load_params, params_option
 
 SPLITS = ("train", "val", "test")
-SIDES = ("src", "tgt")
 HELDOUT = "heldout"  # the name of a split held out of train
 HELDOUT_METHOD = (
     "training line i gets key r_i = the i-th draw of random.Random(seed).random(); the heldout_val "
