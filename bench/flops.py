@@ -1,27 +1,26 @@
-"""Model FLOPs of an encoder-decoder update, and a GPU's peak, for model FLOPs utilization (MFU).
+"""Model FLOPs of an encoder-decoder update, and the peak to measure them against (MFU).
 
-MFU = model FLOP/s achieved / the GPU's peak dense FLOP/s at the precision of the matmuls, as in PaLM
-(Chowdhery et al. 2022, appendix B). Model FLOPs count the useful arithmetic only: real (non-PAD)
-tokens, none of the padding or recomputation a kernel may do. Per update, with s_i and t_i the real
-source and target lengths of sentence i (EOS / BOS included), D d_model, V the target vocabulary,
-L_e and L_d the layers:
-
-    matmuls     6 * (P_enc * sum s_i + (P_dec + V * D) * sum t_i)
-    attention  12 * D * (L_e * sum s_i^2 + L_d * sum (t_i^2 + t_i * s_i))
-
-P_enc, P_dec: the encoder's and the decoder's non-embedding parameters (layers and final norms).
-The output projection counts V * D per target token, tied to the embedding or not; embedding lookups
-count nothing. 6 = 2 FLOPs a multiply-add x 3 (the forward, and the backward's two products).
-Attention: Q K^T and A V are 2 * D FLOPs per (query, key) pair each, x 3 with the backward; the
-causal self-attention is counted over all t_i^2 pairs, as PaLM counts it.
+MFU = model FLOP/s achieved / the peak dense FLOP/s at the precision of the matmuls, as in PaLM
+(Chowdhery et al. 2022, appendix B). Two ways to the same count, kept in agreement by the tests:
+`update_flops` by PaLM's formula on real (non-PAD) lengths, as gpu_check reports it, and
+`forward_gemms` / `update_gemms`, every matrix product of one update at its shape (forward, and the
+backward's two products per forward one), with which the CPU benchmark measures its peak: each
+product timed with torch.matmul at its own shape, dtype and threads (`measured_peak`). On a GPU the
+peak is the datasheet's (`peak_flops`).
 """
 
 from __future__ import annotations
 
 import re
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
 
 import numpy as np
+import torch
 from torch import nn
+
+from pipeline import params as P
 
 # Dense (no sparsity) peak TFLOP/s by precision of the matmuls, from NVIDIA's datasheets (the H200
 # and H100 Tensor Core GPU datasheets, the A100 datasheet, the L40S and L4 product briefs; their
@@ -59,7 +58,15 @@ def non_embedding_parameters(model: nn.Module) -> tuple[int, int]:
 
 def update_flops(model: nn.Module, src_lens: np.ndarray, tgt_lens: np.ndarray) -> float:
     """Model FLOPs of one update (forward and backward) on sentences of these real lengths (B,),
-    EOS / BOS included."""
+    EOS / BOS included: with s_i, t_i the lengths, D d_model, V the target vocabulary, L_e and L_d
+    the layers, P_enc and P_dec the encoder's and decoder's non-embedding parameters,
+
+        matmuls     6 * (P_enc * sum s_i + (P_dec + V * D) * sum t_i)
+        attention  12 * D * (L_e * sum s_i^2 + L_d * sum (t_i^2 + t_i * s_i))
+
+    6 = 2 FLOPs a multiply-add x 3 (the forward, and the backward's two products); the output
+    projection counts V * D per target token, tied or not; embedding lookups count nothing; the
+    causal self-attention is counted over all t_i^2 pairs, as PaLM counts it."""
     cfg = model.cfg
     if cfg.arch != "encoder_decoder":
         raise ValueError("the FLOPs formula here is the encoder-decoder's")
@@ -69,3 +76,104 @@ def update_flops(model: nn.Module, src_lens: np.ndarray, tgt_lens: np.ndarray) -
     matmuls = 6.0 * (p_enc * s.sum() + (p_dec + vocab * cfg.d_model) * t.sum())
     pairs = cfg.n_encoder_layers * (s * s).sum() + cfg.n_decoder_layers * (t * t + t * s).sum()
     return matmuls + 12.0 * cfg.d_model * pairs
+
+
+# --- the update's matrix products, and the matmul peak at their shapes (CPU) ---
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """`batch` products of an (m, k) by a (k, n) matrix, `count` times in one forward pass."""
+
+    m: int
+    n: int
+    k: int
+    batch: int = 1
+    count: int = 1
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.m * self.n * self.k * self.batch * self.count
+
+    def backward(self) -> tuple[Gemm, Gemm]:
+        """The input's gradient, (m, n) x (n, k), and the weight's, (k, m) x (m, n)."""
+        return (
+            Gemm(self.m, self.k, self.n, self.batch, self.count),
+            Gemm(self.k, self.n, self.m, self.batch, self.count),
+        )
+
+
+def forward_gemms(cfg: P.ModelParams, vocab: int, batch: int, src_len: int, tgt_len: int) -> list[Gemm]:
+    """The products of one forward pass of the encoder-decoder on `batch` rows of src_len / tgt_len."""
+    if cfg.arch != "encoder_decoder":
+        raise ValueError(f"model.arch={cfg.arch}: FLOPs are counted for the encoder-decoder only")
+    d, ff, heads = cfg.d_model, cfg.d_ff, cfg.n_heads
+    head_dim = d // heads
+    src, tgt = batch * src_len, batch * tgt_len
+    enc, dec = cfg.n_encoder_layers, cfg.n_decoder_layers
+
+    def attention(queries: int, keys: int, layers: int) -> list[Gemm]:
+        """Scores (q x head_dim by head_dim x k) and weighted values, per row and head."""
+        return [
+            Gemm(queries, keys, head_dim, batch * heads, layers),
+            Gemm(queries, head_dim, keys, batch * heads, layers),
+        ]
+
+    return [
+        # encoder: q, k, v and out projections, the FFN, self-attention
+        Gemm(src, d, d, count=4 * enc),
+        Gemm(src, ff, d, count=enc),
+        Gemm(src, d, ff, count=enc),
+        *attention(src_len, src_len, enc),
+        # decoder: self-attention's four projections, cross-attention's q and out (on the target)
+        # and k, v (on the encoder's output), the FFN, both attentions
+        Gemm(tgt, d, d, count=6 * dec),
+        Gemm(src, d, d, count=2 * dec),
+        Gemm(tgt, ff, d, count=dec),
+        Gemm(tgt, d, ff, count=dec),
+        *attention(tgt_len, tgt_len, dec),
+        *attention(tgt_len, src_len, dec),
+        # output projection onto the vocabulary
+        Gemm(tgt, vocab, d),
+    ]
+
+
+def update_gemms(forward: Iterable[Gemm]) -> list[Gemm]:
+    """Forward, and the two backward products of each."""
+    return [g for f in forward for g in (f, *f.backward())]
+
+
+def gemm_flops(cfg: P.ModelParams, vocab: int, batch: int, src_len: int, tgt_len: int) -> int:
+    """Matmul FLOPs of one whole update (forward and backward) on rows of these lengths, no padding."""
+    return sum(g.flops for g in update_gemms(forward_gemms(cfg, vocab, batch, src_len, tgt_len)))
+
+
+def best_seconds(gemm: Gemm, dtype: torch.dtype, min_seconds: float, repeats: int = 3) -> float:
+    """The best of `repeats` timings of one product at this shape (each timed over >= min_seconds)."""
+    shape_a = (gemm.batch, gemm.m, gemm.k) if gemm.batch > 1 else (gemm.m, gemm.k)
+    shape_b = (gemm.batch, gemm.k, gemm.n) if gemm.batch > 1 else (gemm.k, gemm.n)
+    a, b = torch.randn(shape_a).to(dtype), torch.randn(shape_b).to(dtype)
+    torch.matmul(a, b)  # warm-up: kernel choice, packing
+    best = float("inf")
+    for _ in range(repeats):
+        n, start = 0, time.perf_counter()
+        while True:
+            torch.matmul(a, b)
+            n += 1
+            elapsed = time.perf_counter() - start
+            if elapsed >= min_seconds:
+                break
+        best = min(best, elapsed / n)
+    return best
+
+
+def measured_peak(gemms: list[Gemm], dtype: torch.dtype, min_seconds: float = 0.05) -> float:
+    """FLOP/s of these products run one after another at matmul's best speed for each shape."""
+    seconds: dict[tuple[int, int, int, int], float] = {}
+    total_time = 0.0
+    for g in gemms:
+        key = (g.m, g.n, g.k, g.batch)
+        if key not in seconds:
+            seconds[key] = best_seconds(g, dtype, min_seconds)
+        total_time += seconds[key] * g.count
+    return sum(g.flops for g in gemms) / total_time

@@ -12,7 +12,7 @@ each with a time budget and its elapsed time printed:
 3. train: updates (pipeline.training.step.UpdateStep, the train stage's own) of params.yaml's model in bf16,
    fp16 and fp32, and of a base-size model (d_model 512, 6+6 layers, FFN 2048, vocabulary 32k) in
    bf16, eager and under torch.compile: real target tokens/s, model FLOP/s and MFU against the GPU's
-   dense peak (bench/gpu/flops.py), after warm-up updates over every batch shape timed (so compiling
+   dense peak (bench/flops.py), after warm-up updates over every batch shape timed (so compiling
    happens there). The corpus: --bin, else data/bin if it exists, else a synthetic one with
    Multi30k's lengths (bench/gpu/corpus.py); the JSON says which.
 4. torchrun: `torchrun --nproc_per_node 1` of bench/gpu/ddp_probe.py (NCCL; gloo on CPU) and of
@@ -55,8 +55,8 @@ import yaml
 from torch._dynamo.utils import counters
 
 from bench.common import write_section
+from bench.flops import peak_flops, update_flops
 from bench.gpu import corpus as synthetic
-from bench.gpu.flops import peak_flops, update_flops
 from bench.gpu.step import Update
 from pipeline import params as P
 from pipeline.data.batching import ParallelData, collate, token_batches
@@ -675,7 +675,7 @@ def train_lines(train: dict[str, Any]) -> list[str]:
         return []
     out = [
         f"**Training** on {train['corpus']}: target tokens/s of timed updates after warm-up, model "
-        "FLOP/s and MFU against the GPU's dense peak (bench/gpu/flops.py):",
+        "FLOP/s and MFU against the GPU's dense peak (bench/flops.py):",
         "",
         "| model (D, layers, FFN, V) | precision | compile | tokens/update | tgt tokens/s | TFLOP/s | MFU "
         "| loss | GiB |",

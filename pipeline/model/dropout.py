@@ -9,8 +9,7 @@ rounded to a multiple of 2^-16 (0.1 becomes 0.1000061), and kept elements
 are scaled by exactly 1 / (1 - p), as torch does. Seeding, and saving and
 restoring the RNG state for exact resume, work as for any torch sampling.
 
-On other devices, and in a torch.compile graph, torch's fused dropout is already cheap and is
-used as it is.
+On other devices torch's fused dropout is already cheap and is used as it is.
 """
 
 from __future__ import annotations
@@ -30,13 +29,25 @@ def keep_mask(shape: torch.Size, p: float, device: torch.device) -> torch.Tensor
     return bits >= round(p * _LEVELS) - _LEVELS // 2
 
 
+@torch.library.custom_op("pipeline::keep_mask_like", mutates_args=())
+def keep_mask_like(x: torch.Tensor, p: float) -> torch.Tensor:
+    """keep_mask of x's shape, as one opaque op: torch.compile keeps it whole (no graph break on
+    the in-place draw) and draws from the same generator, so compiled and eager masks are equal."""
+    return keep_mask(x.shape, p, x.device)
+
+
+@keep_mask_like.register_fake
+def _(x: torch.Tensor, p: float) -> torch.Tensor:
+    return torch.empty_like(x, dtype=torch.bool)
+
+
 def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
     """F.dropout(x, p, training), with a cheaper mask on CPU."""
     if not training or p == 0.0:
         return x
-    if x.device.type != "cpu" or p == 1.0 or torch.compiler.is_compiling():
-        return F.dropout(x, p, training)  # compiled: inductor fuses torch's mask into the kernel
-    keep, scale = keep_mask(x.shape, p, x.device), 1.0 / (1.0 - p)
+    if x.device.type != "cpu" or p == 1.0:
+        return F.dropout(x, p, training)
+    keep, scale = keep_mask_like(x, p), 1.0 / (1.0 - p)
     if x.dtype == torch.float32:
         # One float32 multiplier (scale or 0): the backward pass is then a single product.
         return x * torch.where(keep, scale, 0.0)

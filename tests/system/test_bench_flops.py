@@ -1,9 +1,10 @@
-"""bench/flops.py: the update's matmul FLOPs, counted against torch's own FLOP counter on our model."""
+"""bench/flops.py: the update's matmul FLOPs, against torch's own FLOP counter and PaLM's formula."""
 
 from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
@@ -39,7 +40,7 @@ def test_update_flops_are_the_products_torch_counts_in_a_real_update(layers, voc
     # The fused loss accumulates the output projection's weight gradient with an in-place addmm_,
     # which the counter does not see: one (V x N) by (N x D) product.
     unseen = 2 * vocab * batch * tgt_len * cfg.d_model
-    assert counter.get_total_flops() + unseen == flops.update_flops(cfg, vocab, batch, src_len, tgt_len)
+    assert counter.get_total_flops() + unseen == flops.gemm_flops(cfg, vocab, batch, src_len, tgt_len)
 
 
 def test_the_backward_products_are_the_two_transposed_shapes() -> None:
@@ -53,3 +54,14 @@ def test_a_decoder_only_model_is_refused_rather_than_miscounted() -> None:
     cfg = dataclasses.replace(BASE.model, arch="decoder_only")
     with pytest.raises(ValueError, match="encoder-decoder only"):
         flops.forward_gemms(cfg, 100, 2, 3, 3)
+
+
+def test_palms_formula_and_the_product_count_agree_on_the_default_model() -> None:
+    """update_flops (gpu_check's, by formula on real lengths) and gemm_flops (train_speed's, product
+    by product) count the same work; they differ only by the biases and norms the formula counts."""
+    cfg = BASE.model
+    model = build_model(cfg, 8000, 8000)
+    batch, length = 128, 16
+    by_formula = flops.update_flops(model, np.full(batch, length), np.full(batch, length))
+    by_products = flops.gemm_flops(cfg, 8000, batch, length, length)
+    assert by_products == pytest.approx(by_formula, rel=0.01)

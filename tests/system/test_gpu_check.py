@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from bench import gpu_check
-from bench.gpu.flops import non_embedding_parameters, peak_flops, update_flops
+from bench.flops import non_embedding_parameters, peak_flops, update_flops
 from pipeline.model.transformer import build_model, count_parameters
 from tests.support.models import make_model_dir
 from tests.support.repo import BASE, REPO
