@@ -166,3 +166,45 @@ def make_trained_model_dir(path: Path, steps: int = 150, seed: int = 0, **model:
 def _pad(seqs: list[list[int]]) -> torch.Tensor:
     width = max(map(len, seqs))
     return torch.tensor([s + [0] * (width - len(s)) for s in seqs])
+
+
+# Output tokens at most, EOS included (ours: max_len_b real tokens, then EOS forced). Far enough that
+# the best beams end before it: at the limit transformers' forced EOS scores 0, not log p(EOS).
+MAX_NEW = 30
+
+
+def hf_translate(hf_dir: Path, lines: list[str], beam: int) -> list[str]:
+    """transformers' generate() on a saved model directory: greedy or beam, length penalty 0."""
+    import transformers
+
+    model = transformers.AutoModelForSeq2SeqLM.from_pretrained(hf_dir).eval()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(hf_dir)
+    batch = tokenizer(lines, return_tensors="pt", padding=True)
+    found = model.generate(
+        **batch,
+        num_beams=beam,
+        do_sample=False,
+        max_new_tokens=MAX_NEW,
+        length_penalty=0.0,
+        early_stopping=True,
+    )
+    return tokenizer.batch_decode(found, skip_special_tokens=True)
+
+
+def our_translate(model_dir: Path, lines: list[str], beam: int) -> list[str]:
+    """Our search with generate()'s settings above: length penalty 0, MAX_NEW tokens with the EOS."""
+    from pipeline.decoding.search import translate_ids
+    from pipeline.decoding.translator import Translator
+
+    translator = Translator.from_dir(model_dir, workers=1)
+    found = translate_ids(
+        translator.model,
+        translator.vocab.encode_src(lines),
+        beam=beam,
+        length_penalty=0.0,
+        max_len_a=0.0,
+        max_len_b=MAX_NEW - 1,
+        batch_tokens=4000,
+        device="cpu",
+    )
+    return [translator.vocab.decode_tgt(hyps[0].tokens) for hyps in found]

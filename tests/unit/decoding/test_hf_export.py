@@ -13,47 +13,21 @@ import torch
 from pipeline import params
 from pipeline.decoding.hf_export import export_hf
 from pipeline.decoding.hf_import import import_hf
-from pipeline.decoding.search import translate_ids
 from pipeline.decoding.translator import Translator
 from pipeline.errors import UserError
 from pipeline.tokens import BOS
-from tests.support.hf import make_trained_model_dir, marian_pairs
+from tests.support.hf import hf_translate, make_trained_model_dir, marian_pairs, our_translate
 from tests.support.models import make_ct2_model_dir
 from tests.support.repo import BASE, REPO
 
 transformers = pytest.importorskip("transformers")
 
 TEST_SET = [s for s, _ in marian_pairs(16, seed=11)]
-MAX_NEW = 30  # as in test_hf_import: far enough that outputs end before the limit
 
 
 def load(out: Path):
     model = transformers.AutoModelForSeq2SeqLM.from_pretrained(out).eval()
     return model, transformers.AutoTokenizer.from_pretrained(out)
-
-
-def hf_translate(out: Path, lines: list[str], beam: int) -> list[str]:
-    model, tok = load(out)
-    batch = tok(lines, return_tensors="pt", padding=True)
-    found = model.generate(
-        **batch, num_beams=beam, max_new_tokens=MAX_NEW, length_penalty=0.0, early_stopping=True
-    )
-    return tok.batch_decode(found, skip_special_tokens=True)
-
-
-def our_translate(model_dir: Path, lines: list[str], beam: int) -> list[str]:
-    translator = Translator.from_dir(model_dir, workers=1)
-    found = translate_ids(
-        translator.model,
-        translator.vocab.encode_src(lines),
-        beam=beam,
-        length_penalty=0.0,
-        max_len_a=0.0,
-        max_len_b=MAX_NEW - 1,
-        batch_tokens=4000,
-        device="cpu",
-    )
-    return [translator.vocab.decode_tgt(hyps[0].tokens) for hyps in found]
 
 
 @pytest.fixture(scope="module", params=["pre", "post", "post-separate"])

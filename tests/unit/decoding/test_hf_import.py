@@ -12,19 +12,15 @@ import torch
 
 from pipeline.decoding import hf_import
 from pipeline.decoding.hf_import import import_hf
-from pipeline.decoding.search import translate_ids
 from pipeline.decoding.translator import Translator
 from pipeline.errors import UserError
 from pipeline.tokens import BOS, PAD, SEP
-from tests.support.hf import marian_pairs
+from tests.support.hf import hf_translate, marian_pairs, our_translate
 from tests.support.repo import BASE
 
 transformers = pytest.importorskip("transformers")
 
 LINES = [s for s, _ in marian_pairs(12, seed=7)] + ["der hund läuft über die straße", "ein ✓ mann"]
-# Output tokens at most, EOS included (ours: max_len_b real tokens, then EOS forced). Far enough that
-# the best beams end before it: at the limit transformers' forced EOS scores 0, not log p(EOS).
-MAX_NEW = 30
 
 
 @pytest.fixture(scope="module")
@@ -82,41 +78,10 @@ def test_logits_equal_transformers_on_a_padded_batch(imported: Path, marian_dir:
     assert (got[:, :, [BOS, SEP]] < -50).all()  # no probability mass where Marian has no token
 
 
-def hf_generate(marian_dir: Path, beam: int) -> list[str]:
-    model, tok = hf_model(marian_dir), hf_tokenizer(marian_dir)
-    batch = tok(LINES, return_tensors="pt", padding=True)
-    out = model.generate(
-        **batch,
-        num_beams=beam,
-        do_sample=False,
-        max_new_tokens=MAX_NEW,
-        length_penalty=0.0,
-        early_stopping=True,
-    )
-    return tok.batch_decode(out, skip_special_tokens=True)
-
-
-def our_translations(model_dir: Path, beam: int) -> list[str]:
-    """Our search with HF generate's settings: length penalty 0, MAX_NEW tokens with the EOS."""
-    translator = Translator.from_dir(model_dir, workers=1)
-    seqs = translator.vocab.encode_src(LINES)
-    found = translate_ids(
-        translator.model,
-        seqs,
-        beam=beam,
-        length_penalty=0.0,
-        max_len_a=0.0,
-        max_len_b=MAX_NEW - 1,
-        batch_tokens=4000,
-        device="cpu",
-    )
-    return [translator.vocab.decode_tgt(hyps[0].tokens) for hyps in found]
-
-
 @pytest.mark.parametrize("beam", [1, 4])
 def test_greedy_and_beam_outputs_equal_transformers(imported: Path, marian_dir: Path, beam: int) -> None:
-    expected = hf_generate(marian_dir, beam)
-    assert our_translations(imported, beam) == expected
+    expected = hf_translate(marian_dir, LINES, beam)
+    assert our_translate(imported, LINES, beam) == expected
     assert len(set(expected)) > len(LINES) // 2  # the outputs differ between inputs: a real check
 
 
@@ -179,7 +144,10 @@ def test_a_pytorch_model_bin_is_read_with_weights_only(marian_dir: Path, tmp_pat
     torch.save(load_file(str(source / "model.safetensors")), source / "pytorch_model.bin")
     (source / "model.safetensors").unlink()
     out = import_hf(str(source), tmp_path / "model", BASE)
-    assert Translator.from_dir(out, workers=1).translate(LINES[:3], beam=1) == hf_generate(marian_dir, 1)[:3]
+    assert (
+        Translator.from_dir(out, workers=1).translate(LINES[:3], beam=1)
+        == hf_translate(marian_dir, LINES, 1)[:3]
+    )
     torch.save({"weights": torch.zeros(1), "code": EvilPickle()}, source / "pytorch_model.bin")
     with pytest.raises(UserError, match="weights_only=True"):
         import_hf(str(source), tmp_path / "refused", BASE)
