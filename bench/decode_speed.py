@@ -1,6 +1,7 @@
 """Decoding speed on CPU: this project's decoder against the uncached one, HF generate and CTranslate2.
 
-    python -m bench.decode_speed --model data/model --split-file data/clean/test.src \\
+    python -m bench.decode_speed --model data/model \\
+        --split-file data/clean/test/multi30k-test_2016_flickr.src \\
         --out reports/bench.json --md reports/bench.md
 
 Not a test: it measures, in one run and on the same batches, sentences/s and
@@ -560,7 +561,7 @@ def available_systems() -> list[str]:
     "--split-file",
     type=click.Path(dir_okay=False, exists=True, path_type=Path),
     default=None,
-    help="Source sentences (e.g. data/clean/test.src); default: random ids.",
+    help="Source sentences (e.g. data/clean/test/multi30k-test_2016_flickr.src); default: random ids.",
 )
 @click.option("--sentences", type=click.IntRange(min=1), default=256, show_default=True)
 @click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True)

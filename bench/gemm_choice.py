@@ -2,7 +2,7 @@
 linear layers on oneDNN (pipeline/model/linear.py, the default) and on MKL (torch's default, what
 PIPELINE_CPU_GEMM=mkl selects), side by side in one run.
 
-    python -m bench.gemm_choice --model data/model --split-file data/clean/test.src
+    python -m bench.gemm_choice --model data/model --split-file data/clean/test/multi30k-test_2016_flickr.src
 
 Not a test. The two systems are the same code on the same batches and differ
 only in the route pipeline.model.linear takes, switched around each call:
@@ -162,7 +162,7 @@ def section(rows: list[dict], train_task: str, command: str, smoke: bool) -> str
     "--split-file",
     type=click.Path(dir_okay=False, exists=True, path_type=Path),
     default=None,
-    help="Source sentences to decode (e.g. data/clean/test.src); default: random ids.",
+    help="Source sentences to decode (e.g. data/clean/test/<test set>.src); default: random ids.",
 )
 @click.option(
     "--seconds",

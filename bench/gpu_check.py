@@ -18,7 +18,8 @@ each with a time budget and its elapsed time printed:
 4. torchrun: `torchrun --nproc_per_node 1` of bench/gpu/ddp_probe.py (NCCL; gloo on CPU) and of
    `python -m pipeline train` on a tiny corpus (the stage itself on the GPU).
 5. decode: greedy and beam 5, sentences/s, with --model / --test-src, else data/model on
-   data/clean/test.src if both exist, else a random-weight default model on synthetic sentences.
+   data/clean/test/<params.yaml's first test set>.src if both exist, else a random-weight default
+   model on synthetic sentences.
 
 --dry-run runs the same functions on the CPU with tiny sizes: fp16 is recorded as skipped (it needs
 CUDA), torch.compile uses dynamo's "eager" backend (capture without code generation), torchrun runs
@@ -526,11 +527,17 @@ def pipeline_train(check: Check, timeout: float, env: dict[str, str]) -> dict[st
 # --- 5. decoding ------------------------------------------------------------------------------
 
 
+def default_test_source() -> Path:
+    """The clean stage's source side of params.yaml's first test set."""
+    first = P.load(REPO / "params.yaml").data.test[0]
+    return REPO / "data" / "clean" / "test" / f"{first}.src"
+
+
 def decode_source(check: Check) -> tuple[Callable[[int, SearchStats], Any], int, str, int]:
     """(run(beam, stats) decoding every sentence, their count, what they are, the workers used)."""
     model_dir, test_src = check.model_dir, check.test_src
     if model_dir is None and test_src is None and not check.dry_run:
-        model_dir, test_src = REPO / "data" / "model", REPO / "data" / "clean" / "test.src"
+        model_dir, test_src = REPO / "data" / "model", default_test_source()
     if (
         model_dir is not None
         and test_src is not None
@@ -777,7 +784,7 @@ def check_out(out: Path | None, dry_run: bool) -> Path:
     "--test-src",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="Raw source lines to decode (default: data/clean/test.src if present).",
+    help="Source lines to decode (default: data/clean/test/<the first test set>.src if present).",
 )
 @click.option(
     "--skip", multiple=True, type=click.Choice(list(SECTIONS)), help="Leave a section out (repeatable)."
