@@ -16,7 +16,7 @@ import yaml
 from pipeline.model import checkpoint
 from pipeline.model.transformer import build_model
 from pipeline.tokens import BOS, EOS
-from tests.support.models import tiny_model_params
+from tests.support.models import tiny_model_params, train_spm
 from tests.support.repo import BASE
 
 SRC_WORDS = "der die das ein eine hund katze mann frau kind läuft springt über straße groß weiß".split()
@@ -130,19 +130,8 @@ def make_trained_model_dir(path: Path, steps: int = 150, seed: int = 0, **model:
     path.mkdir(parents=True)
     pairs = marian_pairs(256, seed)
     rng = random.Random(seed)
-    buffer = io.BytesIO()
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter([s for pair in pairs for s in pair]),
-        model_writer=buffer,
-        vocab_size=60,
-        pad_id=0,
-        unk_id=1,
-        bos_id=2,
-        eos_id=3,
-        user_defined_symbols=["<sep>"],
-        minloglevel=2,
-    )
-    (path / "spm.model").write_bytes(buffer.getvalue())
+    lines = [s for pair in pairs for s in pair]
+    train_spm(path / "spm.model", 60, lines=lines, model_type="unigram")
     sp = spm.SentencePieceProcessor(model_file=str(path / "spm.model"))
     params = dataclasses.replace(BASE, model=tiny_model_params(max_positions=64, **model))
     torch.manual_seed(seed)

@@ -35,15 +35,19 @@ def tiny_model_params(**overrides: Any) -> P.ModelParams:
 WORDS = "der die das ein eine hund katze mann frau kind läuft springt über straße groß weiß".split()
 
 
-def train_spm(path: Path, vocab_size: int = 40, seed: int = 0) -> int:
-    """A tiny BPE model with the pipeline's special ids; returns its size."""
+def train_spm(
+    path: Path, vocab_size: int = 40, seed: int = 0, lines: list[str] | None = None, model_type: str = "bpe"
+) -> int:
+    """A tiny sentencepiece model with the pipeline's special ids, on `lines` (default: 300 random
+    sentences of WORDS); returns its size."""
     rng = random.Random(seed)
-    lines = [" ".join(rng.choices(WORDS, k=rng.randint(2, 8))) for _ in range(300)]
+    if lines is None:
+        lines = [" ".join(rng.choices(WORDS, k=rng.randint(2, 8))) for _ in range(300)]
     buffer = io.BytesIO()
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(lines),
         model_writer=buffer,
-        model_type="bpe",
+        model_type=model_type,
         vocab_size=vocab_size,
         pad_id=0,
         unk_id=1,

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -13,6 +11,7 @@ import pytest
 import yaml
 
 from pipeline.training.loop import STEPS_HEADER, VALID_HEADER
+from tests.support.dvc_repo import dvc
 from tests.support.repo import REPO
 
 DVC = Path(sys.executable).parent / "dvc"
@@ -35,20 +34,6 @@ def write_logs(root: Path, steps: list[list], valid: list[list]) -> None:
         (log / name).write_text("\n".join(lines) + "\n")
 
 
-def run(args: list[str], cwd: Path) -> str:
-    env = {
-        **os.environ,
-        "DVC_NO_ANALYTICS": "1",
-        "GIT_AUTHOR_NAME": "t",
-        "GIT_AUTHOR_EMAIL": "t@t",
-        "GIT_COMMITTER_NAME": "t",
-        "GIT_COMMITTER_EMAIL": "t@t",
-    }
-    done = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, f"{args} failed: {done.stdout[-2000:]} {done.stderr[-2000:]}"
-    return done.stdout
-
-
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """git + DVC with the project's dvc.yaml and committed training logs (no stage is run)."""
@@ -57,10 +42,10 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("plots")
     shutil.copy2(REPO / "dvc.yaml", root / "dvc.yaml")
     write_logs(root, STEPS, VALID)
-    run(["git", "init", "-q"], root)
-    run([str(DVC), "init", "-q"], root)
-    run(["git", "add", "-A"], root)
-    run(["git", "commit", "-qm", "logs"], root)
+    dvc(["git", "init", "-q"], root)
+    dvc([str(DVC), "init", "-q"], root)
+    dvc(["git", "add", "-A"], root)
+    dvc(["git", "commit", "-qm", "logs"], root)
     return root
 
 
@@ -84,7 +69,7 @@ def test_every_plot_reads_a_column_the_train_stage_writes() -> None:
 
 
 def test_plots_show_json_has_the_four_plots_with_their_data(repo: Path) -> None:
-    shown = json.loads(run([str(DVC), "plots", "show", "--json"], repo))
+    shown = json.loads(dvc([str(DVC), "plots", "show", "--json"], repo))
     assert not shown.get("errors")
     assert set(shown["data"]) == set(PLOTS)
     columns = {"loss": 2, "lr": 3, "val_loss": 2, "val_bleu": 3}
@@ -100,7 +85,7 @@ def test_plots_diff_overlays_the_workspace_and_a_revision(repo: Path) -> None:
     """What `dvc plots diff <exp>` does to compare runs: one series per revision in each plot."""
     write_logs(repo, [[50, 0, 9.0, 1.0e-4, 1.0]], [[50, 0, 7.0, 1.5]])
     try:
-        shown = json.loads(run([str(DVC), "plots", "diff", "HEAD", "--json"], repo))
+        shown = json.loads(dvc([str(DVC), "plots", "diff", "HEAD", "--json"], repo))
     finally:
         write_logs(repo, STEPS, VALID)
     (bleu,) = shown["data"]["Validation BLEU"]
@@ -109,7 +94,7 @@ def test_plots_diff_overlays_the_workspace_and_a_revision(repo: Path) -> None:
 
 
 def test_plots_show_writes_html_with_every_plot(repo: Path, tmp_path: Path) -> None:
-    run([str(DVC), "plots", "show", "-o", str(tmp_path / "html")], repo)
+    dvc([str(DVC), "plots", "show", "-o", str(tmp_path / "html")], repo)
     page = (tmp_path / "html" / "index.html").read_text()
     for title in PLOTS:
         assert title in page
