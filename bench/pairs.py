@@ -75,6 +75,12 @@ class Pair:
     baseline: dict[str, object]  # over params.yaml: the README's command on the new data
     why: str
 
+    @property
+    def tests(self) -> list[str]:
+        names = self.baseline["data.test"]
+        assert isinstance(names, list)
+        return [str(n) for n in names]
+
 
 RU_EN_README_TRAIN = [
     "newstest2012-ruen",
@@ -531,14 +537,16 @@ def collect(params_file: Path, given_refs: dict[str, Path]) -> Report:
     baselines = experiment_baselines()
     rows: list[Row] = []
     for name, mine in by_name.items():
-        row = pick_row(experiment_of(mine[0], known), mine, defaults)  # type: ignore[arg-type]
+        exp = experiment_of(mine[0], known)
+        assert exp is not None
+        row = pick_row(exp, mine, defaults)
         row.record, note = experiment_commit(name, row.record, baselines)
         notes += [note] if note else []
         rows.append(row)
     out = []
     scratch = Path(tempfile.mkdtemp(prefix="pairs-refs-"))  # removed once the statistics are made
     for pair in PAIRS:
-        tests = [str(t) for t in PAIRS[pair].baseline["data.test"]]  # type: ignore[union-attr]
+        tests = PAIRS[pair].tests
         full = [r for r in rows if r.exp.pair == pair and not r.exp.ranking]
         ranking = [r for r in rows if r.exp.pair == pair and r.exp.ranking]
         full.sort(key=lambda r: (r.exp.recipe != BASELINE, r.name))

@@ -183,6 +183,7 @@ def test_every_queued_experiment_is_valid_params_and_a_sweep_changes_one_thing()
             assert [shlex.join(pairs.dvc_command(e)) for e in plan] == lines
             center = pairs.variant_params(RAW, plan[0].changes)
             for exp in plan[1:]:
+                assert exp.axis is not None and exp.value is not None
                 assert exp.name == f"{pair}-{recipe}-s500-{exp.axis}-{exp.value}"
                 changed = {k for k, v in exp.changes.items() if plan[0].changes.get(k, object()) != v}
                 assert changed <= set(pairs.GRID[exp.axis][exp.value])  # one axis's change only
