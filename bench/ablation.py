@@ -16,21 +16,31 @@ functions of `python -m pipeline compare`); every number comes from the runs.
 
 from __future__ import annotations
 
-import json
 import math
-import shutil
 import subprocess
-import sys
-import tempfile
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import click
-import pandas as pd
 import yaml
 
+from bench import experiments
 from bench.common import machine_info
+from bench.experiments import (
+    default_params,
+    differences,
+    dvc_binary,
+    experiment_baselines,
+    experiment_commit,
+    newest,
+    number,
+    scored,
+    set_problem,
+    settings,
+    variant_params,
+    where_ran,
+)
 from pipeline import files, tracking
 from pipeline import params as P
 from pipeline.errors import UserError
@@ -43,7 +53,7 @@ from pipeline.reporting.metrics import (
     confidence_intervals,
 )
 from pipeline.reporting.runs import RunRecord, param_text
-from pipeline.reporting.significance import compare, references_path, unusable
+from pipeline.reporting.significance import compare, references_path
 from pipeline.reporting.tables import (
     common_prefix,
     escape_cell,
@@ -79,25 +89,6 @@ NOT_RUN = "not run yet (queued?)"
 QUEUE_COMMAND = "python -m bench.ablation queue"
 
 
-def _dvc() -> str:
-    beside = Path(sys.executable).parent / "dvc"
-    return str(beside) if beside.exists() else (shutil.which("dvc") or "dvc")
-
-
-def settings(changes: dict[str, object]) -> list[str]:
-    """A variant's changes as `dvc exp run -S` takes them, spelled as in params.yaml (false, null)."""
-    return [f"{key}={param_text(value)}" for key, value in changes.items()]
-
-
-def variant_params(raw: dict[str, Any], changes: dict[str, object]) -> P.Params:
-    """params.yaml's raw mapping with `changes` applied, validated (ParamsError names a bad one)."""
-    raw = json.loads(json.dumps(raw))  # a deep copy
-    for key, value in changes.items():
-        section, name = key.split(".", 1)
-        raw[section][name] = value
-    return P.from_dict(raw)
-
-
 @click.group()
 def cli() -> None:
     """Queue the ablation experiments, or tabulate their results."""
@@ -124,7 +115,7 @@ def queue(names: tuple[str, ...], params_file: Path, dry_run: bool) -> None:
         variant_params(raw, VARIANTS[name][1])
     for name in names:
         changes = VARIANTS[name][1]
-        args = [_dvc(), "exp", "run", "--queue", "-n", name]
+        args = [dvc_binary(), "exp", "run", "--queue", "-n", name]
         for setting in settings(changes):
             args += ["-S", setting]
         if dry_run:
@@ -227,27 +218,6 @@ def collect(params: P.Params, refs_dir: Path, baseline_ref: str | None = None) -
     return Ablation(rows, list(params.data.test), notes, here, baseline_ref)
 
 
-def default_params(params: P.Params) -> dict[str, str]:
-    """params as a run logs them to MLflow (str of each flat value), spelled as a RunRecord reads them."""
-    return {k: param_text(str(v)) for k, v in P.flatten(params.to_dict()).items()}
-
-
-def differences(a: dict[str, str], b: dict[str, str]) -> dict[str, tuple[str, str]]:
-    """The keys both have with different values: {key: (a's, b's)}; a key only one has is a newer setting."""
-    return {k: (a[k], b[k]) for k in sorted(a.keys() & b.keys()) if a[k] != b[k]}
-
-
-def scored(record: RunRecord) -> bool:
-    """Finished, with BLEU on some test set (the score stage ran)."""
-    return record.status == "finished" and any(
-        k.startswith("test.") and k.endswith(".bleu") for k in record.metrics
-    )
-
-
-def newest(records: list[RunRecord]) -> RunRecord:
-    return max(records, key=lambda r: r.started or pd.Timestamp.min)
-
-
 def pick_baseline(records: list[RunRecord], defaults: dict[str, str], ref: str | None) -> RunRecord:
     """The run `ref` names (run id or DVC experiment), else the newest scored default run of no experiment."""
     if ref is not None and hypotheses.is_run_id(ref):
@@ -288,38 +258,14 @@ def variant_row(records: list[RunRecord], name: str) -> Row:
     return Row(name, change, status=f"no scored run yet (latest {str(last.id)[:8]}: {state})")
 
 
-def experiment_baselines() -> dict[str, set[str]]:
-    """Each finished DVC experiment of this repository (the working directory's) and its baseline commit(s).
-
-    DVC keeps one as refs/exps/<baseline[:2]>/<baseline[2:]>/<name>; none outside a git checkout.
-    """
-    listed = subprocess.run(
-        ["git", "for-each-ref", "--format=%(refname)", "refs/exps"], capture_output=True, text=True
-    )
-    out: dict[str, set[str]] = {}
-    for ref in listed.stdout.split() if listed.returncode == 0 else []:
-        parts = ref.split("/")
-        if len(parts) == 5 and len(parts[2]) == 2 and len(parts[3]) == 38:
-            out.setdefault(parts[4], set()).add(parts[2] + parts[3])
-    return out
-
-
 def experiment_commits(rows: list[Row], baselines: dict[str, set[str]]) -> list[str]:
     """A DVC experiment's row takes its experiment's baseline as commit (where there is one baseline);
     a note where the run's own git_commit tag said otherwise."""
     notes = []
     for row in rows:
-        record = row.record
-        if record is None or record.dvc_exp is None or len(baselines.get(record.dvc_exp, ())) != 1:
-            continue
-        (baseline,) = baselines[record.dvc_exp]
-        if record.commit != baseline:
-            notes.append(
-                f"{row.variant}: commit {baseline[:7]} is its DVC experiment's baseline (refs/exps); "
-                f"its MLflow run's git_commit tag, {(record.commit or '?')[:7]}, is the workspace's HEAD "
-                "when the run started (the tag of runs made before tracking read the stage's own checkout)"
-            )
-            row.record = replace(record, commit=baseline)
+        if row.record is not None:
+            row.record, note = experiment_commit(row.variant, row.record, baselines)
+            notes += [note] if note else []
     return notes
 
 
@@ -343,28 +289,10 @@ def param_notes(row: Row, base: Row) -> list[str]:
 
 def read_run(row: Row, uri: str, tests: tuple[str, ...]) -> list[str]:
     """Fill the row's tags, train summary and test-set hypotheses from MLflow; notes on what is missing."""
-    from mlflow import MlflowClient
-
     assert row.record is not None and row.record.id is not None
-    run_id = row.record.id
-    client = MlflowClient(tracking_uri=uri)
-    row.tags = dict(client.get_run(run_id).data.tags)
-    with tempfile.TemporaryDirectory() as tmp:
-        try:
-            row.summary = json.loads(
-                Path(client.download_artifacts(run_id, "train/summary.json", tmp)).read_text()
-            )
-        except Exception:  # noqa: BLE001 - an older run without it, or a store that lost it: show –
-            row.summary = {}
-    try:
-        found = hypotheses.from_mlflow(run_id, uri)
-    except UserError as e:
-        return [f"{row.variant}: {e.message}"]
-    keys = [key_of(name) for name in tests]
-    row.hyps = RunHypotheses(
-        row.variant, {k: found.hyps[k] for k in keys if k in found.hyps}, found.refs_sha256
-    )
-    return []
+    found = experiments.read_run(row.record.id, uri, row.variant, tests)
+    row.tags, row.summary, row.hyps = found.tags, found.summary, found.hyps
+    return [] if found.problem is None else [f"{row.variant}: {found.problem}"]
 
 
 # --- the statistics ------------------------------------------------------------------
@@ -412,15 +340,6 @@ def score_sets(rows: list[Row], refs_dir: Path, tests: list[str]) -> list[str]:
     return notes
 
 
-def set_problem(run: RunHypotheses, key: str, refs_path: Path) -> str | None:
-    """Why `run` cannot be scored on set `key` (no hypotheses, no references, other references), or None."""
-    if key not in run.hyps:
-        return "has no hypotheses for it"
-    if not refs_path.is_file():
-        return f"cannot be scored: no references at {refs_path} (run the download stage)"
-    return unusable(run, key, files.read_lines(refs_path), refs_path)
-
-
 # --- the table -----------------------------------------------------------------------
 
 
@@ -431,11 +350,11 @@ def row_json(row: Row, tests: list[str]) -> dict[str, Any]:
     if r is None:
         return out
     out |= {"run_id": r.id, "commit": r.commit, "started": str(r.started)}
-    out |= {m: _number(r.metrics.get(m)) for m in ("n_params", "train_seconds", "tokens_per_s")}
+    out |= {m: number(r.metrics.get(m)) for m in ("n_params", "train_seconds", "tokens_per_s")}
     out |= {k: row.summary.get(k) for k in ("epochs", "steps", "stopped", "best_step")}
     out["tests"] = {
         name: {
-            "bleu": _number(row.bleu(name)),
+            "bleu": number(row.bleu(name)),
             "ci95": list(row.ci95[name]) if name in row.ci95 else None,
             "delta": row.delta.get(name),
             "p": row.p.get(name),
@@ -444,10 +363,6 @@ def row_json(row: Row, tests: list[str]) -> dict[str, Any]:
         for name in tests
     }
     return out
-
-
-def _number(value: float | None) -> float | None:
-    return None if value is None or math.isnan(value) else value
 
 
 def render(ab: Ablation) -> str:
@@ -503,14 +418,6 @@ def method(ab: Ablation, base: RunRecord, prefix: str) -> list[str]:
         "",
         f"Runs made on: {'; '.join(sorted(ran))} (their MLflow tags). This table made on: {here}.",
     ]
-
-
-def where_ran(tags: dict[str, str]) -> str:
-    """Host, device, torch and its threads, from the sys.* tags the train stage sets."""
-    host, device, torch, threads = (
-        tags.get(f"sys.{k}", "?") for k in ("hostname", "device", "torch", "torch_threads")
-    )
-    return f"{host}, {device}, torch {torch}, torch threads {threads}"
 
 
 def summary_table(ab: Ablation, short: dict[str, str]) -> str:

@@ -1,0 +1,160 @@
+"""What the experiment benchmarks share (bench/ablation.py, bench/pairs.py): queueing `dvc exp run`s
+with validated settings, and reading their runs back from MLflow.
+
+A benchmark queues variants of params.yaml as DVC experiments (`settings`, checked first with
+`variant_params`), and tabulates them from the MLflow runs the pipeline logged (`scored`, `newest`,
+`read_run`), with the commit each ran from (`experiment_baselines`, `experiment_commit`) and where it
+ran (`where_ran`). No benchmark imports another: what two need lives here.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from pipeline import files
+from pipeline import params as P
+from pipeline.errors import UserError
+from pipeline.reporting import hypotheses
+from pipeline.reporting.hypotheses import RunHypotheses, key_of
+from pipeline.reporting.runs import RunRecord, param_text
+from pipeline.reporting.significance import unusable
+
+
+def dvc_binary() -> str:
+    """The dvc beside this Python (the venv's), else the one on PATH."""
+    beside = Path(sys.executable).parent / "dvc"
+    return str(beside) if beside.exists() else (shutil.which("dvc") or "dvc")
+
+
+def settings(changes: dict[str, object]) -> list[str]:
+    """A variant's changes as `dvc exp run -S` takes them, spelled as in params.yaml (false, null)."""
+    return [f"{key}={param_text(value)}" for key, value in changes.items()]
+
+
+def variant_params(raw: dict[str, Any], changes: dict[str, object]) -> P.Params:
+    """params.yaml's raw mapping with `changes` applied, validated (ParamsError names a bad one)."""
+    raw = json.loads(json.dumps(raw))  # a deep copy
+    for key, value in changes.items():
+        section, name = key.split(".", 1)
+        raw[section][name] = value
+    return P.from_dict(raw)
+
+
+def default_params(params: P.Params) -> dict[str, str]:
+    """params as a run logs them to MLflow (str of each flat value), spelled as a RunRecord reads them."""
+    return {k: param_text(str(v)) for k, v in P.flatten(params.to_dict()).items()}
+
+
+def differences(a: dict[str, str], b: dict[str, str]) -> dict[str, tuple[str, str]]:
+    """The keys both have with different values: {key: (a's, b's)}; a key only one has is a newer setting."""
+    return {k: (a[k], b[k]) for k in sorted(a.keys() & b.keys()) if a[k] != b[k]}
+
+
+def scored(record: RunRecord) -> bool:
+    """Finished, with BLEU on some test set (the score stage ran)."""
+    return record.status == "finished" and any(
+        k.startswith("test.") and k.endswith(".bleu") for k in record.metrics
+    )
+
+
+def newest(records: list[RunRecord]) -> RunRecord:
+    return max(records, key=lambda r: r.started or pd.Timestamp.min)
+
+
+def experiment_baselines() -> dict[str, set[str]]:
+    """Each finished DVC experiment of this repository (the working directory's) and its baseline commit(s).
+
+    DVC keeps one as refs/exps/<baseline[:2]>/<baseline[2:]>/<name>; none outside a git checkout.
+    """
+    listed = subprocess.run(
+        ["git", "for-each-ref", "--format=%(refname)", "refs/exps"], capture_output=True, text=True
+    )
+    out: dict[str, set[str]] = {}
+    for ref in listed.stdout.split() if listed.returncode == 0 else []:
+        parts = ref.split("/")
+        if len(parts) == 5 and len(parts[2]) == 2 and len(parts[3]) == 38:
+            out.setdefault(parts[4], set()).add(parts[2] + parts[3])
+    return out
+
+
+def experiment_commit(
+    label: str, record: RunRecord, baselines: dict[str, set[str]]
+) -> tuple[RunRecord, str | None]:
+    """A DVC experiment's run with its experiment's baseline as commit (where there is one baseline),
+    and a note where the run's own git_commit tag said otherwise."""
+    if record.dvc_exp is None or len(baselines.get(record.dvc_exp, ())) != 1:
+        return record, None
+    (baseline,) = baselines[record.dvc_exp]
+    if record.commit == baseline:
+        return record, None
+    note = (
+        f"{label}: commit {baseline[:7]} is its DVC experiment's baseline (refs/exps); "
+        f"its MLflow run's git_commit tag, {(record.commit or '?')[:7]}, is the workspace's HEAD "
+        "when the run started (the tag of runs made before tracking read the stage's own checkout)"
+    )
+    return replace(record, commit=baseline), note
+
+
+@dataclass
+class RunData:
+    """What `read_run` found of one MLflow run: its tags, train/summary.json, hypotheses of the sets asked."""
+
+    tags: dict[str, str] = field(default_factory=dict)
+    summary: dict[str, Any] = field(default_factory=dict)
+    hyps: RunHypotheses | None = None
+    problem: str | None = None  # why there are no hypotheses
+
+
+def read_run(run_id: str, uri: str, label: str, tests: tuple[str, ...] | list[str]) -> RunData:
+    """The run's tags, train summary and the hypotheses of test sets `tests` (named `label`) from MLflow."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    out = RunData(tags=dict(client.get_run(run_id).data.tags))
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            out.summary = json.loads(
+                Path(client.download_artifacts(run_id, "train/summary.json", tmp)).read_text()
+            )
+        except Exception:  # noqa: BLE001 - an older run without it, or a store that lost it: show –
+            out.summary = {}
+    try:
+        found = hypotheses.from_mlflow(run_id, uri)
+    except UserError as e:
+        out.problem = e.message
+        return out
+    keys = [key_of(name) for name in tests]
+    out.hyps = RunHypotheses(label, {k: found.hyps[k] for k in keys if k in found.hyps}, found.refs_sha256)
+    return out
+
+
+def set_problem(run: RunHypotheses, key: str, refs_path: Path) -> str | None:
+    """Why `run` cannot be scored on set `key` (no hypotheses, no references, other references), or None."""
+    if key not in run.hyps:
+        return "has no hypotheses for it"
+    if not refs_path.is_file():
+        return f"cannot be scored: no references at {refs_path} (run the download stage)"
+    return unusable(run, key, files.read_lines(refs_path), refs_path)
+
+
+def where_ran(tags: dict[str, str]) -> str:
+    """Host, device, torch and its threads, from the sys.* tags the train stage sets."""
+    host, device, torch, threads = (
+        tags.get(f"sys.{k}", "?") for k in ("hostname", "device", "torch", "torch_threads")
+    )
+    return f"{host}, {device}, torch {torch}, torch threads {threads}"
+
+
+def number(value: float | None) -> float | None:
+    """None for a missing or NaN metric (JSON has no NaN)."""
+    return None if value is None or math.isnan(value) else value

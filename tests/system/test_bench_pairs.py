@@ -1,0 +1,283 @@
+"""bench/pairs.py: the queued recipes and sweep, and the table made from runs in a temporary MLflow store.
+
+The runs are logged as train and score log them (Tracker, score.score on made-up hypotheses of the pairs'
+val and test sets). ru-en: the baseline garbles 30% of the words everywhere; lowres is the best on every
+test set (5%) but worse on val (35%); a custom run (--name) is the best on val (10%) and no better on test
+(30%): best-by-val must pick the custom run. Two ranking runs (val only; one better than its center) and a
+failed one; the README's old `ru-en` run is no experiment of the table's. en-ms: lowres only, no
+baseline, scored against references other than the ones the table is given.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from bench import pairs
+from pipeline import files, tracking
+from pipeline.data import corpora
+from pipeline.reporting.metrics import paired_test
+from pipeline.reporting.significance import sha256_of
+from pipeline.stages import score
+from pipeline.tracking import Tracker
+from tests.helpers import MIRROR, REPO, garble, references, table_rows
+
+LINES = 40
+COMMIT = "a" * 40
+PARAMS = REPO / "params.yaml"
+RAW = yaml.safe_load(PARAMS.read_text(encoding="utf-8"))
+RU_TESTS = ["newstest2018-ruen", "newstest2020-ruen", "ntrex128-enru"]
+
+
+@dataclass(frozen=True)
+class Made:
+    ids: dict[str, str]
+    hyps: dict[str, dict[str, list[str]]]  # run -> set (val or a test set) -> hypotheses
+    refs: dict[str, list[str]]  # ru-en's sets
+    report: str
+    saved: dict[str, Any]
+
+
+def raw_params(changes: dict[str, object]) -> dict[str, Any]:
+    raw = json.loads(json.dumps(RAW))
+    for key, value in changes.items():
+        section, name = key.split(".", 1)
+        raw[section][name] = value
+    return raw
+
+
+def log_run(root: Path, patch: pytest.MonkeyPatch, exp: str, changes: dict[str, object], hyps, refs_dir):
+    """A run as train logs it (params, totals, summary), then score's scores and hypotheses; its id."""
+    patch.setenv("DVC_EXP_NAME", exp)
+    patch.setattr(tracking, "git_commit", lambda cwd=None: COMMIT)
+    run = Tracker.start(raw_params(changes), "nmt", exp, tags={"n_params": 1000})
+    run.log_metrics({"train_seconds": 3600.0 + 60 * len(exp), "tokens_per_s": 3000.0}, step=100)
+    summary = root / exp / "train" / "summary.json"
+    files.write_json(summary, {"epochs": 3, "stopped": "max_steps", "steps": 100, "best_step": 100})
+    run.log_artifact(summary, "train")
+    run.save_run_file(root / exp / "model" / "mlflow_run.json")
+    run.end("FINISHED")
+    for key, lines in hyps.items():
+        files.write_lines(root / exp / "decode" / ("val.hyp" if key == "val" else f"test/{key}.hyp"), lines)
+    score.score(root / exp / "decode", refs_dir, root / exp / "metrics.json", root / exp / "model")
+    assert run.run_id is not None
+    return run.run_id
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory: pytest.TempPathFactory) -> Made:
+    root = tmp_path_factory.mktemp("pairs")
+    refs = {name: references(LINES, seed=i) for i, name in enumerate(["val", *RU_TESTS])}
+    ms_refs = {"val": references(LINES, seed=10), "ntrex128-enms": references(LINES, seed=11)}
+    for folder, sets in (("ru", refs), ("ms", ms_refs)):
+        for name, lines in sets.items():
+            files.write_lines(root / folder / ("val.tgt" if name == "val" else f"test/{name}.tgt"), lines)
+    other_ms = root / "ms-other" / "test" / "ntrex128-enms.tgt"  # what the table is given for en-ms
+    files.write_lines(other_ms, references(LINES, seed=12))
+
+    def some(sets: dict[str, list[str]], val: float, test: float, seed: int) -> dict[str, list[str]]:
+        return {n: garble(lines, val if n == "val" else test, seed) for n, lines in sets.items()}
+
+    ru = lambda recipe, steps=None: pairs.recipe_experiment("ru-en", recipe, steps).changes
+    center = pairs.sweep_experiments(RAW, "ru-en", "lowres", 300, ("dropout",))
+    dropout = next(e for e in center if e.value == "0.2")
+    custom = ru("lowres") | {"model.d_model": 512}
+    logged = [
+        ("ru-en-baseline", ru("baseline"), some(refs, 0.3, 0.3, 1), root / "ru"),
+        ("ru-en-lowres", ru("lowres"), some(refs, 0.35, 0.05, 2), root / "ru"),
+        ("ru-en-lowres-big", custom, some(refs, 0.1, 0.3, 3), root / "ru"),
+        ("ru-en-lowres-s300", ru("lowres", 300), some(refs, 0.3, 0.01, 4), root / "ru"),
+        (dropout.name, dropout.changes, some(refs, 0.2, 0.5, 5), root / "ru"),
+        (
+            "ru-en",
+            ru("baseline") | {"data.train": pairs.RU_EN_README_TRAIN},
+            some(refs, 0.0, 0.0, 6),
+            root / "ru",
+        ),
+        (
+            "en-ms-lowres",
+            pairs.recipe_experiment("en-ms", "lowres").changes,
+            some(ms_refs, 0.5, 0.5, 7),
+            root / "ms",
+        ),
+    ]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(pairs, "experiment_baselines", dict)  # not this checkout's own experiments
+        patch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{root / 'mlflow.db'}")
+        ids = {
+            exp: log_run(root, patch, exp, changes, hyps, refs_dir) for exp, changes, hyps, refs_dir in logged
+        }
+        patch.setenv("DVC_EXP_NAME", "ru-en-lowres-s300-lr-0.002")
+        failed = Tracker.start(raw_params(ru("lowres", 300) | {"train.lr": 0.002}), "nmt", "lr")
+        failed.end("FAILED")
+        ids["failed"] = str(failed.run_id)
+        out = root / "reports" / "pairs.md"
+        args = ["table", "--params", str(PARAMS), "--refs", f"ru-en={root / 'ru'}"]
+        args += ["--refs", f"en-ms={root / 'ms-other'}", "--out", str(out)]
+        result = CliRunner().invoke(pairs.cli, args)
+    assert result.exit_code == 0, result.output
+    saved = json.loads(out.with_suffix(".json").read_text(encoding="utf-8"))
+    return Made(ids, {e: h for e, _, h, _ in logged}, refs, out.read_text(encoding="utf-8"), saved)
+
+
+def test_queue_prints_the_exact_dvc_command_of_the_baseline_on_the_new_data() -> None:
+    result = CliRunner().invoke(pairs.cli, ["queue", "--pair", "ru-en", "--params", str(PARAMS), "--dry-run"])
+    assert result.exit_code == 0, result.output
+    train = ", ".join(
+        [*pairs.RU_EN_README_TRAIN, "mlqe-pe-ruen-train", "mlqe-pe-ruen-dev", "newstest2020-enru"]
+    )
+    assert result.output.splitlines() == [
+        "dvc exp run --queue -n ru-en-baseline -S data.src_lang=ru -S data.tgt_lang=en "
+        f"-S 'data.train=[{train}]' -S 'data.val=[newstest2017-ruen]' "
+        "-S 'data.test=[newstest2018-ruen, newstest2020-ruen, ntrex128-enru]'"
+    ]
+    assert "newstest2019-enru" not in result.output  # NTREX-128's source: a test set of this pair
+
+
+def test_a_ranking_run_is_capped_and_named_by_its_steps() -> None:
+    args = ["queue", "--pair", "en-ms", "--recipe", "lowres", "--steps", "2000", "--dry-run"]
+    result = CliRunner().invoke(pairs.cli, [*args, "--params", str(PARAMS)])
+    assert result.exit_code == 0, result.output
+    (line,) = result.output.splitlines()
+    words = shlex.split(line)
+    assert words[:6] == ["dvc", "exp", "run", "--queue", "-n", "en-ms-lowres-s2000"]
+    settings = words[7::2]
+    assert settings[-1] == "train.max_steps=2000"
+    assert "bpe.vocab_size=auto" in settings and "train.subword_sampling=unigram" in settings
+    assert "model.encoder_layers=10" in settings  # the en-ms baseline's settings stay
+
+
+def test_every_queued_experiment_is_valid_params_and_a_sweep_changes_one_thing() -> None:
+    for pair in pairs.PAIRS:
+        for recipe in pairs.RECIPES:
+            exp = pairs.recipe_experiment(pair, recipe)
+            assert set(exp.changes) >= set(pairs.PAIRS[pair].baseline)
+            pairs.check(RAW, exp)
+            for name in (*exp.changes["data.train"], *exp.changes["data.test"]):  # type: ignore[misc]
+                assert name in corpora.SETS
+            result = CliRunner().invoke(
+                pairs.cli,
+                [
+                    "sweep",
+                    "--pair",
+                    pair,
+                    "--from",
+                    recipe,
+                    "--steps",
+                    "500",
+                    "--params",
+                    str(PARAMS),
+                    "--dry-run",
+                ],
+            )
+            assert result.exit_code == 0, result.output
+            lines = result.output.splitlines()
+            plan = pairs.sweep_experiments(RAW, pair, recipe, 500)
+            assert [shlex.join(pairs.dvc_command(e)) for e in plan] == lines
+            center = pairs.variant_params(RAW, plan[0].changes)
+            for exp in plan[1:]:
+                assert exp.axis is not None and exp.value is not None
+                assert exp.name == f"{pair}-{recipe}-s500-{exp.axis}-{exp.value}"
+                changed = {k for k, v in exp.changes.items() if plan[0].changes.get(k, object()) != v}
+                assert changed <= set(pairs.GRID[exp.axis][exp.value])  # one axis's change only
+                assert pairs.check(RAW, exp) != center  # never the center again
+                assert exp.changes["train.max_steps"] == 500
+
+
+def test_a_bad_change_is_refused_before_anything_is_queued() -> None:
+    args = ["queue", "--pair", "en-ms", "--set", "model.dropout=1.5", "--name", "en-ms-x", "--dry-run"]
+    result = CliRunner().invoke(pairs.cli, [*args, "--params", str(PARAMS)])
+    assert result.exit_code != 0 and "model.dropout" in result.output and "dvc exp run" not in result.output
+    args = ["queue", "--pair", "en-ms", "--set", "model.dropout=0.2", "--dry-run"]  # no --name
+    assert CliRunner().invoke(pairs.cli, [*args, "--params", str(PARAMS)]).exit_code != 0
+
+
+def test_the_json_has_the_issues_schema(made: Made) -> None:
+    runs = {r["name"]: r for r in made.saved["runs"]}
+    assert set(runs) == {"ru-en-baseline", "ru-en-lowres", "ru-en-lowres-big", "en-ms-lowres"}  # not `ru-en`
+    base = runs["ru-en-baseline"]
+    assert {"name", "pair", "recipe", "commit", "params", "train_minutes", "val", "test"} <= set(base)
+    assert (base["pair"], base["recipe"], base["commit"]) == ("ru-en", "baseline", COMMIT)
+    assert base["params"]["data.src_lang"] == "ru" and "model.dropout" not in base["params"]
+    assert runs["ru-en-lowres"]["params"]["model.dropout"] == 0.3
+    assert runs["ru-en-lowres"]["params"]["data.test"] == RU_TESTS
+    assert runs["ru-en-lowres-big"]["recipe"] == "custom"
+    assert base["train_minutes"] == round((3600 + 60 * len("ru-en-baseline")) / 60, 1)
+    assert set(base["test"]) == set(RU_TESTS)
+    for name in RU_TESTS:
+        entry = base["test"][name]
+        assert set(entry) >= {"bleu", "chrf", "ci95", "p_vs_baseline"}
+        assert entry["p_vs_baseline"] is None and set(entry["ci95"]) == {"bleu", "chrf"}
+    assert set(base["val"]) == {"bleu", "chrf"} and base["val"]["bleu"] > 0
+
+
+def test_p_values_are_the_paired_test_against_the_pairs_baseline(made: Made) -> None:
+    runs = {r["name"]: r for r in made.saved["runs"]}
+    for name in ("ru-en-lowres", "ru-en-lowres-big"):
+        for test in RU_TESTS:
+            systems = {"base": made.hyps["ru-en-baseline"][test], name: made.hyps[name][test]}
+            expected = paired_test(systems, made.refs[test])[name]
+            got = runs[name]["test"][test]
+            assert got["p_vs_baseline"] == {m: expected[m].p_value for m in ("bleu", "chrf")}
+            assert got["delta_vs_baseline"] == {m: expected[m].delta for m in ("bleu", "chrf")}
+    assert all(runs["ru-en-lowres"]["test"][t]["p_vs_baseline"]["bleu"] < 0.05 for t in RU_TESTS)
+
+
+def test_the_best_is_picked_by_val_never_by_test(made: Made) -> None:
+    assert made.saved["pairs"]["ru-en"]["best_val"] == "ru-en-lowres-big"  # not lowres, the best on test
+    assert [r["name"] for r in made.saved["runs"] if r["best_val"]] == ["ru-en-lowres-big", "en-ms-lowres"]
+    assert made.saved["pairs"]["ru-en"]["best_val_sweep"] == "ru-en-lowres-s300-dropout-0.2"
+    table = table_rows(made.report.split("## ru-en")[1].split("### Sweep")[0])
+    assert [r[0] for r in table[1:]] == ["ru-en-baseline", "ru-en-lowres", "ru-en-lowres-big ★"]
+
+
+def test_ranking_runs_have_val_scores_only(made: Made) -> None:
+    sweep = {r["name"]: r for r in made.saved["sweep"]}
+    assert set(sweep) == {"ru-en-lowres-s300", "ru-en-lowres-s300-dropout-0.2", "ru-en-lowres-s300-lr-0.002"}
+    assert all("test" not in r for r in sweep.values())
+    dropout = sweep["ru-en-lowres-s300-dropout-0.2"]
+    assert (dropout["steps"], dropout["axis"], dropout["value"]) == (300, "dropout", "0.2")
+    assert sweep["ru-en-lowres-s300-lr-0.002"]["status"].startswith(
+        f"no scored run yet (latest {made.ids['failed'][:8]}"
+    )
+    rows = {r[0]: r for r in table_rows(made.report.split("### Sweep")[1].split("## en-ms")[0])}
+    delta = dropout["val"]["bleu"] - sweep["ru-en-lowres-s300"]["val"]["bleu"]
+    assert rows["ru-en-lowres-s300-dropout-0.2 ★"][-1] == f"{delta:+.1f}"
+
+
+def test_a_pair_without_a_baseline_says_so_and_other_references_are_refused(made: Made) -> None:
+    assert made.saved["pairs"]["en-ms"]["baseline"] is None
+    assert made.saved["pairs"]["en-ms"]["status"].startswith("no scored baseline run (en-ms-baseline)")
+    assert "queue --pair en-ms --recipe baseline" in made.report.split("## en-ms")[1]
+    ms = next(r for r in made.saved["runs"] if r["name"] == "en-ms-lowres")
+    assert ms["test"]["ntrex128-enms"]["p_vs_baseline"] is None and ms["test"]["ntrex128-enms"]["bleu"] > 0
+    assert ms["test"]["ntrex128-enms"]["ci95"] is None
+    assert any(
+        n.startswith("ntrex128-enms: en-ms-lowres was scored against other references")
+        for n in made.saved["notes"]
+    )
+
+
+@pytest.mark.skipif(not (MIRROR / "raw.githubusercontent.com").is_dir(), reason="no corpus mirror")
+def test_without_refs_the_test_references_come_from_the_catalog(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("CORPUS_MIRROR", str(MIRROR))
+    where, how, notes = pairs.references("en-ms", PARAMS, None, True, tmp_path / "refs")
+    assert notes == [] and where is not None and "mirror" in str(how)
+    lines = files.read_lines(where / "test" / "ntrex128-enms.tgt")
+    assert len(lines) == corpora.SETS["ntrex128-enms"].lines
+    # The same bytes as the download stage writes for the pair (what each run's score stage hashed).
+    from pipeline.stages import download
+
+    data = pairs.variant_params(RAW, pairs.PAIRS["en-ms"].baseline).data
+    download.download(data, tmp_path / "raw")
+    name = "test/ntrex128-enms.tgt"
+    assert sha256_of(where / name) == sha256_of(tmp_path / "raw" / name)
