@@ -27,7 +27,8 @@ from pipeline.reporting.metrics import paired_test
 from pipeline.reporting.significance import sha256_of
 from pipeline.stages import score
 from pipeline.tracking import Tracker
-from tests.helpers import MIRROR, REPO, garble, references, table_rows
+from tests.support.repo import MIRROR, REPO
+from tests.support.tables import garble, references, table_rows
 
 LINES = 40
 COMMIT = "a" * 40
