@@ -137,6 +137,8 @@ class TrainParams:
     subword_nbest: int
     source_weights: dict[str, float]
     source_temperature: float
+    # A model directory to start from: its weights, architecture and vocabulary (docs/transfer.md).
+    init_from: str | None
     update_freq: int
     optimizer: Literal["adam", "adamw"]
     lr: float
@@ -239,6 +241,7 @@ _ADDED = {
     ("train", "subword_nbest"): -1,
     ("train", "source_weights"): {},
     ("train", "source_temperature"): 1.0,
+    ("train", "init_from"): None,
     ("tracking", "register_model"): None,
     ("decode", "sampling"): {"enabled": False, "top_k": 0, "top_p": 1.0, "temperature": 1.0, "seed": 1},
 }
@@ -452,6 +455,11 @@ def validate(p: Params) -> None:
     _check(t.max_tokens >= 1, "train.max_tokens", "must be at least 1")
     check_source_draws(t, d.train)
     check_subword_sampling(t, b)
+    _check(
+        t.init_from is None or bool(t.init_from.strip()),
+        "train.init_from",
+        "must be null (train from scratch) or the path of a model directory",
+    )
     _check(t.update_freq >= 1, "train.update_freq", "must be at least 1")
     _check(t.lr > 0, "train.lr", "must be positive")
     _check(all(0.0 <= x < 1.0 for x in t.betas), "train.betas", "each must be within [0, 1)")
