@@ -100,12 +100,14 @@ def copy_parent(params: P.Params, out_dir: Path) -> Vocab:
     """train.init_from's sentencepiece model(s) and piece map into out_dir, with PARENT_FILE; atomically.
 
     A child reads with its parent's vocabulary: bpe.joint must be the parent's, and the settings that
-    say how to train one (bpe.model_type, vocab_size, ...) are ignored.
+    say how to train one (bpe.model_type, vocab_size, ...) are ignored. The architecture is checked
+    here too, though no output depends on it, so that a mismatch stops the first stage it can.
     """
     init_from = params.train.init_from
     assert init_from is not None, "only called with train.init_from set"
     parent, parent_params = lineage.read(init_from)
     lineage.check_vocabulary(params, parent_params, init_from)
+    lineage.check_architecture(params, parent_params, init_from)
     try:
         vocab = Vocab.load(init_from)
     except UserError as e:

@@ -273,8 +273,12 @@ def parent(tmp_path_factory) -> Path:
 
 
 def child(init_from: Path | str, **bpe: object) -> P.Params:
+    """params.yaml's, starting from `init_from` with its architecture (where it has one) and `bpe`."""
+    saved = Path(init_from) / "params.yaml"
+    model = P.from_saved(yaml.safe_load(saved.read_text())).model if saved.is_file() else BASE.model
     return dataclasses.replace(
         BASE,
+        model=model,
         bpe=dataclasses.replace(BASE.bpe, **bpe),
         train=dataclasses.replace(BASE.train, init_from=str(init_from)),
     )
@@ -324,6 +328,13 @@ def test_a_vocabulary_of_another_kind_is_refused_naming_both_sides(parent, tmp_p
     assert "bpe.joint false here, true in the parent" in message and "-S bpe.joint=true" in message
 
 
+def test_another_architecture_stops_the_bpe_stage_already(parent, tmp_path):
+    params = child(parent)
+    params = dataclasses.replace(params, model=dataclasses.replace(params.model, d_model=64, n_heads=4))
+    message = refused(params, tmp_path / "bpe")
+    assert "has another architecture (model.d_model 64 here, 32 in the parent)" in message
+
+
 def test_a_parent_that_is_no_model_directory_is_refused(parent, tmp_path):
     assert "no such directory" in refused(child(tmp_path / "nowhere"), tmp_path / "bpe")
     (tmp_path / "empty").mkdir()
@@ -333,15 +344,15 @@ def test_a_parent_that_is_no_model_directory_is_refused(parent, tmp_path):
     foreign = tmp_path / "foreign"
     foreign.mkdir()
     (foreign / "model.pt").write_bytes(b"")
-    (foreign / "params.yaml").write_text("lr: 0.1\n")
-    assert "not the params of a model of this pipeline" in refused(child(foreign), tmp_path / "bpe")
     (foreign / "params.yaml").write_text((parent / "params.yaml").read_text())
     assert "holds no vocabulary of this pipeline" in refused(child(foreign), tmp_path / "bpe")
+    params = child(foreign)
+    (foreign / "params.yaml").write_text("lr: 0.1\n")
+    assert "not the params of a model of this pipeline" in refused(params, tmp_path / "bpe")
 
 
 def test_the_command_copies_instead_of_training_and_says_so(parent, tmp_path):
-    raw = BASE.to_dict()
-    raw["train"]["init_from"] = str(parent)
+    raw = child(parent).to_dict()
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw), encoding="utf-8")
     args = [
         "--params",
