@@ -490,7 +490,9 @@ def validate(p: Params) -> None:
 
 
 def check_subword_sampling(t: TrainParams, b: BpeParams) -> None:
-    """Subword sampling's settings, and that the kind of sampling fits the kind of subword model."""
+    """Subword sampling's settings, and that the kind of sampling fits the kind of subword model
+    (bpe.model_type; with train.init_from the parent's model, which the train stage checks)."""
+    trains_its_own = t.init_from is None
     _check(
         0.0 < t.subword_alpha <= 1.0,
         "train.subword_alpha",
@@ -504,7 +506,7 @@ def check_subword_sampling(t: TrainParams, b: BpeParams) -> None:
     )
     if t.subword_sampling == "unigram":
         _check(
-            b.model_type == "unigram",
+            b.model_type == "unigram" or not trains_its_own,
             "train.subword_sampling",
             "unigram samples a unigram model's segmentations, but bpe.model_type is bpe; use "
             "subword_sampling: bpe_dropout for a BPE model, or set bpe.model_type: unigram",
@@ -523,7 +525,7 @@ def check_subword_sampling(t: TrainParams, b: BpeParams) -> None:
     )
     if t.subword_sampling == "bpe_dropout":
         _check(
-            b.model_type == "bpe",
+            b.model_type == "bpe" or not trains_its_own,
             "train.subword_sampling",
             "bpe_dropout drops the merges of a BPE model, but bpe.model_type is unigram; use "
             "subword_sampling: unigram for a unigram model, or set bpe.model_type: bpe",

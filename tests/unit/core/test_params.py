@@ -229,6 +229,14 @@ def test_unigram_sampling_on_a_bpe_model_is_refused_with_the_fix(raw):
     )
 
 
+@pytest.mark.parametrize(("model_type", "kind"), [("bpe", "unigram"), ("unigram", "bpe_dropout")])
+def test_with_a_parent_the_kind_of_sampling_is_left_to_its_model(raw, model_type, kind):
+    """bpe.model_type trains nothing while train.init_from is set: the train stage checks the parent's."""
+    raw = sampling(raw, model_type, kind)
+    raw["train"]["init_from"] = "data/parent"
+    assert P.from_dict(raw).train.subword_sampling == kind
+
+
 def test_saved_params_from_before_sampling_load_with_sampling_off(raw):
     del raw["train"]["subword_sampling"], raw["train"]["subword_alpha"], raw["train"]["subword_nbest"]
     del raw["bpe"]["model_type"]
