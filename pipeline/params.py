@@ -137,6 +137,8 @@ class TrainParams:
     subword_nbest: int
     source_weights: dict[str, float]
     source_temperature: float
+    # A model directory to start from: its weights, architecture and vocabulary (docs/transfer.md).
+    init_from: str | None
     update_freq: int
     optimizer: Literal["adam", "adamw"]
     lr: float
@@ -239,6 +241,7 @@ _ADDED = {
     ("train", "subword_nbest"): -1,
     ("train", "source_weights"): {},
     ("train", "source_temperature"): 1.0,
+    ("train", "init_from"): None,
     ("tracking", "register_model"): None,
     ("decode", "sampling"): {"enabled": False, "top_k": 0, "top_p": 1.0, "temperature": 1.0, "seed": 1},
 }
@@ -452,6 +455,11 @@ def validate(p: Params) -> None:
     _check(t.max_tokens >= 1, "train.max_tokens", "must be at least 1")
     check_source_draws(t, d.train)
     check_subword_sampling(t, b)
+    _check(
+        t.init_from is None or bool(t.init_from.strip()),
+        "train.init_from",
+        "must be null (train from scratch) or the path of a model directory",
+    )
     _check(t.update_freq >= 1, "train.update_freq", "must be at least 1")
     _check(t.lr > 0, "train.lr", "must be positive")
     _check(all(0.0 <= x < 1.0 for x in t.betas), "train.betas", "each must be within [0, 1)")
@@ -482,7 +490,9 @@ def validate(p: Params) -> None:
 
 
 def check_subword_sampling(t: TrainParams, b: BpeParams) -> None:
-    """Subword sampling's settings, and that the kind of sampling fits the kind of subword model."""
+    """Subword sampling's settings, and that the kind of sampling fits the kind of subword model
+    (bpe.model_type; with train.init_from the parent's model, which the train stage checks)."""
+    trains_its_own = t.init_from is None
     _check(
         0.0 < t.subword_alpha <= 1.0,
         "train.subword_alpha",
@@ -496,7 +506,7 @@ def check_subword_sampling(t: TrainParams, b: BpeParams) -> None:
     )
     if t.subword_sampling == "unigram":
         _check(
-            b.model_type == "unigram",
+            b.model_type == "unigram" or not trains_its_own,
             "train.subword_sampling",
             "unigram samples a unigram model's segmentations, but bpe.model_type is bpe; use "
             "subword_sampling: bpe_dropout for a BPE model, or set bpe.model_type: unigram",
@@ -515,7 +525,7 @@ def check_subword_sampling(t: TrainParams, b: BpeParams) -> None:
     )
     if t.subword_sampling == "bpe_dropout":
         _check(
-            b.model_type == "bpe",
+            b.model_type == "bpe" or not trains_its_own,
             "train.subword_sampling",
             "bpe_dropout drops the merges of a BPE model, but bpe.model_type is unigram; use "
             "subword_sampling: unigram for a unigram model, or set bpe.model_type: bpe",

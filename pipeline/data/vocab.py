@@ -109,17 +109,23 @@ class Vocab:
         """The line's n best segmentations (ids, score) by sentencepiece (a unigram model's)."""
         sp = self._src if side == "src" else self._tgt
         found = sp.nbest_encode(line, nbest_size=n, return_type="proto")
-        return [([piece.id for piece in best.pieces], best.score) for best in found.nbests]
+        return [
+            ([self._id(piece.piece, piece.id) for piece in best.pieces], best.score) for best in found.nbests
+        ]
 
     def pieces(self, side: str) -> dict[str, tuple[int, float]]:
         """The model's normal pieces (not special, unknown, unused or byte ones): piece -> (id, score)."""
         sp = self._src if side == "src" else self._tgt
         special = (sp.is_unknown, sp.is_control, sp.is_unused, sp.is_byte)
         return {
-            sp.id_to_piece(i): (i, sp.get_score(i))
+            sp.id_to_piece(i): (self._id(sp.id_to_piece(i), i), sp.get_score(i))
             for i in range(sp.get_piece_size())
             if not any(kind(i) for kind in special)
         }
+
+    def _id(self, piece: str, model_id: int) -> int:
+        """A piece's id: the model's own, or with a piece map the map's (UNK where it lacks the piece)."""
+        return model_id if self._map is None else self._map.ids.get(piece, tokens.UNK)
 
     @property
     def model_type(self) -> str:

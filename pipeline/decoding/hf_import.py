@@ -307,6 +307,7 @@ def _params(base: P.Params, model: dict[str, Any], size: int, tokenizer: dict[st
     raw = base.to_dict()
     raw["model"] = model
     raw["bpe"] |= {"joint": True, "vocab_size": size}
+    raw["train"]["init_from"] = None  # an imported model has no parent of ours
     langs = tokenizer.get("source_lang"), tokenizer.get("target_lang")
     if all(isinstance(lang, str) and lang for lang in langs) and langs[0] != langs[1]:
         raw["data"] |= {"src_lang": langs[0], "tgt_lang": langs[1]}

@@ -3,6 +3,7 @@
 Output (one directory, written atomically): spm.model + spm.vocab when
 bpe.joint, else src.model/src.vocab and tgt.model/tgt.vocab; with bpe.vocab_size:
 auto, also AUTO_FILE, the size AUTO_VOCAB chose for the training pairs (docs/low-resource.md).
+With train.init_from, the parent's model(s) instead, copied (`copy_parent`, docs/transfer.md).
 
 The sample (`sample_pairs`): at most bpe.sample_lines lines a model (a joint model gets
 both sides of half as many pairs), shared equally among the train sources (clean's
@@ -22,6 +23,7 @@ import io
 import json
 import random
 import re
+import shutil
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -29,10 +31,11 @@ import click
 import sentencepiece as spm
 from sentencepiece import sentencepiece_model_pb2
 
-from pipeline import files, tokens
+from pipeline import files, lineage, tokens
+from pipeline import params as P
 from pipeline.data.pool import cores
 from pipeline.data.vocab import JOINT_MODEL, SRC_MODEL, TGT_MODEL, Vocab
-from pipeline.errors import UserError
+from pipeline.errors import ParamsError, UserError
 from pipeline.files import atomic_path
 from pipeline.params import BpeParams
 from pipeline.stages.options import clean_option, directory, load_params, params_option
@@ -90,6 +93,33 @@ def train_bpe(bpe: BpeParams, clean_dir: Path, out_dir: Path) -> Vocab:
             _train_one(bpe, [src], picked, tmp / SRC_MODEL, "the source model")
             _train_one(bpe, [tgt], picked, tmp / TGT_MODEL, "the target model")
         Vocab.load(tmp)  # checks the special ids before the output lands
+    return Vocab.load(out_dir)
+
+
+def copy_parent(params: P.Params, out_dir: Path) -> Vocab:
+    """train.init_from's sentencepiece model(s) and piece map into out_dir, with PARENT_FILE; atomically.
+
+    A child reads with its parent's vocabulary: bpe.joint must be the parent's, and the settings that
+    say how to train one (bpe.model_type, vocab_size, ...) are ignored. The architecture is checked
+    here too, though no output depends on it, so that a mismatch stops the first stage it can.
+    """
+    init_from = params.train.init_from
+    assert init_from is not None, "only called with train.init_from set"
+    parent, parent_params = lineage.read(init_from)
+    lineage.check_vocabulary(params, parent_params, init_from)
+    lineage.check_architecture(params, parent_params, init_from)
+    try:
+        vocab = Vocab.load(init_from)
+    except UserError as e:
+        raise ParamsError(
+            f"train.init_from: {init_from} holds no vocabulary of this pipeline ({e.message})"
+        ) from e
+    with atomic_path(out_dir) as tmp:
+        tmp.mkdir()
+        for model_file in vocab.model_files():
+            shutil.copy2(model_file, tmp / model_file.name)
+        files.write_json(tmp / lineage.PARENT_FILE, parent.to_dict())
+        Vocab.load(tmp)
     return Vocab.load(out_dir)
 
 
@@ -236,8 +266,10 @@ def _user_error(e: RuntimeError, bpe: BpeParams, inputs: list[Path], what: str) 
     help="Where to write the sentencepiece model(s).",
 )
 def command(params_file: Path, clean_dir: Path, out_dir: Path) -> None:
-    """Train sentencepiece BPE on the training split."""
-    bpe = load_params(params_file).bpe
-    vocab = train_bpe(bpe, clean_dir, out_dir)
+    """Train sentencepiece BPE on the training split (with train.init_from: copy the parent's)."""
+    params = load_params(params_file)
+    init_from = params.train.init_from
+    vocab = train_bpe(params.bpe, clean_dir, out_dir) if init_from is None else copy_parent(params, out_dir)
     kind = "joint" if vocab.joint else "separate"
-    click.echo(f"bpe: {kind} vocabulary, {vocab.src_size} src / {vocab.tgt_size} tgt pieces -> {out_dir}")
+    made = "vocabulary" if init_from is None else f"vocabulary copied from {init_from} (train.init_from)"
+    click.echo(f"bpe: {kind} {made}, {vocab.src_size} src / {vocab.tgt_size} tgt pieces -> {out_dir}")

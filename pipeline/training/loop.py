@@ -24,6 +24,7 @@ import torch
 import yaml
 from tqdm import tqdm
 
+from pipeline import lineage
 from pipeline import params as P
 from pipeline.data import batching
 from pipeline.data.batching import ParallelData, TokenArray, collate, token_batches
@@ -38,6 +39,7 @@ from pipeline.model.transformer import Seq2SeqBase, build_model, count_parameter
 from pipeline.training import signals
 from pipeline.training.distributed import ALONE, Dist
 from pipeline.training.observer import Observer, Quiet, RunStart, mlflow_run
+from pipeline.training.parent import start_from_parent
 from pipeline.training.state import (
     Interval,
     LogRow,
@@ -146,12 +148,15 @@ class Trainer:
         self._prefetcher: Prefetcher | None = None
         self._epoch_data: tuple[int, ParallelData] | None = None
         model = build_model(params.model, self.vocab.src_size, self.vocab.tgt_size).to(self.device)
+        # train.init_from: the parent's weights, before step 0; a resumed run's last.pt overwrites them.
+        self.parent = start_from_parent(model, params, paths.bpe_dir, self.vocab)
         self.update = UpdateStep(params, model, self.device, dist)
         torch.manual_seed(t.seed + dist.rank)  # the dropout stream: one per rank, after a shared init
         sampled_from = []
         if self._text is not None and paths.clean_dir is not None:
             sampled_from = [paths.clean_dir / f"train.{side}" for side in ("src", "tgt")]
-        self.state = RunState(params, paths, dist, self.update, self.vocab, sampled_from)
+        parent_sha = self.parent.model_sha256 if self.parent else None
+        self.state = RunState(params, paths, dist, self.update, self.vocab, sampled_from, parent_sha)
         self.observer: Observer = Quiet()
         self._started, self._total_steps = (time.monotonic(), 0), 0  # for the ETA, set per session
         # With subword sampling an estimate: sampled segmentations are longer than data/bin's.
@@ -443,6 +448,8 @@ class Trainer:
             for model_file in self.vocab.model_files():
                 shutil.copy2(model_file, tmp / model_file.name)
             write_json(tmp / "mlflow_run.json", self.run_info())
+            if self.parent is not None:
+                write_json(tmp / lineage.PARENT_FILE, self.parent.to_dict())
         summary = self.summary(averaged)
         self.write_logs()
         write_json(self.paths.log_dir / "summary.json", summary)
@@ -497,7 +504,7 @@ class Trainer:
             "device": str(self.device),
             "world_size": self.dist.world_size,
             "n_params": count_parameters(self.model),  # a constant: a tag, not a metric series
-        }
+        } | (self.parent.tags() if self.parent else {})
         start = RunStart(
             params=self.params.to_dict(),
             run_name=f"{d.src_lang}-{d.tgt_lang} {m.arch} {label}",

@@ -167,14 +167,19 @@ def code_fingerprint() -> dict[str, str]:
     return sources.fingerprint("pipeline.stages.train")
 
 
-def data_fingerprint(bin_dir: Path, vocab: Vocab, text: Sequence[Path] = ()) -> str:
-    """sha256 of the sentence offsets, the subword models and any `text` sampled: changes with the data."""
+def data_fingerprint(
+    bin_dir: Path, vocab: Vocab, text: Sequence[Path] = (), parent: str | None = None
+) -> str:
+    """sha256 of the sentence offsets, the subword models, any `text` sampled and the parent's
+    weights (their sha256, with train.init_from): changes with the data a run starts from."""
     digest = hashlib.sha256()
     for split, side in itertools.product(("train", "val"), ("src", "tgt")):
         for prefix in shard_prefixes(bin_dir, split, side):
             digest.update(Path(f"{prefix}.idx").read_bytes())
     for path in [*vocab.model_files(), *text]:
         digest.update(path.read_bytes())
+    if parent is not None:
+        digest.update(parent.encode())
     return digest.hexdigest()
 
 
@@ -192,10 +197,12 @@ class RunState:
         update: UpdateStep,
         vocab: Vocab,
         text: Sequence[Path] = (),
+        parent: str | None = None,
     ):
-        """`text`: the clean text subword sampling segments, if it is on (part of the data fingerprint)."""
+        """`text`: the clean text subword sampling segments, if it is on; `parent`: the sha256 of
+        train.init_from's weights (both part of the data fingerprint)."""
         self.params, self.paths, self.dist, self.update, self.vocab = params, paths, dist, update, vocab
-        self.data = data_fingerprint(paths.bin_dir, vocab, text)
+        self.data = data_fingerprint(paths.bin_dir, vocab, text, parent)
         self.code = code_fingerprint()
         self.progress = Progress()
         self.replaced_run: dict[str, str | None] | None = None  # the MLflow run of a state resume deleted

@@ -9,6 +9,7 @@ update_freq is 2 and val BLEU is computed, so every piece of state matters.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -22,6 +23,7 @@ import yaml
 
 from pipeline import params as P
 from pipeline.model import checkpoint
+from pipeline.stages.bpe import copy_parent
 from pipeline.stages.train import train
 from pipeline.training import state as run_state
 from pipeline.training.state import Paths
@@ -130,6 +132,31 @@ def test_in_process_interruptions_change_nothing(precision, corpus, tmp_path, mo
     assert not b.out_dir.exists()
     train(params, b, tracking=False)
     assert_same_run(uninterrupted, b)
+
+
+def test_a_child_resumes_from_its_own_state_to_the_same_weights(corpus, tmp_path, monkeypatch):
+    parent = run_paths(tmp_path / "parent", corpus)
+    train(P.from_dict(tiny_raw(max_steps=12, validate_every=4)), parent, tracking=False)
+    raw = tiny_raw(**SETTINGS)
+    raw["train"]["init_from"] = str(parent.out_dir)
+    params = P.from_dict(raw)
+    copy_parent(params, tmp_path / "bpe")
+    uninterrupted = dataclasses.replace(run_paths(tmp_path / "a", corpus), bpe_dir=tmp_path / "bpe")
+    train(params, uninterrupted, tracking=False)
+
+    b = dataclasses.replace(run_paths(tmp_path / "b", corpus), bpe_dir=tmp_path / "bpe")
+    for when in (lambda n, *a: n == 7, lambda n, *a: n == 6):  # after the checkpoint at step 4, then at 8
+        with monkeypatch.context() as patch:
+            interrupt_at(patch, UpdateStep, "update", when)
+            with pytest.raises(Interrupt):
+                train(params, b, tracking=False)
+    assert checkpoint.load(b.ckpt_dir / "last.pt")["progress"]["step"] == 8
+    train(params, b, tracking=False)
+    assert_same_run(uninterrupted, b)
+    final = checkpoint.load(b.out_dir / "model.pt")["model"]
+    assert not torch.equal(
+        final["out_weight"], checkpoint.load(parent.out_dir / "model.pt")["model"]["out_weight"]
+    )
 
 
 def train_command(params_file: Path, paths: Paths) -> list[str]:

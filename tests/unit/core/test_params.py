@@ -155,6 +155,8 @@ def test_a_saved_model_from_before_the_refusals_still_loads(params):
         ("bpe", "vocab_size", "big", "bpe.vocab_size: got 'big'; expected a whole number or auto"),
         ("bpe", "model_type", "char", "bpe.model_type: got 'char'; allowed: bpe | unigram"),
         ("train", "subword_sampling", "yes", "train.subword_sampling: got 'yes'; allowed: none | unigram"),
+        ("train", "init_from", 3, "train.init_from: got 3; expected a non-empty string"),
+        ("train", "init_from", " ", "train.init_from: must be null (train from scratch) or the path"),
     ],
 )
 def test_bad_values_are_refused_naming_the_key(raw, section, key, value, expected):
@@ -225,6 +227,14 @@ def test_unigram_sampling_on_a_bpe_model_is_refused_with_the_fix(raw):
     assert message.endswith(
         "use subword_sampling: bpe_dropout for a BPE model, or set bpe.model_type: unigram"
     )
+
+
+@pytest.mark.parametrize(("model_type", "kind"), [("bpe", "unigram"), ("unigram", "bpe_dropout")])
+def test_with_a_parent_the_kind_of_sampling_is_left_to_its_model(raw, model_type, kind):
+    """bpe.model_type trains nothing while train.init_from is set: the train stage checks the parent's."""
+    raw = sampling(raw, model_type, kind)
+    raw["train"]["init_from"] = "data/parent"
+    assert P.from_dict(raw).train.subword_sampling == kind
 
 
 def test_saved_params_from_before_sampling_load_with_sampling_off(raw):
@@ -364,7 +374,7 @@ def test_bad_data_sections_are_refused_naming_the_key(raw, change, expected):
 def test_params_saved_before_sources_and_new_settings_load_as_they_meant(params):
     saved = params.to_dict()
     del saved["clean"]["decontaminate"], saved["tracking"]["register_model"]
-    del saved["train"]["source_weights"], saved["train"]["source_temperature"]
+    del saved["train"]["source_weights"], saved["train"]["source_temperature"], saved["train"]["init_from"]
     del saved["data"]["workers"], saved["bpe"]["sample_lines"], saved["bpe"]["seed"]
     saved["data"].update(heldout_val=1000, heldout_test=1000)  # always set then, used or not
     for key in ("train", "val", "test", "sources"):
@@ -378,6 +388,7 @@ def test_params_saved_before_sources_and_new_settings_load_as_they_meant(params)
         1.0,
         None,
     )
+    assert old.train.init_from is None  # trained from scratch: there was no other way
     assert (old.data.train, old.data.val, old.data.test) == (
         ("multi30k-train",),
         ("multi30k-val",),

@@ -170,6 +170,18 @@ def test_a_piece_the_map_lacks_is_unk(mapped_dir: Path) -> None:
     assert tokens.UNK in vocab.encode_src([src_sp.decode_pieces([missing]) + " ✓"])[0]
 
 
+def test_what_subword_sampling_reads_of_a_piece_map_is_in_its_ids(mapped_dir: Path) -> None:
+    """An imported model reaches training as a parent's vocabulary (train.init_from): the pieces and
+    n-best segmentations subword sampling draws from must carry the map's ids, as encoding does."""
+    vocab = Vocab.load(mapped_dir)
+    ids = json.loads((mapped_dir / "vocab.json").read_text(encoding="utf-8"))
+    for side, line in (("src", "der hund läuft über die straße"), ("tgt", "the dog runs over the street")):
+        encode = vocab.encode_src if side == "src" else vocab.encode_tgt
+        assert vocab.nbest(side, line, 1)[0][0] == encode([line])[0]
+        assert all(i == ids.get(piece, tokens.UNK) for piece, (i, _) in vocab.pieces(side).items())
+    assert any(i == tokens.UNK for i, _ in vocab.pieces("src").values())  # the piece the map leaves out
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [

@@ -214,3 +214,9 @@ def test_the_bart_era_fields_real_opus_mt_configs_carry_are_accepted_at_their_va
     )
     settings = hf_import.model_settings(config_of(marian_dir, **legacy))
     assert settings == hf_import.model_settings(config_of(marian_dir))
+
+
+def test_an_import_has_no_parent_whatever_the_base_params_say(marian_dir: Path, tmp_path: Path) -> None:
+    base = dataclasses.replace(BASE, train=dataclasses.replace(BASE.train, init_from="data/another-model"))
+    out = import_hf(str(marian_dir), tmp_path / "model", base)
+    assert Translator.from_dir(out, workers=1).params.train.init_from is None

@@ -1,4 +1,5 @@
-"""Stage bpe: special ids, training split only, joint/separate, determinism, errors."""
+"""Stage bpe: special ids, training split only, joint/separate, determinism, errors; with
+train.init_from, the parent's model(s) copied with a record of the parent, or refused before writing."""
 
 from __future__ import annotations
 
@@ -15,12 +16,17 @@ import yaml
 from click.testing import CliRunner
 from sentencepiece import sentencepiece_model_pb2
 
-from pipeline import tokens
-from pipeline.errors import UserError
+from pipeline import lineage, tokens
+from pipeline import params as P
+from pipeline.data.vocab import Vocab
+from pipeline.decoding.hf_import import import_hf
+from pipeline.errors import ParamsError, UserError
 from pipeline.params import BpeParams
 from pipeline.stages import bpe as bpe_stage
+from pipeline.stages.bpe import copy_parent
+from tests.support.hf import make_trained_model_dir
 from tests.support.models import bpe_params as sized_bpe
-from tests.support.repo import REPO
+from tests.support.repo import BASE, REPO
 
 bpe_params = functools.partial(sized_bpe, vocab_size=100)
 
@@ -257,3 +263,107 @@ def test_vocab_size_auto_without_training_pairs_stops_before_writing(tmp_path: P
         "bpe.vocab_size a number"
     ]
     assert not (tmp_path / "bpe").exists()
+
+
+# --- train.init_from: the parent's vocabulary, copied ---------------------------------------
+
+
+@pytest.fixture(scope="module")
+def parent(tmp_path_factory) -> Path:
+    return make_trained_model_dir(tmp_path_factory.mktemp("parent") / "model", steps=2)
+
+
+def child(init_from: Path | str, **bpe: object) -> P.Params:
+    """params.yaml's, starting from `init_from` with its architecture (where it has one) and `bpe`."""
+    saved = Path(init_from) / "params.yaml"
+    model = P.from_saved(yaml.safe_load(saved.read_text())).model if saved.is_file() else BASE.model
+    return dataclasses.replace(
+        BASE,
+        model=model,
+        bpe=dataclasses.replace(BASE.bpe, **bpe),
+        train=dataclasses.replace(BASE.train, init_from=str(init_from)),
+    )
+
+
+def test_the_parents_model_is_copied_byte_for_byte_with_a_record_of_the_parent(parent, tmp_path):
+    vocab = copy_parent(child(parent), tmp_path / "bpe")
+    assert sorted(p.name for p in (tmp_path / "bpe").iterdir()) == ["parent.json", "spm.model"]
+    assert (tmp_path / "bpe/spm.model").read_bytes() == (parent / "spm.model").read_bytes()
+    assert vocab.joint and vocab.src_size == Vocab.load(parent).src_size
+    record = json.loads((tmp_path / "bpe/parent.json").read_text(encoding="utf-8"))
+    assert record["path"] == str(parent)
+    assert record["model_sha256"] == lineage.sha256(parent / "model.pt")
+
+
+def test_an_imported_parents_two_models_and_piece_map_are_copied(marian_dir, tmp_path):
+    imported = import_hf(str(marian_dir), tmp_path / "opus-mt", BASE)
+    vocab = copy_parent(child(imported), tmp_path / "bpe")
+    copied = sorted(p.name for p in (tmp_path / "bpe").iterdir())
+    assert copied == ["parent.json", "src.model", "tgt.model", "vocab.json"]
+    assert all(
+        (tmp_path / "bpe" / name).read_bytes() == (imported / name).read_bytes() for name in copied[1:]
+    )
+    assert vocab.encode_src(["der hund"]) == Vocab.load(imported).encode_src(["der hund"])
+    record = lineage.Parent.load(tmp_path / "bpe/parent.json")
+    assert record.imported_from == str(marian_dir)
+
+
+def test_the_settings_that_would_train_a_vocabulary_change_nothing(parent, tmp_path):
+    copy_parent(child(parent), tmp_path / "a")
+    copy_parent(child(parent, vocab_size="auto", model_type="unigram", seed=9), tmp_path / "b")
+    for name in ("spm.model", "parent.json"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+
+
+def refused(params: P.Params, out: Path) -> str:
+    with pytest.raises(ParamsError) as caught:
+        copy_parent(params, out)
+    assert not out.exists()
+    assert "\n" not in caught.value.message
+    return caught.value.message
+
+
+def test_a_vocabulary_of_another_kind_is_refused_naming_both_sides(parent, tmp_path):
+    message = refused(child(parent, joint=False), tmp_path / "bpe")
+    assert message.startswith(f"train.init_from: {parent} has another vocabulary")
+    assert "bpe.joint false here, true in the parent" in message and "-S bpe.joint=true" in message
+
+
+def test_another_architecture_stops_the_bpe_stage_already(parent, tmp_path):
+    params = child(parent)
+    params = dataclasses.replace(params, model=dataclasses.replace(params.model, d_model=64, n_heads=4))
+    message = refused(params, tmp_path / "bpe")
+    assert "has another architecture (model.d_model 64 here, 32 in the parent)" in message
+
+
+def test_a_parent_that_is_no_model_directory_is_refused(parent, tmp_path):
+    assert "no such directory" in refused(child(tmp_path / "nowhere"), tmp_path / "bpe")
+    (tmp_path / "empty").mkdir()
+    assert "not a model directory (it has no model.pt)" in refused(
+        child(tmp_path / "empty"), tmp_path / "bpe"
+    )
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "model.pt").write_bytes(b"")
+    (foreign / "params.yaml").write_text((parent / "params.yaml").read_text())
+    assert "holds no vocabulary of this pipeline" in refused(child(foreign), tmp_path / "bpe")
+    params = child(foreign)
+    (foreign / "params.yaml").write_text("lr: 0.1\n")
+    assert "not the params of a model of this pipeline" in refused(params, tmp_path / "bpe")
+
+
+def test_the_command_copies_instead_of_training_and_says_so(parent, tmp_path):
+    raw = child(parent).to_dict()
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw), encoding="utf-8")
+    args = [
+        "--params",
+        str(tmp_path / "params.yaml"),
+        "--clean",
+        str(tmp_path / "none"),
+        "--out",
+        str(tmp_path / "bpe"),
+    ]
+    result = CliRunner().invoke(bpe_stage.command, args)
+    assert result.exit_code == 0, result.output
+    assert f"copied from {parent} (train.init_from)" in result.output
+    assert (tmp_path / "bpe/spm.model").read_bytes() == (parent / "spm.model").read_bytes()
