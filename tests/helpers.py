@@ -33,7 +33,7 @@ from pipeline.model.transformer import Seq2SeqBase, build_model
 from pipeline.params import BpeParams, DataParams, SourceSpec
 from pipeline.stages.bpe import train_bpe
 from pipeline.tokens import BOS, EOS, N_SPECIAL
-from pipeline.tracking import Tracker
+from pipeline.tracking.tracker import Tracker
 from pipeline.training.state import Paths
 
 REPO = Path(__file__).resolve().parents[1]

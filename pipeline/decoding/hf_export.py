@@ -31,7 +31,7 @@ from pipeline.files import atomic_path, write_text
 from pipeline.model import checkpoint
 from pipeline.model.transformer import Transformer
 from pipeline.tokens import BOS, EOS, PAD, SEP
-from pipeline.tracking import git_commit
+from pipeline.tracking.metadata import git_commit
 
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "swish"}  # ours -> transformers' ACT2FN names
 CARD = "README.md"

@@ -43,7 +43,8 @@ from pipeline.reporting.page import (
 )
 from pipeline.reporting.tables import run_label
 from pipeline.stages.options import load_params, params_option
-from pipeline.tracking import RUN_FILE, Tracker
+from pipeline.tracking.run_file import RUN_FILE
+from pipeline.tracking.tracker import Tracker
 
 LENGTH_BUCKETS = (10, 20, 30, 40)  # source words; fixed so reports of different runs compare
 CURVES_PNG = "learning_curves.png"

@@ -1,4 +1,5 @@
-"""MLflow tracking: the run's metadata, the store, the tracker (pipeline/tracking/tracker.py for now)."""
+"""MLflow tracking: what describes a run, the store, the records and their handlers, the tracker.
 
-from pipeline.tracking.tracker import *  # noqa: F403 - the names `pipeline.tracking` had as one module
-from pipeline.tracking.tracker import _quick_http, _reason, _with_lock_retries  # noqa: F401
+Import the module you need: this file imports nothing, because the train stage
+reads and writes mlflow_run.json (run_file.py) and must not depend on the rest.
+"""
