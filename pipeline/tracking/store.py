@@ -1,4 +1,4 @@
-"""The MLflow store.
+"""The MLflow store, reached through MLflow's public API only.
 
 Where it is (`tracking_uri`), a client that waits out a SQLite file locked by
 parallel runs and gives up on a dead server in seconds, the calls that create
@@ -95,17 +95,29 @@ def _training_experiment(client: Any, name: str, db: Path | None) -> str:
 
 
 def log_model(uri: str, run_id: str, name: str, spec: dict[str, Any], register_as: str | None) -> None:
-    """mlflow.pyfunc.log_model for the run `run_id` (Model.log: pyfunc's own takes no run id)."""
+    """A pyfunc model (`spec`: mlflow.pyfunc.log_model's arguments) logged as an output of the run
+    `run_id`, and registered as a new version of `register_as` if given.
+
+    mlflow.pyfunc.log_model takes no run id, so this is the Model.log it calls, given the run and a
+    LoggedModel made first in the run's experiment (left alone, MLflow would use the active one).
+    """
     import mlflow
     from mlflow.models import Model
 
-    experiment_id = make_client(uri).get_run(run_id).info.experiment_id
-    with _fluent_context(uri, experiment_id):
+    run = make_client(uri).get_run(run_id)
+    with global_tracking_uri(uri):  # what Model.log and the registry read
+        model = mlflow.initialize_logged_model(
+            name=name,
+            source_run_id=run_id,
+            params=dict(run.data.params),  # as Model.log copies them onto a model it makes itself
+            experiment_id=run.info.experiment_id,
+        )
         Model.log(
             artifact_path=None,
             name=name,
             flavor=mlflow.pyfunc,
             run_id=run_id,
+            model_id=model.model_id,
             registered_model_name=register_as,
             await_registration_for=0,  # a new version of a local or OSS registry is ready at once
             **spec,
@@ -122,32 +134,28 @@ def start_system_metrics(uri: str, run_id: str, resume: bool) -> Any:
     return monitor
 
 
-# --- the process-wide state MLflow reads ------------------------------------------------
+# --- the process-wide settings MLflow reads ------------------------------------------------
 
 
 @contextlib.contextmanager
-def _fluent_context(uri: str, experiment_id: str) -> Iterator[None]:
-    """MLflow's global tracking URI and experiment (which Model.log reads: the logged model goes to the
-    run's experiment) set for a call, then restored, with the variables MLflow's setters change."""
-    from mlflow.tracking import fluent
-    from mlflow.tracking._tracking_service import utils
+def global_tracking_uri(uri: str) -> Iterator[None]:
+    """mlflow.set_tracking_uri(uri) for a call, then the caller's setting back, and its environment
+    (the setter writes MLFLOW_TRACKING_URI, and unsetting clears it)."""
+    import mlflow
 
-    names = ("MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_ID")
-    saved_uri: Any = utils._tracking_uri  # None when unset: MLflow's setter takes None back
-    saved_experiment: Any = fluent._active_experiment_id
-    saved_env = {k: os.environ.get(k) for k in names}
-    utils.set_tracking_uri(uri)
-    fluent._active_experiment_id = experiment_id  # type: ignore[assignment]  # typed None in MLflow
+    env = os.environ.get("MLFLOW_TRACKING_URI")
+    before = mlflow.get_tracking_uri() if mlflow.is_tracking_uri_set() else None
+    if before == env:
+        before = None  # the environment's (or mirrored there): putting the variable back restores it
+    mlflow.set_tracking_uri(uri)
     try:
         yield
     finally:
-        utils.set_tracking_uri(saved_uri)
-        fluent._active_experiment_id = saved_experiment
-        for key, value in saved_env.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+        mlflow.set_tracking_uri(before)  # type: ignore[arg-type]  # None unsets it, as MLflow's own code does
+        if env is None:
+            os.environ.pop("MLFLOW_TRACKING_URI", None)
+        else:
+            os.environ["MLFLOW_TRACKING_URI"] = env
 
 
 @contextlib.contextmanager
