@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import torch
 
+from pipeline.decoding import pyfunc
 from pipeline.stages.score import log_final_scores, log_trained_model
 from pipeline.stages.train import train
 from pipeline.tracking import metadata, store
@@ -90,6 +91,10 @@ def test_logged_model_loads_and_translates(run: dict[str, Any], monkeypatch: pyt
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", run["uri"])
     model = mlflow.pyfunc.load_model(f"runs:/{run['run_id']}/model")
+    # Logged from code (pyfunc.py, nothing pickled), with the signature pyfunc gives, search params and all.
+    flavor = model.metadata.flavors["python_function"]
+    assert flavor["model_code_path"].endswith("pyfunc.py") and "python_model" not in flavor
+    assert model.metadata.signature == pyfunc.signature()
     out = model.predict(BATCH)
     assert len(out) == len(BATCH) and all(isinstance(t, str) for t in out) and out[1] == ""
     assert model.predict(BATCH[:1], params={"n_best": 2, "beam": 2})[0][0] == out[0]
