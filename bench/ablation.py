@@ -41,7 +41,7 @@ from bench.experiments import (
     variant_params,
     where_ran,
 )
-from pipeline import files, tracking
+from pipeline import files
 from pipeline import params as P
 from pipeline.errors import UserError
 from pipeline.reporting import hypotheses, runs
@@ -64,6 +64,7 @@ from pipeline.reporting.tables import (
     fmt_whole,
     markdown_table,
 )
+from pipeline.tracking import store
 
 BASELINE = "baseline"
 BASELINE_CHANGE = "none: the default params.yaml (encoder-decoder 3+3, pre-LN, sinusoidal, three-way tied)"
@@ -197,7 +198,7 @@ class Ablation:
 
 def collect(params: P.Params, refs_dir: Path, baseline_ref: str | None = None) -> Ablation:
     """The baseline's and each variant's run, with intervals and paired tests on params' test sets."""
-    uri = tracking.tracking_uri()
+    uri = store.tracking_uri()
     try:
         records = runs.mlflow_records(params.tracking.experiment, uri)
     except runs.ExperimentsUnavailable as e:
@@ -238,7 +239,7 @@ def pick_baseline(records: list[RunRecord], defaults: dict[str, str], ref: str |
             what += f"; the newest such run of other params, {near.id}, has {diff}"
     if not found:
         raise UserError(
-            f"no {what} in MLflow at {tracking.tracking_uri()}: run the default pipeline (`dvc repro`) and "
+            f"no {what} in MLflow at {store.tracking_uri()}: run the default pipeline (`dvc repro`) and "
             "wait for its score stage, or name the baseline with --baseline RUN_ID|EXPERIMENT"
         )
     return newest(found)

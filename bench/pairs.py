@@ -49,7 +49,7 @@ from bench.experiments import (
     variant_params,
     where_ran,
 )
-from pipeline import files, tracking
+from pipeline import files
 from pipeline import params as P
 from pipeline.errors import ParamsError, UserError
 from pipeline.reporting import runs
@@ -63,6 +63,7 @@ from pipeline.reporting.metrics import (
 from pipeline.reporting.runs import RunRecord
 from pipeline.reporting.significance import compare, references_path
 from pipeline.reporting.tables import escape_cell, fmt_delta, fmt_p, fmt_score, markdown_table
+from pipeline.tracking import store
 
 BUDGET_MINUTES = 90.0  # the cap on one training on the 2-core CPU
 BASELINE = "baseline"
@@ -521,7 +522,7 @@ def experiment_of(record: RunRecord, known: dict[str, Experiment]) -> Experiment
 def collect(params_file: Path, given_refs: dict[str, Path]) -> Report:
     params = P.load(params_file)
     defaults = default_params(params)
-    uri = tracking.tracking_uri()
+    uri = store.tracking_uri()
     try:
         records = runs.mlflow_records(params.tracking.experiment, uri)
     except runs.ExperimentsUnavailable as e:

@@ -13,10 +13,11 @@ import pytest
 import yaml
 from matplotlib.figure import Figure
 
-from pipeline import files, tracking
+from pipeline import files
 from pipeline import params as P
 from pipeline.data import fetch
 from pipeline.decoding.translator import Translator
+from pipeline.tracking import metadata
 from tests.support.dvc_repo import DECODE_SETS, DECODE_STAGE, SCORE_STAGE, dvc
 from tests.support.models import make_model_dir
 from tests.support.repo import MIRROR, REPO
@@ -74,7 +75,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     uri = f"sqlite:///{root / 'mlflow.db'}"
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("MLFLOW_TRACKING_URI", uri)
-        patch.setattr(tracking, "git_commit", lambda cwd=None: COMMIT)
+        patch.setattr(metadata, "git_commit", lambda cwd=None: COMMIT)
         ids = {name: log_run(name, change, final) for name, change, final in SWEEP}
         log_run("elsewhere", {"model": {"d_model": 64}}, SWEEP[0][2], experiment="other")
         patch.delenv("DVC_EXP_NAME")

@@ -31,7 +31,8 @@ from pipeline.files import atomic_path, write_text
 from pipeline.model import checkpoint
 from pipeline.model.transformer import Transformer
 from pipeline.tokens import BOS, EOS, PAD, SEP
-from pipeline.tracking import git_commit
+from pipeline.tracking.metadata import git_commit
+from pipeline.tracking.run_file import RUN_FILE, RunFile
 
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "swish"}  # ours -> transformers' ACT2FN names
 CARD = "README.md"
@@ -231,7 +232,7 @@ def model_card(
     """README.md of the export: what the model is, its data, params, scores and where it came from."""
     d = params.data
     commit = git_commit(model_dir.resolve().parent)
-    run = _optional_json(model_dir / "mlflow_run.json").get("run_id")
+    run = RunFile.read_or_empty(model_dir / RUN_FILE).run_id
     lines = [
         f"# {d.src_lang}→{d.tgt_lang} Transformer ({hf_class})",
         "",
@@ -266,11 +267,3 @@ def model_card(
         "```",
     ]
     return "\n".join(lines) + "\n"
-
-
-def _optional_json(path: Path) -> dict[str, Any]:
-    try:
-        found = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return found if isinstance(found, dict) else {}

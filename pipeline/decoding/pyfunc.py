@@ -5,7 +5,8 @@ and `mlflow models serve`: a list of strings or a one-column DataFrame in, one
 translation per line out (with the inference param n_best > 1: a list of up to
 n_best, best first); `beam`, `n_best` and sampling's `sample`, `top_k`, `top_p`,
 `temperature` and `seed` are optional inference params (docs/sampling.md).
-`model_spec` is what the score stage hands to `Tracker.log_model`: the model
+`model_spec` is what the score stage hands to `Tracker.log_model`: this file
+as the model's code (MLflow's models from code: nothing pickled), the model
 directory as an artifact, this package as code, its pinned requirements, a
 signature and an input example. Serving and the registry: docs/mlflow.md.
 """
@@ -19,8 +20,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 from mlflow.exceptions import MlflowException
-from mlflow.models import ModelSignature
+from mlflow.models import ModelSignature, set_model
 from mlflow.pyfunc import PythonModel
 from mlflow.types import ColSpec, DataType, ParamSchema, ParamSpec, Schema
 
@@ -38,9 +40,16 @@ class TranslatorModel(PythonModel):
     def load_context(self, context: Any) -> None:
         self.translator = Translator.from_dir(context.artifacts[ARTIFACT], device="auto")
 
-    # No type hints on predict: MLflow would take them for the input schema (the signature is it).
-    def predict(self, context, model_input, params=None):
-        """Lines -> one translation each (n_best 1) or a list of up to n_best (best first)."""
+    # Typed with a DataFrame, what MLflow hands over after checking the input against the signature:
+    # MLflow infers no schema from that hint, so `signature()` stands. A list[str] hint would make
+    # MLflow replace it with one inferred from the hints, which has none of the search params.
+    def predict(
+        self, context: Any, model_input: pd.DataFrame, params: dict[str, Any] | None = None
+    ) -> list[str] | list[list[str]]:
+        """Lines -> one translation each (n_best 1) or a list of up to n_best (best first).
+
+        Called directly, it takes what `input_lines` does: a list of strings will do.
+        """
         lines = input_lines(model_input)
         params = params or {}
         n_best = params.get("n_best") or 1
@@ -58,8 +67,6 @@ class TranslatorModel(PythonModel):
 def input_lines(model_input: Any) -> list[str]:
     """The source lines of a pyfunc input: a DataFrame (column `text`, or its only column), a
     Series, a list or an array of strings; a missing value is an empty line."""
-    import pandas as pd
-
     if isinstance(model_input, pd.DataFrame):
         if INPUT_COLUMN in model_input.columns:
             model_input = model_input[INPUT_COLUMN]
@@ -124,10 +131,16 @@ def requirements() -> list[str]:
 def model_spec(model_dir: str | Path, example: Sequence[str]) -> dict[str, Any]:
     """mlflow.pyfunc.log_model's arguments for the model in `model_dir`."""
     return {
-        "python_model": TranslatorModel(),
+        "python_model": str(Path(__file__).resolve()),  # this file: it sets the model below
         "artifacts": {ARTIFACT: str(Path(model_dir).resolve())},
         "code_paths": [str(PACKAGE)],
         "pip_requirements": requirements(),
         "signature": signature(),
         "input_example": list(example),
     }
+
+
+# MLflow runs this file to load the logged model (models from code): set_model names what it
+# serves. Imported as a module of the package, as the score stage does, the file sets nothing.
+if __name__ != "pipeline.decoding.pyfunc":
+    set_model(TranslatorModel())

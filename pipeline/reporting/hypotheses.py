@@ -24,8 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipeline import files, tracking
+from pipeline import files
 from pipeline.errors import UserError
+from pipeline.tracking import store
 
 VAL = "val"
 TEST_DIR = "test"  # data/decode/test/<name>.hyp, data/raw/test/<name>.tgt
@@ -102,7 +103,7 @@ def is_run_id(ref: str) -> bool:
 def find(ref: str, repo: Path, uri: str | None = None) -> RunHypotheses:
     """The hypotheses of `ref`: an MLflow run id, `workspace`, a DVC experiment name or a git revision."""
     if is_run_id(ref):
-        return from_mlflow(ref, uri or tracking.tracking_uri())
+        return from_mlflow(ref, uri or store.tracking_uri())
     return from_dvc(ref, repo)
 
 
@@ -111,19 +112,19 @@ def find(ref: str, repo: Path, uri: str | None = None) -> RunHypotheses:
 
 def from_mlflow(run_id: str, uri: str) -> RunHypotheses:
     """The hypothesis artifacts and references tags of an MLflow run."""
-    db = tracking.sqlite_path(uri)
+    db = store.sqlite_path(uri)
     if db is not None and not db.is_file():
         raise UserError(f"no MLflow database at {db}; set MLFLOW_TRACKING_URI to the store holding {run_id}")
     from mlflow import MlflowClient
 
     client = MlflowClient(tracking_uri=uri)
     try:
-        with tracking._quick_http():
-            run = tracking._with_lock_retries(lambda: client.get_run(run_id))
+        with store.quick_http():
+            run = store.with_lock_retries(lambda: client.get_run(run_id))
             hyps = _download(client, run_id)
     except Exception as e:  # noqa: BLE001 - whatever MLflow raises (unknown id, store down), the user's fix is one
         raise UserError(
-            f"MLflow run {run_id} could not be read at {uri} ({tracking._reason(e)}); "
+            f"MLflow run {run_id} could not be read at {uri} ({store.reason(e)}); "
             "check the id (`python -m pipeline experiments` lists them) and MLFLOW_TRACKING_URI"
         ) from None
     if not hyps:

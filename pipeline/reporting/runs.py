@@ -33,8 +33,8 @@ import pandas as pd
 import yaml
 
 from pipeline import params as P
-from pipeline import tracking
 from pipeline.errors import UserError
+from pipeline.tracking import store
 
 ID_COLUMNS = ("run", "dvc_exp", "commit", "status", "started", "id")
 
@@ -273,28 +273,28 @@ def mlflow_table(experiment: str, uri: str | None = None) -> pd.DataFrame:
 
 
 def mlflow_records(experiment: str, uri: str | None = None) -> list[RunRecord]:
-    uri = uri or tracking.tracking_uri()
-    db = tracking.sqlite_path(uri)
+    uri = uri or store.tracking_uri()
+    db = store.sqlite_path(uri)
     if db is not None and not db.is_file():
         # Opening it would create an empty database: say there are no runs instead.
         raise ExperimentsUnavailable(f"no MLflow database at {db} yet (no run has been tracked)")
     try:
-        with tracking._quick_http():
+        with store.quick_http():
             return [_mlflow_record(run) for run in _search_all(experiment, uri)]
     except Exception as e:
-        raise ExperimentsUnavailable(f"MLflow at {uri} could not be read ({tracking._reason(e)})") from e
+        raise ExperimentsUnavailable(f"MLflow at {uri} could not be read ({store.reason(e)})") from e
 
 
 def _search_all(experiment: str, uri: str) -> Iterator[Any]:
     from mlflow import MlflowClient
 
     client = MlflowClient(tracking_uri=uri)
-    found = tracking._with_lock_retries(lambda: client.get_experiment_by_name(experiment))
+    found = store.with_lock_retries(lambda: client.get_experiment_by_name(experiment))
     if found is None:
         return
     token = None
     while True:
-        page = tracking._with_lock_retries(
+        page = store.with_lock_retries(
             lambda token=token: client.search_runs([found.experiment_id], max_results=1000, page_token=token)
         )
         yield from page
@@ -305,15 +305,15 @@ def _search_all(experiment: str, uri: str) -> Iterator[Any]:
 
 def mlflow_histories(run_ids: Sequence[str], key: str, uri: str | None = None) -> dict[str, pd.DataFrame]:
     """Each run's logged `key` by step (columns step, value); runs that never logged it are left out."""
-    uri = uri or tracking.tracking_uri()
+    uri = uri or store.tracking_uri()
     try:
         from mlflow import MlflowClient
 
-        with tracking._quick_http():
+        with store.quick_http():
             client = MlflowClient(tracking_uri=uri)
             out = {}
             for run_id in run_ids:
-                history = tracking._with_lock_retries(lambda r=run_id: client.get_metric_history(r, key))
+                history = store.with_lock_retries(lambda r=run_id: client.get_metric_history(r, key))
                 if history:
                     points = sorted((m.step, m.timestamp, m.value) for m in history)
                     frame = pd.DataFrame(points, columns=["step", "time", "value"])
@@ -321,7 +321,7 @@ def mlflow_histories(run_ids: Sequence[str], key: str, uri: str | None = None) -
                     out[run_id] = frame.drop_duplicates("step", keep="last")[["step", "value"]]
             return out
     except Exception as e:
-        raise ExperimentsUnavailable(f"MLflow at {uri} could not be read ({tracking._reason(e)})") from e
+        raise ExperimentsUnavailable(f"MLflow at {uri} could not be read ({store.reason(e)})") from e
 
 
 TAG_METRICS = ("n_params",)  # constants train.py logs as tags

@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 import pandas as pd
 
-from pipeline import files, tracking
+from pipeline import files
 from pipeline.errors import UserError
 from pipeline.reporting import hypotheses
 from pipeline.reporting.metrics import BOOTSTRAP_SEED, TESTS
@@ -31,6 +31,7 @@ from pipeline.reporting.runs import (
 from pipeline.reporting.significance import against_baseline
 from pipeline.reporting.tables import experiments_markdown
 from pipeline.stages.options import directory, load_params, params_option
+from pipeline.tracking.store import tracking_uri
 
 # MLflow's run statuses as the table spells them, and DVC's queue states.
 STATUSES = ("finished", "running", "killed", "failed", "scheduled", "queued")
@@ -136,7 +137,7 @@ def command(
         except ExperimentsUnavailable as e:
             raise UserError(f"{e}; set MLFLOW_TRACKING_URI or run this from the project root") from e
         if frame.empty:
-            uri = tracking.tracking_uri()
+            uri = tracking_uri()
             raise UserError(
                 f"no runs in the MLflow experiment {experiment!r} at {uri} yet; run `dvc exp run`"
             )

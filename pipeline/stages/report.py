@@ -43,7 +43,8 @@ from pipeline.reporting.page import (
 )
 from pipeline.reporting.tables import run_label
 from pipeline.stages.options import directory, load_params, params_option
-from pipeline.tracking import RUN_FILE, Tracker
+from pipeline.tracking.run_file import RUN_FILE, RunFile
+from pipeline.tracking.tracker import Tracker
 
 LENGTH_BUCKETS = (10, 20, 30, 40)  # source words; fixed so reports of different runs compare
 CURVES_PNG = "learning_curves.png"
@@ -305,13 +306,7 @@ def heatmap_lines(sources: Sequence[str], n: int = HEATMAP_SENTENCES) -> list[in
 
 def _run_id(run_file: Path | None) -> str | None:
     """The MLflow run id in mlflow_run.json, or None; the report never fails over it."""
-    if run_file is None:
-        return None
-    try:
-        run_id = json.loads(run_file.read_text(encoding="utf-8")).get("run_id")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return str(run_id) if run_id else None
+    return RunFile.read_or_empty(run_file).run_id if run_file is not None else None
 
 
 @click.command("report")

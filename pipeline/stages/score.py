@@ -43,7 +43,9 @@ from pipeline.reporting.metrics import (
     corpus_scores,
 )
 from pipeline.stages.options import directory, load_params
-from pipeline.tracking import RUN_FILE, Tracker, manifest_datasets, read_manifest
+from pipeline.tracking.metadata import manifest_datasets, read_manifest
+from pipeline.tracking.run_file import RUN_FILE
+from pipeline.tracking.tracker import Tracker
 
 SCORE_NAMES = ("bleu", "chrf", "chrfpp", "ter")
 

@@ -36,6 +36,7 @@ from pipeline.errors import UserError
 from pipeline.files import atomic_path, write_json, write_lines, write_text
 from pipeline.model import checkpoint
 from pipeline.model.transformer import Seq2SeqBase, build_model, count_parameters
+from pipeline.tracking.run_file import RUN_FILE, RunFile
 from pipeline.training import signals
 from pipeline.training.distributed import ALONE, Dist
 from pipeline.training.observer import Observer, Quiet, RunStart, mlflow_run
@@ -447,7 +448,7 @@ class Trainer:
             write_text(tmp / "params.yaml", yaml.safe_dump(self.params.to_dict(), sort_keys=False))
             for model_file in self.vocab.model_files():
                 shutil.copy2(model_file, tmp / model_file.name)
-            write_json(tmp / "mlflow_run.json", self.run_info())
+            RunFile.of(self.run_info()).write(tmp / RUN_FILE)
             if self.parent is not None:
                 write_json(tmp / lineage.PARENT_FILE, self.parent.to_dict())
         summary = self.summary(averaged)

@@ -3,7 +3,7 @@
 The trainer reports to an `Observer` (metrics as they come, its logs at the
 end) and never reads anything back, so what watches cannot change a number:
 a run with and without tracking ends with the same weights
-(tests/system/test_mlflow.py). The MLflow observer (pipeline/tracking.py) is
+(tests/system/test_mlflow.py). The MLflow observer (pipeline/tracking/tracker.py) is
 looked up by name, not imported, so that MLflow code is no part of the code a
 training runs: dvc.yaml's train stage does not list it and the resume
 fingerprint does not cover it, and an edit to it retrains nothing.
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-MLFLOW = "pipeline.tracking"  # its open_training_run(RunStart) -> Observer
+MLFLOW = "pipeline.tracking.tracker"  # its open_training_run(RunStart) -> Observer
 
 
 class Observer(Protocol):
@@ -59,6 +59,6 @@ class Quiet:
 
 
 def mlflow_run(start: RunStart) -> Observer:
-    """The training's MLflow run, opened (or taken up again) by pipeline/tracking.py."""
+    """The training's MLflow run, opened (or taken up again) by pipeline/tracking/tracker.py."""
     opened: Observer = importlib.import_module(MLFLOW).open_training_run(start)
     return opened

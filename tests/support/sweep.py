@@ -7,7 +7,7 @@ from typing import Any
 
 import yaml
 
-from pipeline.tracking import Tracker
+from pipeline.tracking.tracker import Tracker
 from tests.support.repo import REPO
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"

@@ -21,12 +21,13 @@ import yaml
 from click.testing import CliRunner
 
 from bench import ablation
-from pipeline import files, tracking
+from pipeline import files
 from pipeline.errors import ParamsError, UserError
 from pipeline.reporting.metrics import paired_test
 from pipeline.reporting.runs import RunRecord
 from pipeline.stages import score
-from pipeline.tracking import Tracker
+from pipeline.tracking import metadata
+from pipeline.tracking.tracker import Tracker
 from tests.support.repo import BASE, REPO
 from tests.support.tables import garble, references, table_rows
 
@@ -70,7 +71,7 @@ def log_scored_run(
         patch.delenv("DVC_EXP_NAME", raising=False)
     else:
         patch.setenv("DVC_EXP_NAME", exp)
-    patch.setattr(tracking, "git_commit", lambda cwd=None: BASE_COMMIT if exp is None else NEW_COMMIT)
+    patch.setattr(metadata, "git_commit", lambda cwd=None: BASE_COMMIT if exp is None else NEW_COMMIT)
     n_params = 7_000_000 + 1000 * len(label)
     tags = {} if n_params_as_metric else {"n_params": n_params}
     run = Tracker.start(raw_params(changes), "nmt", f"de-en {label}", tags=tags)

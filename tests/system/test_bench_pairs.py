@@ -21,12 +21,13 @@ import yaml
 from click.testing import CliRunner
 
 from bench import pairs
-from pipeline import files, tracking
+from pipeline import files
 from pipeline.data import corpora
 from pipeline.reporting.metrics import paired_test
 from pipeline.reporting.significance import sha256_of
 from pipeline.stages import score
-from pipeline.tracking import Tracker
+from pipeline.tracking import metadata
+from pipeline.tracking.tracker import Tracker
 from tests.support.repo import MIRROR, REPO
 from tests.support.tables import garble, references, table_rows
 
@@ -57,7 +58,7 @@ def raw_params(changes: dict[str, object]) -> dict[str, Any]:
 def log_run(root: Path, patch: pytest.MonkeyPatch, exp: str, changes: dict[str, object], hyps, refs_dir):
     """A run as train logs it (params, totals, summary), then score's scores and hypotheses; its id."""
     patch.setenv("DVC_EXP_NAME", exp)
-    patch.setattr(tracking, "git_commit", lambda cwd=None: COMMIT)
+    patch.setattr(metadata, "git_commit", lambda cwd=None: COMMIT)
     run = Tracker.start(raw_params(changes), "nmt", exp, tags={"n_params": 1000})
     run.log_metrics({"train_seconds": 3600.0 + 60 * len(exp), "tokens_per_s": 3000.0}, step=100)
     summary = root / exp / "train" / "summary.json"

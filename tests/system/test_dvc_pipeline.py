@@ -183,7 +183,7 @@ def test_an_edit_to_the_mlflow_code_or_settings_reruns_score_and_never_train(tmp
             shutil.copy2(REPO / name, repo / name)
     subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
     before = dvc_status(repo)
-    with open(repo / "pipeline" / "tracking.py", "a", encoding="utf-8") as f:
+    with open(repo / "pipeline" / "tracking" / "tracker.py", "a", encoding="utf-8") as f:
         f.write("\n# an edit to the MLflow code\n")
     params = yaml.safe_load((repo / "params.yaml").read_text(encoding="utf-8"))
     params["tracking"]["experiment"] = "renamed"
@@ -191,4 +191,4 @@ def test_an_edit_to_the_mlflow_code_or_settings_reruns_score_and_never_train(tmp
     after = dvc_status(repo)
     assert after.get("train") == before.get("train")  # whatever else it says, the edit added nothing
     changed = {k: v for entry in after["score"] if isinstance(entry, dict) for k, v in entry.items()}
-    assert changed["changed deps"]["pipeline/tracking.py"] == "modified"  # the stage that logs to MLflow
+    assert changed["changed deps"]["pipeline/tracking"] == "modified"  # the stage that logs to MLflow

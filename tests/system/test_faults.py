@@ -303,7 +303,7 @@ def test_a_hostile_corpus_goes_through_every_data_stage_aligned(tmp_path):
 
 
 def offline_records(directory: Path) -> list[dict]:
-    from pipeline.tracking import OFFLINE_FILE
+    from pipeline.tracking.offline import OFFLINE_FILE
 
     return [json.loads(line) for line in (directory / OFFLINE_FILE).read_text(encoding="utf-8").splitlines()]
 

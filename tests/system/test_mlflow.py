@@ -17,9 +17,11 @@ from typing import Any
 import pytest
 import torch
 
-from pipeline import tracking
+from pipeline.decoding import pyfunc
 from pipeline.stages.score import log_final_scores, log_trained_model
 from pipeline.stages.train import train
+from pipeline.tracking import metadata, store
+from pipeline.tracking.run_file import RUN_FILE
 from tests.support.corpora import raw_manifest
 from tests.support.mlflow_server import free_port, start_server, stop_server, wait_healthy
 from tests.support.models import make_corpus, model_weights, tiny_params
@@ -53,13 +55,13 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             "refs_sha256": "0",
         }
         results = {"test": {name: {**scores, "bleu": 10.0 + i} for i, name in enumerate(TESTS)}}
-        log_final_scores(paths.out_dir / tracking.RUN_FILE, results, manifest=manifest)
+        log_final_scores(paths.out_dir / RUN_FILE, results, manifest=manifest)
         log_trained_model(paths.out_dir, params, ["abc def", "gh ab"])
     finally:
         os.environ.pop("MLFLOW_TRACKING_URI") if saved is None else os.environ.update(
             MLFLOW_TRACKING_URI=saved
         )
-    run_id = json.loads((paths.out_dir / tracking.RUN_FILE).read_text())["run_id"]
+    run_id = json.loads((paths.out_dir / RUN_FILE).read_text())["run_id"]
     return {"root": root, "uri": uri, "run_id": run_id, "model_dir": paths.out_dir}
 
 
@@ -82,6 +84,10 @@ def test_logged_model_loads_and_translates(run: dict[str, Any], monkeypatch: pyt
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", run["uri"])
     model = mlflow.pyfunc.load_model(f"runs:/{run['run_id']}/model")
+    # Logged from code (pyfunc.py, nothing pickled), with the signature pyfunc gives, search params and all.
+    flavor = model.metadata.flavors["python_function"]
+    assert flavor["model_code_path"].endswith("pyfunc.py") and "python_model" not in flavor
+    assert model.metadata.signature == pyfunc.signature()
     out = model.predict(BATCH)
     assert len(out) == len(BATCH) and all(isinstance(t, str) for t in out) and out[1] == ""
     assert model.predict(BATCH[:1], params={"n_best": 2, "beam": 2})[0][0] == out[0]
@@ -153,8 +159,8 @@ def test_rest_api_shows_the_logged_model_datasets_and_test_scores(run: dict[str,
         data = get(f"{api}/runs/get?run_id={run['run_id']}")["run"]
         experiment_id = data["info"]["experiment_id"]
         experiment = get(f"{api}/experiments/get?experiment_id={experiment_id}")["experiment"]
-        kind = {t["key"]: t["value"] for t in experiment["tags"]}[tracking.KIND_TAG]
-        assert kind == tracking.TRAINING_KIND
+        kind = {t["key"]: t["value"] for t in experiment["tags"]}[store.KIND_TAG]
+        assert kind == store.TRAINING_KIND
 
         (output,) = data["outputs"]["model_outputs"]
         status, found = post(
@@ -167,7 +173,7 @@ def test_rest_api_shows_the_logged_model_datasets_and_test_scores(run: dict[str,
 
         datasets = {d["dataset"]["name"]: d for d in data["inputs"]["dataset_inputs"]}
         assert set(datasets) == {"multi30k-train", "multi30k-val", *TESTS}
-        assert all(len(d["dataset"]["digest"]) == tracking.DIGEST_CHARS for d in datasets.values())
+        assert all(len(d["dataset"]["digest"]) == metadata.DIGEST_CHARS for d in datasets.values())
 
         metrics = {m["key"]: m["value"] for m in data["data"]["metrics"]}
         assert {f"test.{name}.bleu" for name in TESTS} <= set(metrics)
@@ -190,4 +196,4 @@ def test_tracking_only_watches_a_training_on_and_off_end_with_the_same_weights(
     )
     assert tracked.keys() == untracked.keys()
     assert all(torch.equal(tracked[k], untracked[k]) for k in tracked)
-    assert json.loads((paths.out_dir / tracking.RUN_FILE).read_text())["run_id"] is None
+    assert json.loads((paths.out_dir / RUN_FILE).read_text())["run_id"] is None

@@ -1,5 +1,5 @@
 """The package's layers: imports flow one way (stages -> training -> decoding / reporting ->
-model / data -> core), no import cycles, and a light command stays light."""
+model / data / tracking -> core), no import cycles, and a light command stays light."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ from tests.support.repo import REPO
 
 # Each subpackage's layer; the modules at the top of the package are the core (layer 0).
 # A module may import its own subpackage and any lower layer, never a sibling of its own layer.
-# training sits above decoding: validation decodes greedily to score BLEU.
-LAYERS = {"model": 1, "data": 1, "decoding": 2, "reporting": 2, "training": 3, "stages": 4}
+# training sits above decoding: validation decodes greedily to score BLEU. tracking (MLflow) sits
+# below every layer that logs to a run or reads mlflow_run.json, and imports only the core.
+LAYERS = {"model": 1, "data": 1, "tracking": 1, "decoding": 2, "reporting": 2, "training": 3, "stages": 4}
 ENTRY = {"cli": 5, "__main__": 6}  # `python -m pipeline`: __main__ runs cli, which dispatches to the stages
 
 
@@ -175,7 +176,6 @@ LIMITS = {
 # Units still over the limits, each to be split (issue 25, part 3); an entry that fits is an error.
 OVERSIZED = {
     "pipeline/training/loop.py:Trainer",
-    "pipeline/tracking.py:Tracker",
     "pipeline/params.py:validate",
 }
 

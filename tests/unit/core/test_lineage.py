@@ -50,12 +50,12 @@ def test_every_architecture_key_is_compared(key):
 
 
 def test_the_file_names_are_those_their_own_modules_write():
-    from pipeline import tracking
     from pipeline.decoding import hf_import
     from pipeline.model import checkpoint
+    from pipeline.tracking import run_file
 
     assert lineage.MODEL_FILE == checkpoint.MODEL_FILE
-    assert lineage.RUN_FILE == tracking.RUN_FILE
+    assert lineage.RUN_FILE == run_file.RUN_FILE
     assert lineage.IMPORT_FILE == hf_import.SOURCE_FILE
 
 

@@ -11,7 +11,7 @@ import pytest
 from pipeline import files
 from pipeline.errors import UserError
 from pipeline.reporting import hypotheses
-from pipeline.tracking import Tracker
+from pipeline.tracking.tracker import Tracker
 from tests.support.dvc_repo import dvc
 from tests.support.tables import garble, references
 

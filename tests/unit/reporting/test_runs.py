@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 
 from pipeline.reporting import runs
-from pipeline.tracking import Tracker
+from pipeline.tracking.tracker import Tracker
 from tests.support.sweep import COMMIT, SWEEP, T16, T17, sweep_params
 
 # --- the table from MLflow -------------------------------------------------------

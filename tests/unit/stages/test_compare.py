@@ -13,7 +13,7 @@ from click.testing import CliRunner, Result
 from pipeline import files
 from pipeline.reporting import hypotheses
 from pipeline.stages import compare
-from pipeline.tracking import Tracker
+from pipeline.tracking.tracker import Tracker
 from tests.support.tables import table_rows
 
 

@@ -9,9 +9,11 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from pipeline import files, tracking
+from pipeline import files
 from pipeline import params as P
 from pipeline.stages import report
+from pipeline.tracking import metadata
+from pipeline.tracking.run_file import RUN_FILE
 from tests.support.figures import axis_labels, legend_texts, notes, png_size
 from tests.support.models import make_model_dir
 from tests.support.repo import REPO
@@ -355,7 +357,7 @@ def test_cli_logs_report_to_the_mlflow_run(tmp_path: Path, monkeypatch: pytest.M
     pytest.importorskip("mlflow")
     from mlflow import MlflowClient
 
-    from pipeline.tracking import Tracker
+    from pipeline.tracking.tracker import Tracker
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     with Tracker.start({"data": {"src_lang": "de"}}, "report-test", "train") as run:
@@ -445,9 +447,9 @@ def ranked(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, own_mlflow_store: str, saved_figures: dict
 ) -> tuple[str, dict[str, Path]]:
     """The report of the run exp-c, ranked 2 of 3 MLflow runs by test BLEU; its figures in saved_figures."""
-    from pipeline.tracking import Tracker
+    from pipeline.tracking.tracker import Tracker
 
-    monkeypatch.setattr(tracking, "git_commit", lambda cwd=None: "c0ffee" + "0" * 34)
+    monkeypatch.setattr(metadata, "git_commit", lambda cwd=None: "c0ffee" + "0" * 34)
     ids = {}
     for name, layers, bleu in (("exp-a", 2, 30.04), ("exp-b", 4, 36.0), ("exp-c", 6, 33.0)):
         monkeypatch.setenv("DVC_EXP_NAME", name)
@@ -471,7 +473,7 @@ def ranked(
         ids[name] = run.run_id
     paths = write_inputs(tmp_path)
     files.write_json(
-        tmp_path / "data/model" / tracking.RUN_FILE,
+        tmp_path / "data/model" / RUN_FILE,
         {"run_id": ids["exp-c"], "tracking_uri": own_mlflow_store},
     )
     return build(paths, tmp_path / "data/model"), paths

@@ -146,7 +146,7 @@ def test_scores_go_to_the_training_run(tmp_path: Path, monkeypatch: pytest.Monke
     pytest.importorskip("mlflow")
     from mlflow import MlflowClient
 
-    from pipeline.tracking import Tracker
+    from pipeline.tracking.tracker import Tracker
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     params = {"data": {"src_lang": "de", "tgt_lang": "en"}}
@@ -174,7 +174,7 @@ def test_scores_go_to_the_training_run(tmp_path: Path, monkeypatch: pytest.Monke
 def test_the_model_is_logged_to_the_training_run_by_score_not_by_train(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, params
 ) -> None:
-    from pipeline.tracking import Tracker
+    from pipeline.tracking.tracker import Tracker
 
     logged: list[dict] = []
 

@@ -20,14 +20,14 @@ import torch
 import yaml
 
 from pipeline import params as P
-from pipeline import tracking
 from pipeline.data import batching
 from pipeline.data.batching import ParallelData, token_batches
 from pipeline.errors import UserError
 from pipeline.model import checkpoint
 from pipeline.model import transformer as model_module
 from pipeline.stages.train import train
-from pipeline.tracking import Tracker
+from pipeline.tracking import tracker
+from pipeline.tracking.tracker import Tracker
 from pipeline.training import state
 from pipeline.training.loop import Trainer
 from pipeline.training.state import Paths
@@ -318,7 +318,7 @@ class RecordingTracker(Tracker):
 
 
 def test_mlflow_run_is_started_logged_to_and_reused(tmp_path, monkeypatch):
-    monkeypatch.setattr(tracking, "Tracker", RecordingTracker)
+    monkeypatch.setattr(tracker, "Tracker", RecordingTracker)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:////nowhere/mlflow.db")
     monkeypatch.setenv("DVC_EXP_NAME", "tiny-exp")
     RecordingTracker.records = []

@@ -1,11 +1,10 @@
-"""MLflow tracking: runs, resume, and staying out of training's way when MLflow fails."""
+"""The tracker: runs, resume, and staying out of training's way when MLflow fails."""
 
 from __future__ import annotations
 
 import json
 import multiprocessing
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -16,8 +15,9 @@ pytest.importorskip("mlflow")
 from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
-from pipeline import tracking
-from pipeline.tracking import Tracker
+from pipeline.tracking import metadata, offline, store
+from pipeline.tracking.run_file import RUN_FILE
+from pipeline.tracking.tracker import Tracker
 from tests.support.corpora import raw_manifest, sha
 from tests.support.mlflow_server import free_port, start_server, stop_server, wait_healthy
 
@@ -37,75 +37,12 @@ def sqlite_uri(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 def offline_records(directory: Path, op: str) -> list[dict]:
-    lines = (directory / tracking.OFFLINE_FILE).read_text().splitlines()
+    lines = (directory / offline.OFFLINE_FILE).read_text().splitlines()
     return [r for r in map(json.loads, lines) if r["op"] == op]
 
 
 def warnings_in(text: str) -> int:
     return sum(line.startswith("Warning: MLflow") for line in text.splitlines())
-
-
-# --- where runs go -------------------------------------------------------------------
-
-
-def test_default_uri_is_absolute_sqlite_under_dvc_root(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    monkeypatch.setenv("DVC_ROOT", str(tmp_path))
-    assert tracking.tracking_uri() == f"sqlite:///{tmp_path}/mlflow.db"
-    assert tracking.tracking_uri().startswith("sqlite:////")
-    monkeypatch.delenv("DVC_ROOT")
-    monkeypatch.chdir(tmp_path)
-    assert tracking.tracking_uri() == f"sqlite:///{tmp_path.resolve()}/mlflow.db"
-
-
-def test_env_uri_wins_and_relative_sqlite_is_anchored(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("DVC_ROOT", str(tmp_path))
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://mlflow.example:5000")
-    assert tracking.tracking_uri() == "http://mlflow.example:5000"
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:///runs/m.db")
-    assert tracking.tracking_uri() == f"sqlite:///{tmp_path}/runs/m.db"
-
-
-def test_git_commit_is_none_outside_a_repository(tmp_path: Path) -> None:
-    assert tracking.git_commit(tmp_path) is None
-
-
-def commit_in(repo: Path, message: str) -> str:
-    """A new commit in `repo` (created if need be); its hash."""
-
-    def git(*args: str) -> str:
-        done = subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True)
-        return done.stdout.strip()
-
-    repo.mkdir(exist_ok=True)
-    git("init", "-q")
-    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", message)
-    return git("rev-parse", "HEAD")
-
-
-def test_git_commit_is_the_checkout_a_stage_runs_in_not_dvc_root(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # dvc exp run --queue/--temp: the stage runs in DVC's copy at the experiment's baseline while
-    # DVC_ROOT, the workspace, has moved on to newer commits.
-    workspace, baseline_copy = tmp_path / "workspace", tmp_path / "copy"
-    commit_in(workspace, "newer")
-    baseline = commit_in(baseline_copy, "baseline")
-    monkeypatch.setenv("DVC_ROOT", str(workspace))
-    monkeypatch.chdir(baseline_copy)
-    assert tracking.git_commit() == baseline
-    assert tracking.run_tags({})["git_commit"] == baseline
-
-
-def test_system_info_names_device_torch_host_python() -> None:
-    info = tracking.system_info("cuda:0")
-    assert info["sys.device"] == "cuda:0"
-    assert set(info) == {"sys.device", "sys.torch", "sys.torch_threads", "sys.hostname", "sys.python"}
-    assert int(info["sys.torch_threads"]) >= 1
 
 
 # --- runs ------------------------------------------------------------------------------
@@ -115,7 +52,7 @@ def test_run_gets_flat_params_metrics_at_steps_and_tags(
     sqlite_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
     monkeypatch.setenv("DVC_EXP_NAME", "exp-1234")
-    monkeypatch.setattr(tracking, "git_commit", lambda cwd=None: "f" * 40)
+    monkeypatch.setattr(metadata, "git_commit", lambda cwd=None: "f" * 40)
     with Tracker.start(PARAMS, "nmt-test", "run-a", tags={"stage": "train"}, offline_dir=tmp_path) as run:
         for step in range(0, 50, 10):
             run.log_metrics({"loss": 10.0 - step / 10, "lr": 1e-3}, step=step)
@@ -136,7 +73,7 @@ def test_run_gets_flat_params_metrics_at_steps_and_tags(
     )
     assert tags["git_commit"] == "f" * 40 and tags["stage"] == "train"
     assert tags["sys.python"] and tags["sys.torch"] and tags["sys.device"]
-    assert not (tmp_path / tracking.OFFLINE_FILE).exists()
+    assert not (tmp_path / offline.OFFLINE_FILE).exists()
     assert "Warning" not in capsys.readouterr().err
 
 
@@ -144,26 +81,15 @@ def test_a_new_experiment_is_a_model_training_one_and_an_inferred_kind_is_replac
     with Tracker.start(PARAMS, "nmt-new", "run-k"):
         pass
     client = MlflowClient(sqlite_uri)
-    assert client.get_experiment_by_name("nmt-new").tags[tracking.KIND_TAG] == "custom_model_development"
+    assert client.get_experiment_by_name("nmt-new").tags[store.KIND_TAG] == "custom_model_development"
     for kind, after in (
         ("genai_development_inferred", "custom_model_development"),
         ("finetuning", "finetuning"),
     ):
-        experiment_id = client.create_experiment(f"nmt-{kind}", tags={tracking.KIND_TAG: kind})
+        experiment_id = client.create_experiment(f"nmt-{kind}", tags={store.KIND_TAG: kind})
         with Tracker.start(PARAMS, f"nmt-{kind}", "run-k"):
             pass
-        assert client.get_experiment(experiment_id).tags[tracking.KIND_TAG] == after  # a user's choice stays
-
-
-def test_source_names_the_command(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("DVC_EXP_NAME", "DVC_ROOT"):
-        monkeypatch.delenv(name, raising=False)
-    argv = ["/repo/pipeline/__main__.py", "train", "--params", "my params.yaml"]
-    assert tracking.source_name(argv) == "python -m pipeline train --params 'my params.yaml'"
-    monkeypatch.setenv("DVC_ROOT", "/repo")
-    assert tracking.source_name(argv) == "dvc repro"
-    monkeypatch.setenv("DVC_EXP_NAME", "exp-1")
-    assert tracking.source_name(argv) == "dvc exp run"
+        assert client.get_experiment(experiment_id).tags[store.KIND_TAG] == after  # a user's choice stays
 
 
 def test_run_has_source_tags(sqlite_uri: str) -> None:
@@ -180,7 +106,7 @@ def test_manifest_sources_are_dataset_inputs_named_with_digest_and_urls(
     path = tmp_path / "manifest.json"
     path.write_text(json.dumps(manifest))
     with Tracker.start(PARAMS, "nmt-test", "run-d") as run:
-        run.log_datasets(tracking.manifest_datasets(tracking.read_manifest(path)))
+        run.log_datasets(metadata.manifest_datasets(metadata.read_manifest(path)))
     inputs = MlflowClient(sqlite_uri).get_run(run.run_id).inputs.dataset_inputs
     found = {i.dataset.name: (i.dataset, {t.key: t.value for t in i.tags}) for i in inputs}
     contexts = {name: tags["mlflow.data.context"] for name, (_, tags) in found.items()}
@@ -198,15 +124,6 @@ def test_manifest_sources_are_dataset_inputs_named_with_digest_and_urls(
     assert dataset.source_type == "http"
     assert json.loads(dataset.profile)["sha256"] == {"src": files[0]["sha256"], "tgt": files[1]["sha256"]}
     assert len({d.digest for d, _ in found.values()}) == 5  # different data, different digests
-
-
-def test_an_unreadable_manifest_gives_no_datasets_and_one_warning(
-    tmp_path: Path, capsys: pytest.CaptureFixture
-) -> None:
-    (tmp_path / "manifest.json").write_text("{not json")
-    assert tracking.read_manifest(tmp_path / "manifest.json") is None
-    assert tracking.read_manifest(tmp_path / "missing.json") is None
-    assert capsys.readouterr().err.count("no dataset inputs") == 2
 
 
 def test_system_metrics_are_sampled_while_the_run_is_open(
@@ -246,12 +163,12 @@ def test_artifacts_land_beside_the_database(sqlite_uri: str, tmp_path: Path) -> 
 def test_resume_from_run_file_adds_to_the_same_run(sqlite_uri: str, tmp_path: Path) -> None:
     with Tracker.start(PARAMS, "nmt-test", "run-b") as run:
         run.log_metrics({"loss": 2.0}, step=100)
-        run.save_run_file(tmp_path / "model" / tracking.RUN_FILE)
-    assert json.loads((tmp_path / "model" / tracking.RUN_FILE).read_text()) == {
+        run.save_run_file(tmp_path / "model" / RUN_FILE)
+    assert json.loads((tmp_path / "model" / RUN_FILE).read_text()) == {
         "run_id": run.run_id,
         "tracking_uri": sqlite_uri,
     }
-    with Tracker.from_run_file(tmp_path / "model" / tracking.RUN_FILE) as again:
+    with Tracker.from_run_file(tmp_path / "model" / RUN_FILE) as again:
         assert again.run_id == run.run_id
         again.log_metrics({"test_bleu": 35.25}, step=0)
     client = MlflowClient(sqlite_uri)
@@ -264,7 +181,7 @@ def test_resume_from_run_file_adds_to_the_same_run(sqlite_uri: str, tmp_path: Pa
 def test_missing_run_file_gives_a_silent_disabled_tracker(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
-    with Tracker.from_run_file(tmp_path / "nowhere" / tracking.RUN_FILE) as run:
+    with Tracker.from_run_file(tmp_path / "nowhere" / RUN_FILE) as run:
         assert not run.enabled and run.run_id is None
         run.log_metrics({"loss": 1.0}, step=1)
         run.log_artifact(tmp_path / "missing.md")
@@ -303,7 +220,7 @@ def test_unreachable_server_warns_once_and_keeps_metrics_offline(
 def test_buffered_metrics_sync_when_mlflow_answers_again(
     sqlite_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
-    monkeypatch.setattr(tracking, "RETRY_SECONDS", (0.0, 0.0))  # retry on every call
+    monkeypatch.setattr(offline, "RETRY_SECONDS", (0.0, 0.0))  # retry on every call
     run = Tracker.start(PARAMS, "nmt-test", "run-flaky", offline_dir=tmp_path)
     run.log_metrics({"loss": 5.0}, step=0)
 
@@ -346,7 +263,7 @@ def test_a_refused_record_is_skipped_and_logging_goes_on(
 
 
 def test_lock_errors_are_retried(sqlite_uri: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(tracking, "LOCK_RETRY_DELAYS_S", (0.0, 0.0, 0.0))
+    monkeypatch.setattr(store, "LOCK_RETRY_DELAYS_S", (0.0, 0.0, 0.0))
     run = Tracker.start(PARAMS, "nmt-test", "run-locked")
     real_log_batch = MlflowClient.log_batch
     failures = {"left": 2}
@@ -391,7 +308,7 @@ def test_two_processes_share_one_sqlite_file(sqlite_uri: str, tmp_path: Path) ->
     for r in runs:
         assert r.info.status == "FINISHED" and r.data.params["extra.child"] == r.info.run_name
         assert len(client.get_metric_history(r.info.run_id, "loss")) == 40
-    assert not list(tmp_path.glob(f"p*/{tracking.OFFLINE_FILE}"))
+    assert not list(tmp_path.glob(f"p*/{offline.OFFLINE_FILE}"))
 
 
 # --- a real server that dies ------------------------------------------------------------
