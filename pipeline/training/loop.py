@@ -1,10 +1,11 @@
 """The training loop: epochs of updates, validation, early stopping, the logs, and the outputs.
 
-`Trainer` loads the data, builds the model and its `UpdateStep`, and trains
-until max_steps, max_epochs or early stopping, validating (val loss, greedy
-val BLEU) and saving the `RunState` when due; `finish()` writes data/model and
-reports/train (steps.tsv, valid.tsv, summary.json). What each output holds and
-how a killed run resumes exactly: docs/exact-resume.md.
+`Trainer` builds the model and its `UpdateStep` and trains over the train
+split's epochs (epochs.py) until max_steps, max_epochs or early stopping,
+validating (validation.py: val loss, greedy val BLEU) and saving the `RunState`
+when due; `finish()` writes data/model and reports/train (steps.tsv, valid.tsv,
+summary.json). What each output holds and how a killed run resumes exactly:
+docs/exact-resume.md.
 """
 
 from __future__ import annotations
@@ -14,23 +15,16 @@ import os
 import shutil
 import sys
 import time
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-import numpy as np
-import sacrebleu
 import torch
 import yaml
 from tqdm import tqdm
 
 from pipeline import lineage
 from pipeline import params as P
-from pipeline.data import batching
-from pipeline.data.batching import ParallelData, TokenArray, collate, token_batches
-from pipeline.data.sampling import Prefetcher, Sampling, read_text
+from pipeline.data.batching import collate
 from pipeline.data.vocab import Vocab
-from pipeline.decoding.search import translate_ids
 from pipeline.devices import torch_device
 from pipeline.errors import UserError
 from pipeline.files import atomic_path, write_json, write_lines, write_text
@@ -39,6 +33,7 @@ from pipeline.model.transformer import Seq2SeqBase, build_model, count_parameter
 from pipeline.tracking.run_file import RUN_FILE, RunFile
 from pipeline.training import signals
 from pipeline.training.distributed import ALONE, Dist
+from pipeline.training.epochs import TrainSplit
 from pipeline.training.observer import Observer, Quiet, RunStart, mlflow_run
 from pipeline.training.parent import start_from_parent
 from pipeline.training.state import (
@@ -49,82 +44,13 @@ from pipeline.training.state import (
     RunState,
     Validation,
     gather_rng,
-    rng_state,
     seed_everything,
-    set_rng_state,
 )
 from pipeline.training.step import UpdateStep, check_precision
+from pipeline.training.validation import ValSplit
 
 STEPS_HEADER = LogRow._fields
 VALID_HEADER = Validation._fields
-# Greedy validation's output limit; fixed here so that decode.* never invalidates training.
-VAL_MAX_LEN_A, VAL_MAX_LEN_B = 1.2, 10
-
-
-def fitting_sentences(data: ParallelData, cfg: P.ModelParams) -> np.ndarray:
-    """Indices of sentences whose positions fit model.max_positions (a learned table cannot grow)."""
-    src, tgt = data.src.lengths, data.tgt.lengths
-    if cfg.arch == "decoder_only":
-        ok = src + tgt + 2 <= cfg.max_positions  # source, EOS, SEP, target
-    else:
-        ok = np.maximum(src, tgt) + 1 <= cfg.max_positions  # + EOS / + BOS
-    return np.flatnonzero(ok)
-
-
-def sampling_text(params: P.Params, paths: Paths, vocab: Vocab, n_train: int) -> tuple[list[str], list[str]]:
-    """The clean text that subword sampling segments each epoch, checked against data/bin and data/bpe."""
-    kind = params.train.subword_sampling
-    want = "unigram" if kind == "unigram" else "bpe"
-    if vocab.model_type != want:
-        raise UserError(
-            f"train.subword_sampling: {kind} needs a {want} model, but {paths.bpe_dir} holds a "
-            f"{vocab.model_type} one; rerun the bpe stage with bpe.model_type: {want}"
-        )
-    if paths.clean_dir is None:
-        raise UserError(
-            f"train.subword_sampling: {kind} segments the clean text each epoch; pass --clean data/clean"
-        )
-    return read_text(paths.clean_dir, n_train)
-
-
-@dataclass(frozen=True)
-class SourceDraws:
-    """How many pairs each train source gives an epoch (train.source_weights, train.source_temperature)."""
-
-    names: tuple[str, ...]
-    sizes: tuple[int, ...]
-    factors: tuple[float, ...]
-
-    @classmethod
-    def plan(cls, bin_dir: Path, n_train: int, t: P.TrainParams) -> SourceDraws:
-        listed = batching.train_sources(bin_dir) or [("train", n_train)]
-        names = tuple(name for name, _ in listed)
-        unknown = sorted(set(t.source_weights) - set(names))
-        if unknown:
-            raise UserError(
-                f"train.source_weights: no train source named {', '.join(unknown)}; "
-                f"the train sources are {', '.join(names)}"
-            )
-        sizes = tuple(n for _, n in listed)
-        weights = [t.source_weights.get(name, 1.0) for name in names]
-        factors = tuple(batching.source_factors(sizes, weights, t.source_temperature))
-        return cls(names, sizes, factors)
-
-    @property
-    def natural(self) -> bool:
-        return all(math.isclose(f, 1.0) for f in self.factors)
-
-    def epoch_ids(self, fitting: np.ndarray, seed: int, epoch: int) -> np.ndarray:
-        """The fitting sentences an epoch trains on: all of them, or each source's draws (seeded by epoch)."""
-        if self.natural:
-            return fitting
-        drawn = batching.draw_sources(self.sizes, self.factors, seed, epoch)
-        fits = np.zeros(sum(self.sizes), dtype=bool)
-        fits[fitting] = True
-        return drawn[fits[drawn]]
-
-    def drawn_per_epoch(self) -> dict[str, int]:
-        return {name: round(f * n) for name, n, f in zip(self.names, self.sizes, self.factors)}
 
 
 class Trainer:
@@ -139,35 +65,25 @@ class Trainer:
             torch.set_num_threads(t.threads)
         seed_everything(t.seed)
         self.vocab = Vocab.load(paths.bpe_dir)
-        self.train_data = ParallelData.load(paths.bin_dir, "train")
-        self.val_data = ParallelData.load(paths.bin_dir, "val")
-        self.train_ids = self._fitting(self.train_data, "train")
-        self.sources = SourceDraws.plan(paths.bin_dir, len(self.train_data), t)
-        self.val_ids = self._fitting(self.val_data, "val")
-        self.sampling = Sampling.of(t)
-        self._text = sampling_text(params, paths, self.vocab, len(self.train_data)) if self.sampling else None
-        self._prefetcher: Prefetcher | None = None
-        self._epoch_data: tuple[int, ParallelData] | None = None
+        self.epochs = TrainSplit(params, paths, self.vocab, dist, self.say)
         model = build_model(params.model, self.vocab.src_size, self.vocab.tgt_size).to(self.device)
         # train.init_from: the parent's weights, before step 0; a resumed run's last.pt overwrites them.
         self.parent = start_from_parent(model, params, paths.bpe_dir, self.vocab)
         self.update = UpdateStep(params, model, self.device, dist)
+        self.val = ValSplit(params, paths.bin_dir, self.vocab, self.update, self.say)
         torch.manual_seed(t.seed + dist.rank)  # the dropout stream: one per rank, after a shared init
-        sampled_from = []
-        if self._text is not None and paths.clean_dir is not None:
-            sampled_from = [paths.clean_dir / f"train.{side}" for side in ("src", "tgt")]
         parent_sha = self.parent.model_sha256 if self.parent else None
-        self.state = RunState(params, paths, dist, self.update, self.vocab, sampled_from, parent_sha)
+        self.state = RunState(
+            params, paths, dist, self.update, self.vocab, self.epochs.sampled_from, parent_sha
+        )
         self.observer: Observer = Quiet()
         self._started, self._total_steps = (time.monotonic(), 0), 0  # for the ETA, set per session
-        # With subword sampling an estimate: sampled segmentations are longer than data/bin's.
-        self.n_batches = len(self._batches(self.train_data, self.train_ids, 1))
+        self.n_batches = self.epochs.n_batches
         if self.n_batches == 0:
             raise UserError(
                 f"{paths.bin_dir}: too little training data for {dist.world_size} processes "
                 "(fewer batches than processes); lower train.max_tokens or run fewer processes"
             )
-        self._val_refs: list[str] | None = None
 
     @property
     def model(self) -> Seq2SeqBase:
@@ -177,57 +93,9 @@ class Trainer:
     def progress(self) -> Progress:
         return self.state.progress
 
-    def _fitting(self, data: ParallelData, split: str) -> np.ndarray:
-        ids = fitting_sentences(data, self.params.model)
-        if len(ids) == 0:
-            raise UserError(
-                f"{self.paths.bin_dir}: no {split} sentence fits model.max_positions="
-                f"{self.params.model.max_positions}; raise it, or check the {split} split"
-            )
-        if len(ids) < len(data):
-            self.say(
-                f"train: dropped {len(data) - len(ids)} of {len(data)} {split} sentences longer than "
-                f"model.max_positions={self.params.model.max_positions} allows"
-            )
-        return ids
-
     def say(self, message: str) -> None:
         if self.dist.main:
             tqdm.write(message, file=sys.stderr)
-
-    def epoch_data(self, epoch: int) -> ParallelData:
-        """The train split as `epoch` sees it: data/bin's, or with subword sampling its own segmentation."""
-        if self._text is None or self.sampling is None:
-            return self.train_data
-        if self._epoch_data is None or self._epoch_data[0] != epoch:
-            if self._prefetcher is None:  # started here, at the first epoch this session trains
-                self._prefetcher = Prefetcher(self.paths.bpe_dir, self._text, self.sampling, epoch)
-            src, tgt = self._prefetcher.get(epoch)
-            self._epoch_data = (
-                epoch,
-                ParallelData(TokenArray.from_arrays(*src), TokenArray.from_arrays(*tgt)),
-            )
-        return self._epoch_data[1]
-
-    def epoch_batches(self, epoch: int) -> list[np.ndarray]:
-        """This rank's batches of sentence indices for `epoch`: a pure function of (seed, epoch)."""
-        data = self.epoch_data(epoch)
-        fitting = self.train_ids if data is self.train_data else fitting_sentences(data, self.params.model)
-        return self._batches(data, fitting, epoch)
-
-    def _batches(self, data: ParallelData, fitting: np.ndarray, epoch: int) -> list[np.ndarray]:
-        """Batches by token count of `data`'s lengths (the sampled ones, with sampling)."""
-        t, d = self.params.train, self.dist
-        return batching.epoch_batches(
-            data,
-            t.max_tokens,
-            shuffle=True,
-            seed=t.seed,
-            epoch=epoch,
-            rank=d.rank,
-            world_size=d.world_size,
-            ids=self.sources.epoch_ids(fitting, t.seed, epoch),
-        )
 
     # --- the loop ---
 
@@ -240,19 +108,13 @@ class Trainer:
                 while self.progress.stopped is None:
                     self.train_epoch(bar)
         finally:
-            self.stop_sampling()
-
-    def stop_sampling(self) -> None:
-        """Stop the subword sampling process, if one runs (epoch_data starts another when asked)."""
-        if self._prefetcher is not None:
-            self._prefetcher.close()
-            self._prefetcher = None
+            self.epochs.close()
 
     def train_epoch(self, bar: tqdm) -> None:
         """The rest of the current epoch, from progress.position, one update at a time."""
         p, update_freq = self.progress, self.params.train.update_freq
         epoch = p.epoch
-        batches, data = self.epoch_batches(epoch), self.epoch_data(epoch)
+        batches, data = self.epochs.batches(epoch), self.epochs.for_epoch(epoch)
         for start in range(p.position, len(batches), update_freq):
             group = batches[start : start + update_freq]
             began = time.perf_counter()
@@ -365,7 +227,7 @@ class Trainer:
 
     def validate(self, epoch: int) -> bool:
         """Score the val split on rank 0, share the result, update best/patience; -> improved."""
-        val_loss, val_bleu = self.dist.broadcast(self.evaluate() if self.dist.main else None)
+        val_loss, val_bleu = self.dist.broadcast(self.val.evaluate() if self.dist.main else None)
         p, t = self.progress, self.params.train
         p.valid.append(Validation(p.step, epoch, val_loss, val_bleu))
         metric = val_bleu if t.early_stop_metric == "bleu" else -val_loss
@@ -381,55 +243,6 @@ class Trainer:
         bleu = f" | val_bleu {val_bleu:.2f}" if t.val_bleu else ""
         self.say(f"valid step {p.step} | epoch {epoch} | val_loss {val_loss:.4f}{bleu}{best}")
         return improved
-
-    def evaluate(self) -> tuple[float, float | None]:
-        """(val NLL per token, greedy BLEU or None); leaves every RNG as it found it."""
-        saved = rng_state(self.device)
-        try:
-            val_loss = self.val_loss()
-            val_bleu = self.val_bleu() if self.params.train.val_bleu else None
-        finally:
-            self.model.train()
-            set_rng_state(saved, self.device)
-        return val_loss, val_bleu
-
-    @torch.no_grad()
-    def val_loss(self) -> float:
-        self.model.eval()
-        ids, data = self.val_ids, self.val_data
-        batches = token_batches(
-            data.src.lengths[ids],
-            data.tgt.lengths[ids],
-            self.params.train.max_tokens,
-            shuffle=False,
-            seed=0,
-            epoch=0,
-        )
-        total, tokens = 0.0, 0
-        for b in batches:
-            batch = collate(data, ids[b]).to(self.device)
-            with self.update.autocast():
-                total += float(self.model(batch.src, batch.tgt_in, batch.tgt_out, smoothing=0.0))
-            tokens += batch.n_tgt_tokens
-        return total / tokens
-
-    def val_bleu(self) -> float:
-        seqs = [self.val_data.src[i].tolist() for i in self.val_ids]
-        with self.update.autocast():
-            hyps = translate_ids(
-                self.model,
-                seqs,
-                beam=1,
-                length_penalty=1.0,
-                max_len_a=VAL_MAX_LEN_A,
-                max_len_b=VAL_MAX_LEN_B,
-                batch_tokens=self.params.train.max_tokens,
-                device=self.device,
-            )
-        texts = [self.vocab.decode_tgt(h[0].tokens) for h in hyps]
-        if self._val_refs is None:
-            self._val_refs = [self.vocab.decode_tgt(self.val_data.tgt[i].tolist()) for i in self.val_ids]
-        return sacrebleu.corpus_bleu(texts, [self._val_refs]).score
 
     # --- outputs ---
 
@@ -488,7 +301,7 @@ class Trainer:
             "averaged": averaged,
             "skipped_updates": p.skipped,
             "world_size": self.dist.world_size,
-            "pairs_drawn_per_epoch": self.sources.drawn_per_epoch(),
+            "pairs_drawn_per_epoch": self.epochs.sources.drawn_per_epoch(),
         }
 
     # --- MLflow ---

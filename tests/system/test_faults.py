@@ -32,7 +32,8 @@ from pipeline.errors import UserError
 from pipeline.model import checkpoint
 from pipeline.stages import binarize, bpe, clean, download
 from pipeline.stages.train import train
-from pipeline.training.loop import Trainer, fitting_sentences
+from pipeline.training.epochs import fitting_sentences
+from pipeline.training.loop import Trainer
 from pipeline.training.state import LAST
 from tests.support.mlflow_server import free_port, start_server, stop_server, wait_healthy
 from tests.support.models import make_corpus, make_model_dir, tiny_params, train_spm

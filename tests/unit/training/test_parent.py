@@ -84,9 +84,9 @@ def test_its_val_loss_before_training_is_the_one_its_parent_was_chosen_by(parent
     trainer = Trainer(params, prepared(tmp_path, corpus, params))
     best = checkpoint.load(parent / "model.pt")["step"]
     logged = {int(row[0]): float(row[2]) for row in read_tsv(parent.parent / "log" / "valid.tsv")[1:]}
-    assert trainer.val_loss() == pytest.approx(logged[best], rel=1e-5)
+    assert trainer.val.loss() == pytest.approx(logged[best], rel=1e-5)
     scratch = Trainer(child_params(None), scratch_paths(tmp_path, corpus))
-    assert scratch.val_loss() > logged[best] + 0.5  # the parent learned something: a real comparison
+    assert scratch.val.loss() > logged[best] + 0.5  # the parent learned something: a real comparison
 
 
 def test_training_goes_on_from_the_parent_and_the_schedule_starts_afresh(parent, corpus, tmp_path):
