@@ -404,14 +404,22 @@ def _check(ok: bool, key: str, message: str) -> None:
 
 
 def validate(p: Params) -> None:
-    """Refuse values that are well-typed but invalid or inconsistent."""
-    d, c, b, m, t, dec = p.data, p.clean, p.bpe, p.model, p.train, p.decode
+    """Refuse values that are well-typed but invalid or inconsistent, a section at a time."""
+    validate_data(p.data)
+    validate_clean(p.clean)
+    validate_bpe(p.bpe)
+    validate_model(p.model, p.bpe)
+    validate_train(p.train, p.data, p.bpe)
+    check_decode(p.decode)
+    check_sampling_takes_effect(p.decode.sampling)
 
-    validate_data(d)
 
+def validate_clean(c: CleanParams) -> None:
     _check(c.max_words >= 1, "clean.max_words", "must be at least 1")
     _check(c.max_ratio >= 1.0, "clean.max_ratio", "must be at least 1.0")
 
+
+def validate_bpe(b: BpeParams) -> None:
     _check(
         b.vocab_size == "auto" or b.vocab_size > N_SPECIAL + 2,
         "bpe.vocab_size",
@@ -424,6 +432,9 @@ def validate(p: Params) -> None:
         "must be at least 2 (a joint model takes both sides of a pair)",
     )
 
+
+def validate_model(m: ModelParams, b: BpeParams) -> None:
+    """The model's sizes and rates, and the embedding ties its architecture and vocabulary allow."""
     for name in ("d_model", "n_heads", "d_ff", "max_positions"):
         _check(getattr(m, name) >= 1, f"model.{name}", "must be at least 1")
     _check(m.n_layers is None or m.n_layers >= 1, "model.n_layers", "must be null or at least 1")
@@ -452,6 +463,9 @@ def validate(p: Params) -> None:
         "decoder_only reads source and target with one embedding table; it needs bpe.joint: true",
     )
 
+
+def validate_train(t: TrainParams, d: DataParams, b: BpeParams) -> None:
+    """The training's settings, and those that must agree with the data's sources or the subword model."""
     _check(t.max_tokens >= 1, "train.max_tokens", "must be at least 1")
     check_source_draws(t, d.train)
     check_subword_sampling(t, b)
@@ -484,9 +498,6 @@ def validate(p: Params) -> None:
         "train.early_stop_metric",
         "'bleu' needs train.val_bleu: true; use 'loss'",
     )
-
-    check_decode(dec)
-    check_sampling_takes_effect(dec.sampling)
 
 
 def check_subword_sampling(t: TrainParams, b: BpeParams) -> None:
