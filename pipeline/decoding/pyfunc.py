@@ -28,7 +28,7 @@ from mlflow.types import ColSpec, DataType, ParamSchema, ParamSpec, Schema
 
 from pipeline.decoding.translator import Translator, one_line
 from pipeline.errors import UserError
-from pipeline.sources import PACKAGE, module_closure
+from pipeline.fingerprint import PACKAGE, module_closure
 
 INPUT_COLUMN = "text"  # the DataFrame column of source lines (a single column of any name works too)
 ARTIFACT = "model_dir"  # the model directory (model.pt, sentencepiece model(s), params.yaml)

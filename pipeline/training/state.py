@@ -22,8 +22,8 @@ from typing import Any, NamedTuple, cast
 import numpy as np
 import torch
 
+from pipeline import fingerprint
 from pipeline import params as P
-from pipeline import sources
 from pipeline.data.batching import shard_prefixes
 from pipeline.data.vocab import Vocab
 from pipeline.errors import UserError
@@ -164,7 +164,7 @@ def gather_rng(dist: Dist, device: torch.device) -> list[dict[str, Any]]:
 def code_fingerprint() -> dict[str, str]:
     """sha256 of every source file the train stage runs, by path in the package: a saved run
     resumes only under the code that wrote it (dvc.yaml re-runs the stage when any of them changes)."""
-    return sources.fingerprint("pipeline.stages.train")
+    return fingerprint.fingerprint("pipeline.stages.train")
 
 
 def data_fingerprint(

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from pipeline.sources import PACKAGE, ROOT, module_file
+from pipeline.fingerprint import PACKAGE, ROOT, module_file
 from tests.support.repo import REPO
 
 # Each subpackage's layer; the modules at the top of the package are the core (layer 0).

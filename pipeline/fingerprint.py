@@ -1,6 +1,6 @@
 """The package's own source files: what a module runs, and a fingerprint of it.
 
-dvc.yaml's deps must list every file a stage runs (tests/unit/core/test_sources.py
+dvc.yaml's deps must list every file a stage runs (tests/unit/core/test_fingerprint.py
 checks that), and a saved training run resumes only under the code that wrote it
 (pipeline/training/state.py compares fingerprints).
 """

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline import sources
-from pipeline.sources import PACKAGE, fingerprint, module_closure
+from pipeline import fingerprint as fp
+from pipeline.fingerprint import PACKAGE, fingerprint, module_closure
 from tests.support.repo import REPO
 
 
@@ -76,9 +76,9 @@ def test_fingerprint_keys_are_paths_in_the_package_so_init_files_cannot_collide(
 
 
 def test_module_file_maps_packages_to_their_init(tmp_path):
-    assert sources.module_file("pipeline.model") == PACKAGE / "model" / "__init__.py"
-    assert sources.module_file("pipeline.model.attention") == PACKAGE / "model" / "attention.py"
-    assert sources.module_file("pipeline.model.attention.MultiHeadAttention") is None
+    assert fp.module_file("pipeline.model") == PACKAGE / "model" / "__init__.py"
+    assert fp.module_file("pipeline.model.attention") == PACKAGE / "model" / "attention.py"
+    assert fp.module_file("pipeline.model.attention.MultiHeadAttention") is None
 
 
 def test_every_stage_depends_on_the_package_data_its_code_reads():
