@@ -32,7 +32,7 @@ SET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 
 
 @dataclass(frozen=True)
-class SourceSpec:
+class CorpusSpec:
     """A corpus source of the user's own (data.sources.NAME); its keys may be left out.
 
     Exactly one of: `catalog` (a catalog set, e.g. to cap it with max_lines);
@@ -65,7 +65,7 @@ class DataParams:
     train: tuple[str, ...]
     val: tuple[str, ...]
     test: tuple[str, ...]
-    sources: dict[str, SourceSpec]
+    sources: dict[str, CorpusSpec]
     heldout_seed: int
     heldout_val: int | None  # set only when val is []: lines held out of train
     heldout_test: int | None  # set only when test is []
@@ -652,7 +652,7 @@ def _check_heldout(d: DataParams) -> None:
             _check(count is None or count >= 1, key, "must be at least 1")
 
 
-def _check_source(name: str, s: SourceSpec) -> None:
+def _check_source(name: str, s: CorpusSpec) -> None:
     key = f"data.sources.{name}"
     _check(bool(SET_NAME.match(name)), key, "a source name uses letters, digits, _ and - only")
     kinds = [

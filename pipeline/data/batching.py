@@ -6,7 +6,6 @@ including the EOS or BOS that is added here; the stored ids have neither).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -14,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from pipeline.data import artifacts
 from pipeline.data.shards import open_shard
 from pipeline.errors import UserError
 from pipeline.files import SIDES
@@ -80,19 +80,11 @@ class TokenArray:
 
 def shard_prefixes(bin_dir: Path, split: str, side: str) -> list[Path]:
     """The shards of a split's side, as binarize's meta.json lists them ({split}.{side} without one)."""
-    meta = bin_dir / "meta.json"
-    if meta.is_file():
-        shards = json.loads(meta.read_text(encoding="utf-8")).get("shards", {}).get(split)
-        if shards is not None:
-            return [bin_dir / f"{split}.{side}.{k:05d}" for k in range(len(shards))]
+    meta = artifacts.read_record(bin_dir / artifacts.BIN_META) or {}
+    shards = (meta.get("shards") or {}).get(split)
+    if shards is not None:
+        return [bin_dir / f"{split}.{side}.{k:05d}" for k in range(len(shards))]
     return [bin_dir / f"{split}.{side}"]
-
-
-def train_sources(bin_dir: Path) -> list[tuple[str, int]]:
-    """The train split's sources in order with their sentence counts, as binarize's meta.json lists them."""
-    meta = bin_dir / "meta.json"
-    sources = json.loads(meta.read_text(encoding="utf-8")).get("sources") if meta.is_file() else None
-    return [(s["name"], s["sentences"]) for s in sources] if sources else []
 
 
 @dataclass

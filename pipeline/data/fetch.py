@@ -44,7 +44,7 @@ _MIRROR_HELP = (
 
 
 @dataclass(frozen=True)
-class Source:
+class FetchSpec:
     """One file to fetch: where it is, the param that named it, the sha256 it must have."""
 
     location: str  # a URL or a local path, as the user gave it
@@ -61,23 +61,23 @@ class Fetched:
     sha256: str
 
 
-def fetch(source: Source, scratch: Path, mirror: Path | None) -> Fetched:
+def fetch(spec: FetchSpec, scratch: Path, mirror: Path | None) -> Fetched:
     """Get the file's bytes (local path, mirror, or network into `scratch`) and verify its sha256."""
-    match = _SCHEME.match(source.location)
+    match = _SCHEME.match(spec.location)
     if match is None:
-        fetched = _fetch_local(source)
+        fetched = _fetch_local(spec)
     elif match.group(1).lower() in ("http", "https"):
-        fetched = _fetch_url(source.location, scratch, mirror)
+        fetched = _fetch_url(spec.location, scratch, mirror)
     else:
-        raise UserError(f"{source.key}: {source.location}: only http(s) URLs and local paths are supported")
-    _verify(source, fetched)
+        raise UserError(f"{spec.key}: {spec.location}: only http(s) URLs and local paths are supported")
+    _verify(spec, fetched)
     return fetched
 
 
-def _fetch_local(source: Source) -> Fetched:
-    path = Path(source.location)
+def _fetch_local(spec: FetchSpec) -> Fetched:
+    path = Path(spec.location)
     if not path.is_file():
-        raise UserError(f"{source.key}: {path}: no such file; fix the path (relative to the current dir)")
+        raise UserError(f"{spec.key}: {path}: no such file; fix the path (relative to the current dir)")
     return Fetched(path, "local", sha256_file(path))
 
 
@@ -163,31 +163,31 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _expected_sums(source: Source) -> list[tuple[str, str]]:
+def _expected_sums(spec: FetchSpec) -> list[tuple[str, str]]:
     """The sums a file must match, each with where it came from."""
     sums = []
-    if source.sha256 is not None:
-        sums.append((source.sha256, f"{source.key}_sha256"))
-    pinned = corpora.PINNED_SHA256.get(source.location)
-    if pinned is not None and pinned != source.sha256:
+    if spec.sha256 is not None:
+        sums.append((spec.sha256, f"{spec.key}_sha256"))
+    pinned = corpora.PINNED_SHA256.get(spec.location)
+    if pinned is not None and pinned != spec.sha256:
         sums.append((pinned, "pinned in pipeline/data/catalog.yaml"))
     return sums
 
 
-def verified_by(source: Source) -> str | None:
+def verified_by(spec: FetchSpec) -> str | None:
     """Which sums the file was checked against, for the manifest: params, pinned, both, or None."""
-    sums = {"params": source.sha256, "pinned": corpora.PINNED_SHA256.get(source.location)}
+    sums = {"params": spec.sha256, "pinned": corpora.PINNED_SHA256.get(spec.location)}
     return "+".join(name for name, value in sums.items() if value) or None
 
 
-def _verify(source: Source, fetched: Fetched) -> None:
-    for expected, origin in _expected_sums(source):
+def _verify(spec: FetchSpec, fetched: Fetched) -> None:
+    for expected, origin in _expected_sums(spec):
         if fetched.sha256 == expected:
             continue
         if fetched.via == "network":
             fetched.path.unlink()  # never leave a bad download behind
         where = f" (read from the mirror at {fetched.path})" if fetched.via == "mirror" else ""
         raise UserError(
-            f"sha256 mismatch for {source.location}{where}: expected {expected} ({origin}), "
+            f"sha256 mismatch for {spec.location}{where}: expected {expected} ({origin}), "
             f"got {fetched.sha256}; the file is corrupt or changed upstream; check the source or the sum"
         )

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +28,7 @@ import click
 import numpy as np
 
 from pipeline import tokens
+from pipeline.data import artifacts
 from pipeline.data.pool import ordered_results, resolve_workers
 from pipeline.data.shards import ShardWriter, token_dtype
 from pipeline.data.vocab import Vocab
@@ -98,8 +98,11 @@ def binarize(
         for split, by_side in plan.items():
             meta["splits"][split], meta["shards"][split] = _split_meta(by_side, counts)
         n_train = meta["splits"]["train"]["sentences"]
-        meta["sources"] = train_sources(clean_dir, n_train)
-        write_json(tmp / "meta.json", meta)
+        corpora = artifacts.train_corpora(
+            clean_dir / artifacts.CLEAN_STATS, n_train, clean_dir / "train.src", "clean"
+        )
+        meta["sources"] = [c.to_dict() for c in corpora]
+        write_json(tmp / artifacts.BIN_META, meta)
     return meta
 
 
@@ -150,21 +153,6 @@ def _split_meta(
         stats[f"{side}_max_len"] = max(c["max_len"] for c in side_counts)
         stats[f"{side}_unk"] = sum(c["unk"] for c in side_counts)
     return stats, [{"sentences": counts[s]["sentences"]} for s in shards["src"]]
-
-
-def train_sources(clean_dir: Path, n_train: int) -> list[dict[str, Any]]:
-    """The train split's sources in order with their sentence counts (clean's stats.json; one without it)."""
-    stats_path = clean_dir / "stats.json"
-    if stats_path.is_file():
-        sources = json.loads(stats_path.read_text(encoding="utf-8"))["train"].get("sources", {})
-        listed = [{"name": name, "sentences": s["lines_out"]} for name, s in sources.items()]
-        if listed and sum(s["sentences"] for s in listed) == n_train:
-            return listed
-        if listed:
-            raise UserError(
-                f"{stats_path} counts other training lines than {clean_dir}/train.src; rerun clean"
-            )
-    return [{"name": "train", "sentences": n_train}]
 
 
 def _write_shard(shard: Shard, encoded: Iterator[tuple[np.ndarray, np.ndarray]]) -> dict[str, int]:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import io
-import json
 import random
 import re
 import shutil
@@ -33,6 +32,7 @@ from sentencepiece import sentencepiece_model_pb2
 
 from pipeline import files, lineage, tokens
 from pipeline import params as P
+from pipeline.data import artifacts
 from pipeline.data.pool import cores
 from pipeline.data.vocab import JOINT_MODEL, SRC_MODEL, TGT_MODEL, Vocab
 from pipeline.errors import ParamsError, UserError
@@ -75,21 +75,21 @@ def train_bpe(bpe: BpeParams, clean_dir: Path, out_dir: Path) -> Vocab:
     for path in (src, tgt):
         if not path.is_file():
             raise UserError(f"{path}: missing; run the clean stage first (`python -m pipeline clean`)")
-    sources = _train_sources(clean_dir, _count_lines(src), _count_lines(tgt))
-    chosen = _resolved(bpe, src, sum(n for _, n in sources))
+    corpora = _train_corpora(clean_dir, _count_lines(src), _count_lines(tgt))
+    chosen = _resolved(bpe, src, sum(c.lines for c in corpora))
     with atomic_path(out_dir) as tmp:
         tmp.mkdir()
         if chosen != bpe:
             files.write_json(
                 tmp / AUTO_FILE,
-                {"vocab_size": chosen.vocab_size, "training_pairs": sum(n for _, n in sources)},
+                {"vocab_size": chosen.vocab_size, "training_pairs": sum(c.lines for c in corpora)},
             )
         bpe = chosen
         if bpe.joint:
-            picked = sample_pairs([n for _, n in sources], bpe.sample_lines // 2, bpe.seed)
+            picked = sample_pairs([c.lines for c in corpora], bpe.sample_lines // 2, bpe.seed)
             _train_one(bpe, [src, tgt], picked, tmp / JOINT_MODEL, "the joint model")
         else:
-            picked = sample_pairs([n for _, n in sources], bpe.sample_lines, bpe.seed)
+            picked = sample_pairs([c.lines for c in corpora], bpe.sample_lines, bpe.seed)
             _train_one(bpe, [src], picked, tmp / SRC_MODEL, "the source model")
             _train_one(bpe, [tgt], picked, tmp / TGT_MODEL, "the target model")
         Vocab.load(tmp)  # checks the special ids before the output lands
@@ -216,23 +216,13 @@ def _count_lines(path: Path) -> int:
         return sum(block.count(b"\n") for block in iter(lambda: f.read(files.CHUNK), b""))
 
 
-def _train_sources(clean_dir: Path, n_src: int, n_tgt: int) -> list[tuple[str, int]]:
-    """The train sources and their lines (clean's stats.json); one source if it has none."""
+def _train_corpora(clean_dir: Path, n_src: int, n_tgt: int) -> list[artifacts.Corpus]:
+    """The train corpora and their lines (clean's stats.json); one corpus if it lists none."""
     if n_src != n_tgt:
         raise UserError(
             f"{clean_dir}/train.src has {n_src} lines but train.tgt has {n_tgt}; run the clean stage again"
         )
-    stats_path = clean_dir / "stats.json"
-    if not stats_path.is_file():
-        return [("train", n_src)]
-    sources = json.loads(stats_path.read_text(encoding="utf-8"))["train"].get("sources", {})
-    counted = [(name, s["lines_out"]) for name, s in sources.items()]
-    if sum(n for _, n in counted) != n_src:
-        raise UserError(
-            f"{stats_path} counts {sum(n for _, n in counted)} training lines but {clean_dir}/train.src "
-            f"has {n_src}; run the clean stage again"
-        )
-    return counted
+    return artifacts.train_corpora(clean_dir / artifacts.CLEAN_STATS, n_src, clean_dir / "train.src", "clean")
 
 
 def _write_vocab(sp: spm.SentencePieceProcessor, path: Path) -> None:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import itertools
-import json
 import os
 import unicodedata
 from collections.abc import Iterator, Sequence
@@ -32,7 +31,7 @@ import click
 import numpy as np
 
 from pipeline import files
-from pipeline.data import dedupe
+from pipeline.data import artifacts, dedupe
 from pipeline.data.detok import detokenize_lines
 from pipeline.data.lines import skip_lines
 from pipeline.data.pool import ordered_results, resolve_workers
@@ -321,7 +320,7 @@ def clean(params: CleanParams, raw: Path, out: Path, workers: int = 1) -> dict[s
     for stem in evals[1:]:
         _check_exists(raw, stem)
     by_split: dict[str, Any] = {"test": {}}
-    manifest = _manifest(raw)
+    manifest = artifacts.manifest(raw)
     langs = (manifest.get("src_lang", ""), manifest.get("tgt_lang", ""))
     heldout_src: set[bytes] = set()
     heldout_tgt: set[bytes] = set()
@@ -355,7 +354,7 @@ def clean(params: CleanParams, raw: Path, out: Path, workers: int = 1) -> dict[s
             "test": by_split["test"],
             "unicode_version": unicodedata.unidata_version,
         }
-        files.write_json(tmp / "stats.json", stats)
+        files.write_json(tmp / artifacts.CLEAN_STATS, stats)
     return stats
 
 
@@ -370,9 +369,9 @@ def _clean_train(
 ) -> dict[str, Any]:
     """Clean the train split into out.{src,tgt}: the candidates (every rule but dedupe) go to
     `scratch` with their hashes spilled beside them, then a pass in order drops the duplicates."""
-    manifest = _train_sources(raw)
+    corpora = artifacts.listed_corpora(raw / artifacts.MANIFEST)
     stats = SplitStats(detokenized=dict.fromkeys(SIDES, 0) if tokenized.ranges else None)
-    train = TrainFilter(params, manifest or [("train", None)], stats)
+    train = TrainFilter(params, [(c.name, c.lines) for c in corpora] or [(artifacts.WHOLE, None)], stats)
     candidates = scratch / "train.candidates"
     jobs = _jobs(raw, "train", train=True, tokenized=tokenized)
     spilled = dedupe.SpilledHashes(scratch) if params.dedupe else contextlib.nullcontext(None)
@@ -388,11 +387,9 @@ def _clean_train(
                 output.write(*chunk.text)
                 if hashes is not None:
                     hashes.add(np.frombuffer(chunk.hashes, dtype=np.uint64))
-        if manifest and sum(n or 0 for _, n in manifest) != stats.lines_in:
-            raise UserError(
-                f"{raw / 'manifest.json'} counts {sum(n or 0 for _, n in manifest)} training lines but "
-                f"{raw}/train.src has {stats.lines_in}; run the download stage again"
-            )
+        artifacts.check_lines(
+            raw / artifacts.MANIFEST, corpora, stats.lines_in, raw / "train.src", "download"
+        )
         if not stats.lines_out:
             dropped = ", ".join(f"{k} {v}" for k, v in stats.dropped.items())
             raise UserError(
@@ -489,18 +486,6 @@ def _test_names(raw: Path) -> list[str]:
     if not names:
         raise UserError(f"{raw}/test/: no test set (<name>.src and <name>.tgt); run the download stage first")
     return names
-
-
-def _train_sources(raw: Path) -> list[tuple[str, int | None]]:
-    """The train split's sources and line counts, from the download manifest ([] without one)."""
-    train = _manifest(raw).get("splits", {}).get("train", [])
-    return [(s["name"], s["lines"]) for s in train]
-
-
-def _manifest(raw: Path) -> dict[str, Any]:
-    """The download stage's manifest.json ({} without one)."""
-    path = raw / "manifest.json"
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
 
 def tokenized_ranges(manifest: dict[str, Any], stem: str) -> tuple[tuple[int, int], ...]:

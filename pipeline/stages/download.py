@@ -32,11 +32,11 @@ from typing import IO, Any
 import click
 
 from pipeline import files
-from pipeline.data import corpora, formats
-from pipeline.data.fetch import Fetched, Source, fetch, verified_by
+from pipeline.data import artifacts, corpora, formats
+from pipeline.data.fetch import Fetched, FetchSpec, fetch, verified_by
 from pipeline.errors import ParamsError, UserError
 from pipeline.files import SIDES
-from pipeline.params import DataParams, SourceSpec
+from pipeline.params import CorpusSpec, DataParams
 from pipeline.stages.options import load_params, params_option
 
 SPLITS = ("train", "val", "test")
@@ -55,7 +55,7 @@ class FileRef:
     """One file a source reads: its side (src, tgt, or both), where it is, the archive member if any."""
 
     role: str
-    source: Source
+    source: FetchSpec
     member: str | None = None
 
     @property
@@ -65,7 +65,7 @@ class FileRef:
 
 
 @dataclass(frozen=True)
-class SourcePlan:
+class CorpusPlan:
     """A named source of one split, resolved from the catalog or data.sources."""
 
     name: str
@@ -132,7 +132,7 @@ def download(data: DataParams, out: Path) -> dict[str, Any]:
             "splits": splits,
             "heldout": heldout,
         }
-        files.write_json(tmp / "manifest.json", manifest)
+        files.write_json(tmp / artifacts.MANIFEST, manifest)
     return manifest
 
 
@@ -145,7 +145,7 @@ def resolve_mirror(data: DataParams) -> Path | None:
 # --- planning: names -> sources --------------------------------------------------
 
 
-def plan_sources(data: DataParams) -> dict[str, list[SourcePlan]]:
+def plan_sources(data: DataParams) -> dict[str, list[CorpusPlan]]:
     """Per split, its sources in order; a name neither in the catalog nor in data.sources is refused."""
     for name in data.sources:
         if name in corpora.SETS:
@@ -159,7 +159,7 @@ def plan_sources(data: DataParams) -> dict[str, list[SourcePlan]]:
     }
 
 
-def _resolve(name: str, key: str, data: DataParams) -> SourcePlan:
+def _resolve(name: str, key: str, data: DataParams) -> CorpusPlan:
     spec = data.sources.get(name)
     if spec is None:
         return _from_catalog(name, _lookup(name, key, data), key, data, None)
@@ -180,7 +180,7 @@ def _lookup(name: str, key: str, data: DataParams) -> corpora.NamedSet:
 
 def _from_catalog(
     name: str, named: corpora.NamedSet, key: str, data: DataParams, max_lines: int | None
-) -> SourcePlan:
+) -> CorpusPlan:
     for lang, lang_key in ((data.src_lang, "data.src_lang"), (data.tgt_lang, "data.tgt_lang")):
         if lang not in named.langs:
             raise ParamsError(
@@ -191,26 +191,32 @@ def _from_catalog(
     src, tgt = named.oriented(data.src_lang, data.tgt_lang).sides
     # No sum of its own: every catalog URL is in PINNED_SHA256, which fetch() checks.
     refs = tuple(
-        FileRef(role, Source(side.url, key, None), side.member) for role, side in zip(SIDES, (src, tgt))
+        FileRef(role, FetchSpec(side.url, key, None), side.member) for role, side in zip(SIDES, (src, tgt))
     )
-    return SourcePlan(name, True, "text", refs, max_lines=max_lines, tokenized=named.tokenized)
+    return CorpusPlan(name, True, "text", refs, max_lines=max_lines, tokenized=named.tokenized)
 
 
-def _from_spec(name: str, spec: SourceSpec, key: str) -> SourcePlan:
+def _from_spec(name: str, spec: CorpusSpec, key: str) -> CorpusPlan:
     """A data.sources entry (its shape already checked by params.validate_data)."""
     if spec.archive is not None:
-        archive = Source(spec.archive, f"{key}.archive", _check_sha(spec.sha256, f"{key}.sha256"))
+        archive = FetchSpec(spec.archive, f"{key}.archive", _check_sha(spec.sha256, f"{key}.sha256"))
         members = [("both", spec.file)] if spec.file else [("src", spec.src), ("tgt", spec.tgt)]
         refs = tuple(FileRef(role, archive, member) for role, member in members)
         named_by = [m for _, m in members]
     elif spec.file is not None:
-        refs = (FileRef("both", Source(spec.file, f"{key}.file", _check_sha(spec.sha256, f"{key}.sha256"))),)
+        refs = (
+            FileRef("both", FetchSpec(spec.file, f"{key}.file", _check_sha(spec.sha256, f"{key}.sha256"))),
+        )
         named_by = [spec.file]
     else:
         assert spec.src is not None and spec.tgt is not None
         refs = (
-            FileRef("src", Source(spec.src, f"{key}.src", _check_sha(spec.src_sha256, f"{key}.src_sha256"))),
-            FileRef("tgt", Source(spec.tgt, f"{key}.tgt", _check_sha(spec.tgt_sha256, f"{key}.tgt_sha256"))),
+            FileRef(
+                "src", FetchSpec(spec.src, f"{key}.src", _check_sha(spec.src_sha256, f"{key}.src_sha256"))
+            ),
+            FileRef(
+                "tgt", FetchSpec(spec.tgt, f"{key}.tgt", _check_sha(spec.tgt_sha256, f"{key}.tgt_sha256"))
+            ),
         )
         named_by = [spec.src, spec.tgt]
     fmt: str = spec.format
@@ -223,7 +229,7 @@ def _from_spec(name: str, spec: SourceSpec, key: str) -> SourcePlan:
                 f"{key}.format: auto reads {named_by[0]} as {fmt}, which does not fit "
                 f"{'file' if one_file else 'src and tgt'}; set format: (text, tsv, tmx, sgm or xml)"
             )
-    return SourcePlan(name, False, fmt, refs, spec.columns, spec.max_lines, spec.tokenized)
+    return CorpusPlan(name, False, fmt, refs, spec.columns, spec.max_lines, spec.tokenized)
 
 
 def _check_sha(value: str | None, key: str) -> str | None:
@@ -246,7 +252,7 @@ class Reader:
         self.langs = (src_lang, tgt_lang)
         self._fetched: dict[str, Fetched] = {}
 
-    def copy_split(self, sources: list[SourcePlan], stem: Path) -> list[dict[str, Any]]:
+    def copy_split(self, sources: list[CorpusPlan], stem: Path) -> list[dict[str, Any]]:
         """Write the sources' pairs, concatenated in order, to STEM.{src,tgt}; their manifest records."""
         out = SplitWriter(stem)
         try:
@@ -254,7 +260,7 @@ class Reader:
         finally:
             out.close()
 
-    def copy(self, plan: SourcePlan, out: SplitWriter) -> dict[str, Any]:
+    def copy(self, plan: CorpusPlan, out: SplitWriter) -> dict[str, Any]:
         """Append the source's pairs (capped at max_lines) to `out`; its manifest record."""
         records, skipped = [], 0
         if plan.files[0].role == "both":
@@ -302,7 +308,7 @@ class Reader:
         return record
 
     def _pairs(
-        self, plan: SourcePlan, stream: IO[bytes], name: str
+        self, plan: CorpusPlan, stream: IO[bytes], name: str
     ) -> Iterator[tuple[list[str], list[str], int]]:
         """A one-file source's chunks of (src, tgt, translation units skipped)."""
         if plan.format == "tsv":

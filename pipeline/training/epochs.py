@@ -3,7 +3,7 @@
 `TrainSplit` loads data/bin's train split and keeps the sentences that fit
 model.max_positions. Each epoch trains on data/bin's segmentation, or with
 subword sampling on a fresh one made ahead by a `Prefetcher`; train sources may
-be drawn in other proportions than they come (`SourceDraws`). An epoch's
+be drawn in other proportions than they come (`CorpusDraws`). An epoch's
 batches are a pure function of (train.seed, epoch, rank), so a resumed run
 sees the same ones (docs/exact-resume.md).
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline import params as P
-from pipeline.data import batching
+from pipeline.data import artifacts, batching
 from pipeline.data.batching import ParallelData, TokenArray
 from pipeline.data.sampling import Prefetcher, Sampling, read_text
 from pipeline.data.vocab import Vocab
@@ -73,7 +73,7 @@ def sampling_text(params: P.Params, paths: Paths, vocab: Vocab, n_train: int) ->
 
 
 @dataclass(frozen=True)
-class SourceDraws:
+class CorpusDraws:
     """How many pairs each train source gives an epoch (train.source_weights, train.source_temperature)."""
 
     names: tuple[str, ...]
@@ -81,16 +81,18 @@ class SourceDraws:
     factors: tuple[float, ...]
 
     @classmethod
-    def plan(cls, bin_dir: Path, n_train: int, t: P.TrainParams) -> SourceDraws:
-        listed = batching.train_sources(bin_dir) or [("train", n_train)]
-        names = tuple(name for name, _ in listed)
+    def plan(cls, bin_dir: Path, n_train: int, t: P.TrainParams) -> CorpusDraws:
+        listed = artifacts.train_corpora(
+            bin_dir / artifacts.BIN_META, n_train, bin_dir / "train.src", "binarize"
+        )
+        names = tuple(c.name for c in listed)
         unknown = sorted(set(t.source_weights) - set(names))
         if unknown:
             raise UserError(
                 f"train.source_weights: no train source named {', '.join(unknown)}; "
                 f"the train sources are {', '.join(names)}"
             )
-        sizes = tuple(n for _, n in listed)
+        sizes = tuple(c.lines for c in listed)
         weights = [t.source_weights.get(name, 1.0) for name in names]
         factors = tuple(batching.source_factors(sizes, weights, t.source_temperature))
         return cls(names, sizes, factors)
@@ -123,7 +125,7 @@ class TrainSplit:
         t = params.train
         self.data = ParallelData.load(paths.bin_dir, "train")
         self.ids = fitting_ids(self.data, "train", params.model, paths.bin_dir, say)
-        self.sources = SourceDraws.plan(paths.bin_dir, len(self.data), t)
+        self.sources = CorpusDraws.plan(paths.bin_dir, len(self.data), t)
         self.sampling = Sampling.of(t)
         self._text = sampling_text(params, paths, vocab, len(self.data)) if self.sampling else None
         self._prefetcher: Prefetcher | None = None

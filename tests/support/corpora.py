@@ -12,7 +12,7 @@ from typing import Any
 from pipeline import files
 from pipeline import params as P
 from pipeline.data import corpora, fetch
-from pipeline.params import DataParams, SourceSpec
+from pipeline.params import CorpusSpec, DataParams
 from tests.support.repo import BASE
 
 
@@ -35,13 +35,13 @@ def write(path: Path, data: bytes) -> str:
     return str(path)
 
 
-def sides(src: str, tgt: str, src_sha256: str | None = None, tgt_sha256: str | None = None) -> SourceSpec:
+def sides(src: str, tgt: str, src_sha256: str | None = None, tgt_sha256: str | None = None) -> CorpusSpec:
     """A source of one file per side."""
-    return SourceSpec(src=src, tgt=tgt, src_sha256=src_sha256, tgt_sha256=tgt_sha256)
+    return CorpusSpec(src=src, tgt=tgt, src_sha256=src_sha256, tgt_sha256=tgt_sha256)
 
 
 def user_data(
-    train: SourceSpec, val: SourceSpec | None = None, test: SourceSpec | None = None, **changes
+    train: CorpusSpec, val: CorpusSpec | None = None, test: CorpusSpec | None = None, **changes
 ) -> DataParams:
     """DataParams whose splits are the user's sources c-train, c-val, c-test (none: 1000 lines held out,
     or data.heldout_* in `changes`), validated."""
@@ -54,7 +54,7 @@ def user_data(
     return data
 
 
-def numbered(tmp_path: Path, n: int, name: str = "c") -> SourceSpec:
+def numbered(tmp_path: Path, n: int, name: str = "c") -> CorpusSpec:
     """A source of n aligned lines 's{i}' / 't{i}'."""
     src = write(tmp_path / f"{name}.src", "".join(f"s{i}\n" for i in range(n)).encode())
     tgt = write(tmp_path / f"{name}.tgt", "".join(f"t{i}\n" for i in range(n)).encode())

@@ -175,7 +175,7 @@ def test_a_failing_worker_fails_the_stage_with_its_error(corpus: Path, tmp_path:
     assert not (tmp_path / "bin").exists()
 
 
-def test_train_sources_come_from_clean_stats(corpus: Path, tmp_path: Path) -> None:
+def test_train_corpora_come_from_clean_stats(corpus: Path, tmp_path: Path) -> None:
     clean = tmp_path / "clean"
     shutil.copytree(corpus / "clean", clean)
     sources = {"a": {"lines_out": 200}, "b": {"lines_out": 50}}
@@ -184,7 +184,9 @@ def test_train_sources_come_from_clean_stats(corpus: Path, tmp_path: Path) -> No
     assert meta["sources"] == [{"name": "a", "sentences": 200}, {"name": "b", "sentences": 50}]
     sources["b"]["lines_out"] = 51
     (clean / "stats.json").write_text(json.dumps({"train": {"sources": sources}}), encoding="utf-8")
-    with pytest.raises(UserError, match="counts other training lines"):
+    with pytest.raises(
+        UserError, match=r"stats.json counts 251 training lines but .*train.src has 250; run the clean"
+    ):
         binarize_stage.binarize(clean, corpus / "bpe", tmp_path / "bin2")
 
 

@@ -20,7 +20,7 @@ from click.testing import CliRunner
 from pipeline import files, params
 from pipeline.data import corpora
 from pipeline.errors import ParamsError, UserError
-from pipeline.params import DataParams, SourceSpec
+from pipeline.params import CorpusSpec, DataParams
 from pipeline.stages import clean, download
 from tests.support.corpora import M30K, entries, fake_multi30k_mirror, numbered, sha, sides, user_data, write
 from tests.support.fake_http import serve
@@ -103,11 +103,11 @@ def test_sources_of_a_split_are_concatenated_in_order_each_capped_by_max_lines(t
     data = dataclasses.replace(
         BASE.data,
         sources={
-            "arch": SourceSpec(
+            "arch": CorpusSpec(
                 archive=archive, src="c/train.de", tgt="c/train.en", sha256=sha(Path(archive).read_bytes())
             ),
-            "tab": SourceSpec(file=tsv, columns=(0, 1)),
-            "first": SourceSpec(file=tsv, max_lines=1),
+            "tab": CorpusSpec(file=tsv, columns=(0, 1)),
+            "first": CorpusSpec(file=tsv, max_lines=1),
             "t": numbered(tmp_path, 2, "t"),
         },
         train=("arch", "tab"),
@@ -132,7 +132,7 @@ def test_sources_of_a_split_are_concatenated_in_order_each_capped_by_max_lines(t
 def test_a_missing_archive_member_names_the_archive_and_what_it_holds(tmp_path):
     archive = tgz(tmp_path / "c.tgz", {"c/train.de": b"a\n", "c/train.en": b"A\n"})
     data = user_data(
-        SourceSpec(archive=archive, src="c/train.de", tgt="c/train.fr"), heldout_val=1, heldout_test=1
+        CorpusSpec(archive=archive, src="c/train.de", tgt="c/train.fr"), heldout_val=1, heldout_test=1
     )
     with pytest.raises(UserError) as e:
         download.download(data, tmp_path / "raw")
@@ -146,7 +146,7 @@ def test_unknown_names_are_refused_with_the_closest_names(tmp_path):
         ParamsError, match=r"data\.test\[0\]: no catalog set .* did you mean multi30k-test_2016_flickr"
     ):
         download.plan_sources(data)
-    clash = dataclasses.replace(BASE.data, sources={"multi30k-val": SourceSpec(src="a", tgt="b")})
+    clash = dataclasses.replace(BASE.data, sources={"multi30k-val": CorpusSpec(src="a", tgt="b")})
     with pytest.raises(ParamsError, match=r"data\.sources\.multi30k-val: the catalog has a set of that name"):
         download.plan_sources(clash)
 
@@ -156,7 +156,7 @@ def test_a_catalog_set_can_be_capped_under_a_name_of_ones_own(tmp_path, monkeypa
     monkeypatch.setenv("CORPUS_MIRROR", str(tmp_path / "mirror"))
     data = dataclasses.replace(
         BASE.data,
-        sources={"m30k-4": SourceSpec(catalog="multi30k-train", max_lines=4)},
+        sources={"m30k-4": CorpusSpec(catalog="multi30k-train", max_lines=4)},
         train=("m30k-4",),
         test=("multi30k-test_2016_flickr",),
     )
@@ -301,8 +301,8 @@ def test_sources_stream_in_chunks_with_the_same_output_as_whole_files(tmp_path, 
     data = dataclasses.replace(
         BASE.data,
         sources={
-            "arch": SourceSpec(archive=archive, src="a.de", tgt="a.en"),
-            "tab": SourceSpec(file=tsv, max_lines=30),
+            "arch": CorpusSpec(archive=archive, src="a.de", tgt="a.en"),
+            "tab": CorpusSpec(file=tsv, max_lines=30),
             "n": numbered(tmp_path, 25),
         },
         train=("arch", "tab", "n"),
@@ -477,7 +477,7 @@ def test_without_a_tokenized_source_the_manifest_is_as_before(tmp_path):
 
 def test_tokenized_is_refused_on_a_catalog_source_which_says_it_itself():
     data = dataclasses.replace(
-        BASE.data, sources={"x": SourceSpec(catalog="multi30k-val", tokenized="moses")}
+        BASE.data, sources={"x": CorpusSpec(catalog="multi30k-val", tokenized="moses")}
     )
     with pytest.raises(ParamsError, match=r"data.sources.x: tokenized: not with catalog"):
         params.validate_data(data)
