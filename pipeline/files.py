@@ -64,6 +64,37 @@ def read_lines(path: str | Path) -> list[str]:
     return text.split("\n")[:-1] if text.endswith("\n") else (text.split("\n") if text else [])
 
 
+class PairedWriter:
+    """A split's two line files, STEM.src and STEM.tgt, written a chunk of lines at a time.
+
+    Inside an atomic_path (or a scratch directory): the files are whole only when the stage is done.
+    """
+
+    def __init__(self, stem: str | Path) -> None:
+        self.paths = {side: Path(f"{stem}.{side}") for side in SIDES}
+        self._files = {side: open(path, "wb") for side, path in self.paths.items()}  # closed by close()
+
+    def __enter__(self) -> PairedWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def write_lines(self, side: str, lines: list[str]) -> None:
+        """Lines without their newlines, to one side."""
+        if lines:
+            self._files[side].write(("\n".join(lines) + "\n").encode("utf-8"))
+
+    def write_pair(self, src: bytes, tgt: bytes) -> None:
+        """A chunk of each side, already encoded and newline-terminated, with as many lines each."""
+        for side, data in zip(SIDES, (src, tgt)):
+            self._files[side].write(data)
+
+    def close(self) -> None:
+        for f in self._files.values():
+            f.close()
+
+
 CHUNK = 1 << 20  # bytes read at a time by line_chunks
 
 

@@ -37,7 +37,7 @@ from pipeline.data.lines import skip_lines
 from pipeline.data.pool import ordered_results, resolve_workers
 from pipeline.data.text import SideStats, drop_reason, normalize_lines
 from pipeline.errors import UserError
-from pipeline.files import SIDES
+from pipeline.files import SIDES, PairedWriter
 from pipeline.params import CleanParams
 from pipeline.stages.options import load_params, params_option
 
@@ -330,13 +330,13 @@ def clean(params: CleanParams, raw: Path, out: Path, workers: int = 1) -> dict[s
             split_stats = SplitStats()
             ranges = tokenized_ranges(manifest, stem)
             split_stats.detokenized = dict.fromkeys(SIDES, 0) if ranges else None
-            with _Output(tmp / stem) as output:
+            with PairedWriter(tmp / stem) as output:
                 jobs = _jobs(raw, stem, train=False, tokenized=Tokenized(ranges, langs))
                 for chunk in (clean_job(job, params, NO_HELDOUT) for job in jobs):
                     split_stats.add_normalized(chunk.normalized)
                     split_stats.add_detokenized(chunk.detokenized)
                     split_stats.lines_in += len(chunk.src)
-                    output.write(_joined(chunk.src), _joined(chunk.tgt))
+                    output.write_pair(_joined(chunk.src), _joined(chunk.tgt))
                     heldout_src.update(_digest(line) for line in chunk.src if line)
                     heldout_tgt.update(_digest(line) for line in chunk.tgt if line)
             split_stats.lines_out = split_stats.lines_in
@@ -377,14 +377,14 @@ def _clean_train(
     spilled = dedupe.SpilledHashes(scratch) if params.dedupe else contextlib.nullcontext(None)
     with spilled as hashes:
         with (
-            _Output(candidates) as output,
+            PairedWriter(candidates) as output,
             ordered_results(_worker_job, jobs, workers, _start_worker, (params, heldout), "clean") as chunks,
         ):
             for chunk in chunks:
                 stats.add_normalized(chunk.normalized)
                 stats.add_detokenized(chunk.detokenized)
                 train.take(chunk.codes)
-                output.write(*chunk.text)
+                output.write_pair(*chunk.text)
                 if hashes is not None:
                     hashes.add(np.frombuffer(chunk.hashes, dtype=np.uint64))
         artifacts.check_lines(
@@ -408,37 +408,19 @@ def _drop_duplicates(train: TrainFilter, duplicates: np.ndarray | None, candidat
         for candidate, final in paths:
             os.replace(candidate, final)
         return
-    (src, out_src), (tgt, out_tgt) = paths
-    with open(src, "rb") as fs, open(tgt, "rb") as ft, open(out_src, "wb") as gs, open(out_tgt, "wb") as gt:
+    (src, _), (tgt, _) = paths
+    with open(src, "rb") as fs, open(tgt, "rb") as ft, PairedWriter(out) as kept:
         done = 0
         while s := list(itertools.islice(fs, CHUNK_PAIRS)):
             t = list(itertools.islice(ft, len(s)))
             duplicate = dedupe.bits_range(duplicates, done, done + len(s))
             train.drop_duplicates(done, duplicate)
-            gs.write(b"".join(itertools.compress(s, ~duplicate)))
-            gt.write(b"".join(itertools.compress(t, ~duplicate)))
+            kept.write_pair(
+                b"".join(itertools.compress(s, ~duplicate)), b"".join(itertools.compress(t, ~duplicate))
+            )
             done += len(s)
     for candidate, _ in paths:
         candidate.unlink()
-
-
-class _Output:
-    """STEM.src and STEM.tgt, written a chunk of lines at a time."""
-
-    def __init__(self, stem: Path) -> None:
-        self.paths = [Path(f"{stem}.{side}") for side in SIDES]
-
-    def __enter__(self) -> _Output:
-        self._files = [open(path, "wb") for path in self.paths]  # closed in __exit__
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for f in self._files:
-            f.close()
-
-    def write(self, src: bytes, tgt: bytes) -> None:
-        for f, text in zip(self._files, (src, tgt)):
-            f.write(text)
 
 
 def _jobs(

@@ -35,7 +35,7 @@ from pipeline import files
 from pipeline.data import artifacts, corpora, formats
 from pipeline.data.fetch import Fetched, FetchSpec, fetch, verified_by
 from pipeline.errors import ParamsError, UserError
-from pipeline.files import SIDES
+from pipeline.files import SIDES, PairedWriter
 from pipeline.params import CorpusSpec, DataParams
 from pipeline.stages.options import load_params, params_option
 
@@ -75,22 +75,6 @@ class CorpusPlan:
     columns: tuple[int, int] = (0, 1)
     max_lines: int | None = None
     tokenized: str | None = None  # pipeline.data.detok.TOKENIZERS: clean detokenizes the source
-
-
-class SplitWriter:
-    """A split's two files, STEM.src and STEM.tgt, written a chunk of lines at a time."""
-
-    def __init__(self, stem: Path) -> None:
-        self.paths = {side: Path(f"{stem}.{side}") for side in SIDES}
-        self._files = {side: open(path, "wb") for side, path in self.paths.items()}
-
-    def write(self, side: str, lines: list[str]) -> None:
-        if lines:
-            self._files[side].write(("\n".join(lines) + "\n").encode("utf-8"))
-
-    def close(self) -> None:
-        for f in self._files.values():
-            f.close()
 
 
 # --- the stage -----------------------------------------------------------------
@@ -254,13 +238,10 @@ class Reader:
 
     def copy_split(self, sources: list[CorpusPlan], stem: Path) -> list[dict[str, Any]]:
         """Write the sources' pairs, concatenated in order, to STEM.{src,tgt}; their manifest records."""
-        out = SplitWriter(stem)
-        try:
+        with PairedWriter(stem) as out:
             return [self.copy(source, out) for source in sources]
-        finally:
-            out.close()
 
-    def copy(self, plan: CorpusPlan, out: SplitWriter) -> dict[str, Any]:
+    def copy(self, plan: CorpusPlan, out: PairedWriter) -> dict[str, Any]:
         """Append the source's pairs (capped at max_lines) to `out`; its manifest record."""
         records, skipped = [], 0
         if plan.files[0].role == "both":
@@ -349,24 +330,24 @@ class Reader:
                 yield formats.open_decompressed(member, ref.name)
 
 
-def _copy_side(chunks: Iterable[list[str]], out: SplitWriter, side: str, cap: int | None) -> int:
+def _copy_side(chunks: Iterable[list[str]], out: PairedWriter, side: str, cap: int | None) -> int:
     """Write the first `cap` (all if None) lines of `chunks` to one side of `out`; count them all."""
     n = 0
     for lines in chunks:
-        out.write(side, lines if cap is None or n + len(lines) <= cap else lines[: max(cap - n, 0)])
+        out.write_lines(side, lines if cap is None or n + len(lines) <= cap else lines[: max(cap - n, 0)])
         n += len(lines)
     return n
 
 
 def _copy_pairs(
-    chunks: Iterable[tuple[list[str], list[str], int]], out: SplitWriter, cap: int | None
+    chunks: Iterable[tuple[list[str], list[str], int]], out: PairedWriter, cap: int | None
 ) -> tuple[int, int]:
     """Write the first `cap` pairs of `chunks` to `out`; count the pairs and the units skipped."""
     n, skipped = 0, 0
     for src, tgt, skip in chunks:
         keep = len(src) if cap is None else max(min(len(src), cap - n), 0)
-        out.write("src", src[:keep])
-        out.write("tgt", tgt[:keep])
+        out.write_lines("src", src[:keep])
+        out.write_lines("tgt", tgt[:keep])
         n, skipped = n + len(src), skipped + skip
     return n, skipped
 
@@ -404,8 +385,8 @@ def _hold_out(
         )
     val_idx, test_idx = heldout_indices(n_train, sizes["val"], sizes["test"], data.heldout_seed)
     where = {**dict.fromkeys(val_idx, "val"), **dict.fromkeys(test_idx, "test")}
-    writers = {"train": SplitWriter(out / "train")}
-    writers.update({s: SplitWriter(out / ("val" if s == "val" else f"test/{HELDOUT}")) for s in missing})
+    writers = {"train": PairedWriter(out / "train")}
+    writers.update({s: PairedWriter(out / ("val" if s == "val" else f"test/{HELDOUT}")) for s in missing})
     try:
         for side in SIDES:
             _split_side(Path(f"{train}.{side}"), side, where, writers)
@@ -434,7 +415,7 @@ def _parts(train_records: list[dict[str, Any]], drawn: list[int]) -> list[dict[s
     ]
 
 
-def _split_side(path: Path, side: str, where: dict[int, str], writers: dict[str, SplitWriter]) -> None:
+def _split_side(path: Path, side: str, where: dict[int, str], writers: dict[str, PairedWriter]) -> None:
     """Copy one side of the train split, line i to writers[where[i]] (train if i is not held out)."""
     taken = sorted(where)
     start = 0  # the chunk's first line number
@@ -443,9 +424,9 @@ def _split_side(path: Path, side: str, where: dict[int, str], writers: dict[str,
         kept, at = [], start
         for i in taken[bisect.bisect_left(taken, start) : bisect.bisect_left(taken, end)]:
             kept += lines[at - start : i - start]
-            writers[where[i]].write(side, [lines[i - start]])
+            writers[where[i]].write_lines(side, [lines[i - start]])
             at = i + 1
-        writers["train"].write(side, kept + lines[at - start :])
+        writers["train"].write_lines(side, kept + lines[at - start :])
         start = end
 
 

@@ -35,3 +35,14 @@ def test_lines_round_trip_and_split_on_lf_only(tmp_path):
     assert files.read_lines(path) == ["a\rb", "", "c"]
     files.write_lines(path, [])
     assert files.read_lines(path) == []
+
+
+def test_a_paired_writer_keeps_the_two_sides_line_aligned(tmp_path):
+    with files.PairedWriter(tmp_path / "train") as out:
+        out.write_lines("src", ["ein Haus", "zwei\rCR"])  # a stray CR stays inside its line
+        out.write_lines("tgt", ["a house", "two\rCR"])
+        out.write_lines("src", [])  # nothing: no empty line
+        out.write_pair(b"drei\n", b"three\n")
+    assert files.read_lines(tmp_path / "train.src") == ["ein Haus", "zwei\rCR", "drei"]
+    assert files.read_lines(tmp_path / "train.tgt") == ["a house", "two\rCR", "three"]
+    assert out.paths == {"src": tmp_path / "train.src", "tgt": tmp_path / "train.tgt"}
