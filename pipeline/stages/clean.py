@@ -1,29 +1,18 @@
 """Stage `clean`: normalize every line of every split; filter training pairs only.
 
-Normalization is pipeline.data.text.normalize, after pipeline.data.detok for the lines of a
-source the download manifest marks tokenized. Filtering (training pairs only), by the first rule
-that applies: empty, too_long (over clean.max_words words), ratio (character-length ratio over
-clean.max_ratio), heldout_overlap (clean.decontaminate: the normalized source or target is a line
-of a val or test set), duplicate (clean.dedupe: the same pair as an earlier kept one). Val and
-test sets are never filtered, so scores stay comparable with published ones.
-
-Streamed in chunks of CHUNK_PAIRS pairs through data.workers processes, taken in order, so the
-output is the same for any number of workers. Dedupe and decontamination compare 64-bit blake2b
-hashes (collision odds: docs/corpora.md); dedupe spills them to disk and drops duplicates in a
-second pass, so memory stays flat. stats.json: per split (test: per set) lines_in, lines_out,
-dropped per reason, per side the lines each normalization step (and detokenization) changed;
-train also per source.
+The rules, the workers' jobs and the per-corpus counts are pipeline/data/cleaning.py's; this
+module runs them over data/raw: the val and test sets first (their hashes are decontamination's),
+then the train split through data.workers processes and dedupe's second pass, and writes
+data/clean and its stats.json atomically.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import itertools
 import os
 import unicodedata
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,279 +21,28 @@ import numpy as np
 
 from pipeline import files
 from pipeline.data import artifacts, dedupe
-from pipeline.data.detok import detokenize_lines
+from pipeline.data.cleaning import (
+    CHUNK_PAIRS,
+    NO_HELDOUT,
+    UNTOKENIZED,
+    Heldout,
+    Job,
+    SplitStats,
+    Tokenized,
+    TrainFilter,
+    clean_job,
+    digest,
+    joined,
+    start_worker,
+    tokenized_ranges,
+    worker_job,
+)
 from pipeline.data.lines import skip_lines
 from pipeline.data.pool import ordered_results, resolve_workers
-from pipeline.data.text import SideStats, drop_reason, normalize_lines
 from pipeline.errors import UserError
 from pipeline.files import SIDES, PairedWriter
 from pipeline.params import CleanParams
 from pipeline.stages.options import load_params, params_option
-
-DROP_REASONS = ("empty", "heldout_overlap", "too_long", "ratio", "duplicate")
-CHUNK_PAIRS = 10_000  # pairs a worker cleans at a time: memory is a few chunks per worker
-HASH_BYTES = 8  # 64-bit hashes: the collision rate is in the module docstring
-
-_CODES = (None, *DROP_REASONS)  # a pair's outcome as one byte: 0 kept, else 1 + its reason's index
-_CODE = {reason: code for code, reason in enumerate(_CODES)}
-
-
-def _digest(text: str) -> bytes:
-    return hashlib.blake2b(text.encode("utf-8"), digest_size=HASH_BYTES).digest()
-
-
-@dataclass
-class SplitStats:
-    lines_in: int = 0
-    lines_out: int = 0
-    dropped: dict[str, int] = field(default_factory=lambda: dict.fromkeys(DROP_REASONS, 0))
-    normalized: dict[str, SideStats] = field(default_factory=lambda: {s: SideStats() for s in SIDES})
-    sources: dict[str, dict[str, Any]] = field(default_factory=dict)  # train only: per source
-    detokenized: dict[str, int] | None = None  # per side, lines detokenization changed; None: none tokenized
-
-    def to_dict(self) -> dict[str, Any]:
-        out = {
-            "lines_in": self.lines_in,
-            "lines_out": self.lines_out,
-            "dropped": dict(self.dropped),
-            "normalized": {side: vars(s).copy() for side, s in self.normalized.items()},
-        }
-        if self.detokenized is not None:
-            out["detokenized"] = dict(self.detokenized)
-        return {**out, "sources": self.sources} if self.sources else out
-
-    def add_detokenized(self, counts: tuple[int, int]) -> None:
-        if self.detokenized is not None:
-            for side, n in zip(SIDES, counts):
-                self.detokenized[side] += n
-
-    def add_normalized(self, counts: dict[str, SideStats]) -> None:
-        for side, c in counts.items():
-            mine = self.normalized[side]
-            mine.control_chars += c.control_chars
-            mine.nfc += c.nfc
-            mine.whitespace += c.whitespace
-
-
-@dataclass(frozen=True)
-class Heldout:
-    """Hashes of the normalized non-empty sources and targets of every val and test set."""
-
-    src: frozenset[bytes]
-    tgt: frozenset[bytes]
-
-    def overlaps(self, src: str, tgt: str) -> bool:
-        return _digest(src) in self.src or _digest(tgt) in self.tgt
-
-
-NO_HELDOUT = Heldout(frozenset(), frozenset())
-
-
-# --- one chunk: what a worker does ----------------------------------------------------------
-
-
-@dataclass
-class Cleaned:
-    """A chunk's outcome: per pair its code (_CODES), the normalized lines (train: only those that
-    passed every rule but dedupe), their pair hashes (dedupe on), and the normalization counts."""
-
-    codes: bytes
-    src: list[str]
-    tgt: list[str]
-    hashes: bytes
-    normalized: dict[str, SideStats]
-    detokenized: tuple[int, int] = (0, 0)  # per side, the lines detokenization changed
-
-
-@dataclass(frozen=True)
-class Tokenized:
-    """Which lines (ranges [start, end) of a split or chunk) are Moses-tokenized; the sides' languages."""
-
-    ranges: tuple[tuple[int, int], ...] = ()
-    langs: tuple[str, str] = ("", "")
-
-
-def clean_lines(
-    src: list[str],
-    tgt: list[str],
-    params: CleanParams,
-    train: bool,
-    heldout: Heldout,
-    tokenized: Tokenized = Tokenized(),
-) -> Cleaned:
-    """Detokenize (where `tokenized` says) and normalize a chunk of pairs; for train apply every rule
-    whose answer is the pair's own."""
-    src, tgt, detokenized = _detokenized(src, tgt, tokenized)
-    normalized = {side: SideStats() for side in SIDES}
-    src = normalize_lines(src, normalized["src"])
-    tgt = normalize_lines(tgt, normalized["tgt"])
-    if not train:
-        return Cleaned(bytes(len(src)), src, tgt, b"", normalized, detokenized)
-    codes = bytearray(len(src))
-    kept_src, kept_tgt, hashes = [], [], []
-    decontaminate = params.decontaminate and (heldout.src or heldout.tgt)
-    for i, (s, t) in enumerate(zip(src, tgt)):
-        reason = drop_reason(s, t, params)
-        if reason is None and decontaminate and heldout.overlaps(s, t):
-            reason = "heldout_overlap"
-        if reason is not None:
-            codes[i] = _CODE[reason]
-            continue
-        kept_src.append(s)
-        kept_tgt.append(t)
-        if params.dedupe:
-            hashes.append(_digest(f"{s}\n{t}"))  # normalized text has no LF: the pair is unambiguous
-    return Cleaned(bytes(codes), kept_src, kept_tgt, b"".join(hashes), normalized, detokenized)
-
-
-def _detokenized(
-    src: list[str], tgt: list[str], tokenized: Tokenized
-) -> tuple[list[str], list[str], tuple[int, int]]:
-    """The sides with the lines in tokenized.ranges detokenized, and per side how many that changed."""
-    changed = [0, 0]
-    sides = [src, tgt]
-    for start, end in tokenized.ranges:
-        for k, lang in enumerate(tokenized.langs):
-            lines, n = detokenize_lines(sides[k][start:end], lang)
-            sides[k] = [*sides[k][:start], *lines, *sides[k][end:]]
-            changed[k] += n
-    return sides[0], sides[1], (changed[0], changed[1])
-
-
-def _decode(data: bytes, path: str) -> list[str]:
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise UserError(f"{path}: not UTF-8 ({e.reason}); run the download stage again") from e
-    lines = text.split("\n")
-    return lines[:-1] if text.endswith("\n") else lines
-
-
-@dataclass(frozen=True)
-class Job:
-    """A chunk of a split: the same number of lines of each side, as byte ranges of its files.
-
-    A worker reads its chunk itself (from the page cache: the parent just read it to find the
-    line ends), so the parent, which feeds every worker, does not also pipe the text to it.
-    """
-
-    names: tuple[str, str]
-    starts: tuple[int, int]
-    sizes: tuple[int, int]
-    train: bool
-    tokenized: Tokenized = Tokenized()
-
-    def read(self) -> tuple[bytes, bytes]:
-        sides = []
-        for name, start, size in zip(self.names, self.starts, self.sizes):
-            with open(name, "rb") as f:
-                f.seek(start)
-                sides.append(f.read(size))
-        return sides[0], sides[1]
-
-
-def clean_job(job: Job, params: CleanParams, heldout: Heldout) -> Cleaned:
-    src, tgt = (_decode(data, name) for data, name in zip(job.read(), job.names))
-    return clean_lines(src, tgt, params, job.train, heldout, job.tokenized)
-
-
-@dataclass(frozen=True)
-class CleanedText:
-    """A train chunk's outcome as a worker sends it: the candidates as the bytes to write."""
-
-    codes: bytes
-    text: tuple[bytes, bytes]
-    hashes: bytes
-    normalized: dict[str, SideStats]
-    detokenized: tuple[int, int]
-
-
-_WORKER: tuple[CleanParams, Heldout] | None = None  # a pool worker's params, set once by _start_worker
-
-
-def _start_worker(params: CleanParams, heldout: Heldout) -> None:
-    global _WORKER
-    _WORKER = (params, heldout)
-
-
-def _worker_job(job: Job) -> CleanedText:
-    assert _WORKER is not None
-    chunk = clean_job(job, *_WORKER)
-    text = (_joined(chunk.src), _joined(chunk.tgt))
-    return CleanedText(chunk.codes, text, chunk.hashes, chunk.normalized, chunk.detokenized)
-
-
-def _joined(lines: list[str]) -> bytes:
-    return ("\n".join(lines) + "\n").encode("utf-8") if lines else b""
-
-
-# --- the parent: outcomes per source, then the duplicates ---------------------------------
-
-
-class TrainFilter:
-    """Counts the train split's outcomes, in total and per source.
-
-    Two steps: `take` each cleaned chunk in order (every rule but dedupe; the pairs that pass are
-    the candidates), then `drop_duplicates` over the candidates, a stretch at a time in order.
-    """
-
-    def __init__(self, params: CleanParams, sources: Sequence[tuple[str, int | None]], stats: SplitStats):
-        self.params, self.stats = params, stats
-        self.done = 0  # pairs taken so far
-        self._ranges: list[tuple[int, int | None, dict[str, Any]]] = []  # (first line, end or None, counts)
-        start = 0
-        for name, n_lines in sources:
-            counts: dict[str, Any] = {
-                "lines_in": n_lines or 0,
-                "lines_out": 0,
-                "dropped": dict.fromkeys(DROP_REASONS, 0),
-            }
-            stats.sources[name] = counts
-            self._ranges.append((start, None if n_lines is None else start + n_lines, counts))
-            start += n_lines or 0
-        self._candidate_ends: np.ndarray | None = None  # per source, set by the first drop_duplicates
-
-    def take(self, chunk_codes: bytes) -> None:
-        """Count a chunk's outcomes (code 0: a candidate, one no rule but dedupe dropped)."""
-        codes = np.frombuffer(chunk_codes, dtype=np.uint8)
-        self.stats.lines_in += len(codes)
-        self.stats.lines_out += len(codes) - int(np.count_nonzero(codes))
-        start, end = self.done, self.done + len(codes)
-        for first, last, counts in self._ranges:
-            lo, hi = max(first, start), end if last is None else min(last, end)
-            if lo < hi:
-                self._count(np.bincount(codes[lo - start : hi - start], minlength=len(_CODES)), counts)
-        self._count(np.bincount(codes, minlength=len(_CODES)), None)
-        self.done = end
-
-    def _count(self, by_code: np.ndarray, counts: dict[str, Any] | None) -> None:
-        dropped = self.stats.dropped if counts is None else counts["dropped"]
-        for code, reason in enumerate(_CODES[1:], 1):
-            dropped[reason] += int(by_code[code])
-        if counts is not None:
-            counts["lines_out"] += int(by_code[0])
-            if self._ranges[-1][1] is None:  # one source of unknown size: what was read
-                counts["lines_in"] += int(by_code.sum())
-
-    def drop_duplicates(self, start: int, duplicate: np.ndarray) -> None:
-        """Count candidates start.. (after every chunk was taken) where `duplicate` is True as dropped."""
-        if self._candidate_ends is None:
-            self._candidate_ends = np.cumsum([counts["lines_out"] for _, _, counts in self._ranges])
-        n = int(duplicate.sum())
-        if not n:
-            return
-        self.stats.lines_out -= n
-        self.stats.dropped["duplicate"] += n
-        at = np.flatnonzero(duplicate) + start
-        per_source = np.bincount(
-            np.searchsorted(self._candidate_ends, at, side="right"), minlength=len(self._ranges)
-        )
-        for (_, _, counts), k in zip(self._ranges, per_source.tolist()):
-            counts["lines_out"] -= k
-            counts["dropped"]["duplicate"] += k
-
-
-# --- the stage -------------------------------------------------------------------------------
 
 
 def clean(params: CleanParams, raw: Path, out: Path, workers: int = 1) -> dict[str, Any]:
@@ -336,9 +74,9 @@ def clean(params: CleanParams, raw: Path, out: Path, workers: int = 1) -> dict[s
                     split_stats.add_normalized(chunk.normalized)
                     split_stats.add_detokenized(chunk.detokenized)
                     split_stats.lines_in += len(chunk.src)
-                    output.write_pair(_joined(chunk.src), _joined(chunk.tgt))
-                    heldout_src.update(_digest(line) for line in chunk.src if line)
-                    heldout_tgt.update(_digest(line) for line in chunk.tgt if line)
+                    output.write_pair(joined(chunk.src), joined(chunk.tgt))
+                    heldout_src.update(digest(line) for line in chunk.src if line)
+                    heldout_tgt.update(digest(line) for line in chunk.tgt if line)
             split_stats.lines_out = split_stats.lines_in
             if stem == "val":
                 by_split["val"] = split_stats.to_dict()
@@ -365,7 +103,7 @@ def _clean_train(
     heldout: Heldout,
     workers: int,
     scratch: Path,
-    tokenized: Tokenized = Tokenized(),
+    tokenized: Tokenized = UNTOKENIZED,
 ) -> dict[str, Any]:
     """Clean the train split into out.{src,tgt}: the candidates (every rule but dedupe) go to
     `scratch` with their hashes spilled beside them, then a pass in order drops the duplicates."""
@@ -378,7 +116,7 @@ def _clean_train(
     with spilled as hashes:
         with (
             PairedWriter(candidates) as output,
-            ordered_results(_worker_job, jobs, workers, _start_worker, (params, heldout), "clean") as chunks,
+            ordered_results(worker_job, jobs, workers, start_worker, (params, heldout), "clean") as chunks,
         ):
             for chunk in chunks:
                 stats.add_normalized(chunk.normalized)
@@ -427,7 +165,7 @@ def _jobs(
     raw: Path,
     stem: str,
     train: bool,
-    tokenized: Tokenized = Tokenized(),
+    tokenized: Tokenized = UNTOKENIZED,
 ) -> Iterator[Job]:
     """The split's pairs as files hold them, CHUNK_PAIRS at a time; sides of unequal length refused.
 
@@ -468,25 +206,6 @@ def _test_names(raw: Path) -> list[str]:
     if not names:
         raise UserError(f"{raw}/test/: no test set (<name>.src and <name>.tgt); run the download stage first")
     return names
-
-
-def tokenized_ranges(manifest: dict[str, Any], stem: str) -> tuple[tuple[int, int], ...]:
-    """Line ranges [start, end) of the split file STEM (train, val, test/NAME) whose source is tokenized.
-
-    A split's sources are concatenated in manifest order; a held-out split lists its `parts`.
-    """
-    splits = manifest.get("splits", {})
-    if stem.startswith("test/"):
-        records = [r for r in splits.get("test", []) if r["name"] == stem.removeprefix("test/")]
-    else:
-        records = splits.get(stem, [])
-    runs = [part for r in records for part in r.get("parts", [r])]
-    ranges, start = [], 0
-    for run in runs:
-        if run.get("tokenized"):
-            ranges.append((start, start + run["lines"]))
-        start += run["lines"]
-    return tuple(ranges)
 
 
 @click.command("clean")

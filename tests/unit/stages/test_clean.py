@@ -13,7 +13,7 @@ import yaml
 from click.testing import CliRunner
 
 from pipeline import files, params
-from pipeline.data import lines
+from pipeline.data import cleaning, lines
 from pipeline.errors import UserError
 from pipeline.stages import clean
 from tests.support.corpora import clean_split
@@ -22,7 +22,7 @@ from tests.support.repo import REPO
 BASE = params.load(REPO / "params.yaml")
 CLEAN = dataclasses.replace(BASE.clean, max_words=5, max_ratio=3.0, dedupe=True, decontaminate=True)
 EVAL = {"val": (["v"], ["v"]), "test/t": (["t"], ["t"])}
-NO_DROPS = dict.fromkeys(clean.DROP_REASONS, 0)
+NO_DROPS = dict.fromkeys(cleaning.DROP_REASONS, 0)
 
 
 def write_raw(raw: Path, splits: dict[str, tuple[list[str], list[str]]]) -> Path:
@@ -309,7 +309,7 @@ def test_ctrl_c_stops_the_workers_and_keeps_the_old_output(tmp_path, monkeypatch
     out = tmp_path / "clean"
     clean.clean(CLEAN, raw, out)
     before = {p: p.read_bytes() for p in out.rglob("*.*")}
-    taken = clean.TrainFilter.take
+    taken = cleaning.TrainFilter.take
 
     def interrupted(self, chunk):
         if self.done >= 12:
@@ -317,7 +317,7 @@ def test_ctrl_c_stops_the_workers_and_keeps_the_old_output(tmp_path, monkeypatch
         return taken(self, chunk)
 
     monkeypatch.setattr(clean, "CHUNK_PAIRS", 4)
-    monkeypatch.setattr(clean.TrainFilter, "take", interrupted)
+    monkeypatch.setattr(cleaning.TrainFilter, "take", interrupted)
     with pytest.raises(KeyboardInterrupt):
         clean.clean(dataclasses.replace(CLEAN, max_ratio=10.0), raw, out, workers=2)
     assert {p: p.read_bytes() for p in out.rglob("*.*")} == before
@@ -387,20 +387,3 @@ def test_a_held_out_split_detokenizes_the_lines_it_took_from_a_tokenized_source(
     assert files.read_lines(tmp_path / "clean" / "val.src") == ["x", "y."]
     assert stats["val"]["detokenized"] == {"src": 1, "tgt": 1}
     assert files.read_lines(tmp_path / "clean" / "train.src") == ["a."]
-
-
-def test_tokenized_ranges_follow_the_manifests_order_of_sources():
-    m = {
-        "splits": {
-            "train": [
-                {"name": "a", "lines": 3},
-                {"name": "b", "lines": 2, "tokenized": "moses"},
-                {"name": "c", "lines": 4},
-                {"name": "d", "lines": 1, "tokenized": "moses"},
-            ],
-            "test": [{"name": "x", "lines": 5}, {"name": "y", "lines": 6, "tokenized": "moses"}],
-        }
-    }
-    assert clean.tokenized_ranges(m, "train") == ((3, 5), (9, 10))
-    assert clean.tokenized_ranges(m, "test/y") == ((0, 6),)
-    assert clean.tokenized_ranges(m, "test/x") == clean.tokenized_ranges({}, "val") == ()

@@ -18,7 +18,7 @@ import yaml
 from click.testing import CliRunner
 
 from pipeline import files, params
-from pipeline.data import corpora
+from pipeline.data import cleaning, corpora
 from pipeline.errors import ParamsError, UserError
 from pipeline.params import CorpusSpec, DataParams
 from pipeline.stages import clean, download
@@ -464,7 +464,7 @@ def test_a_tokenized_source_is_marked_in_the_manifest_and_its_held_out_lines_lis
     assert [(p["name"], p["lines"], p["tokenized"]) for p in val["parts"]] == [w for w in want if w[1]]
     assert "parts" not in manifest["heldout"]
     # clean reads the parts: the held-out lines of m are the last ones of val
-    ranges = clean.tokenized_ranges(manifest, "val")
+    ranges = cleaning.tokenized_ranges(manifest, "val")
     assert ranges == (((4 - want[1][1], 4),) if want[1][1] else ())
 
 
