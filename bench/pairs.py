@@ -267,11 +267,11 @@ def sweep_experiments(
 def check(raw: dict[str, Any], exp: Experiment) -> P.Params:
     """The experiment's params, validated, with its data names resolved against the catalog; test and val
     sets never in training."""
-    from pipeline.stages import download  # here: the download stage's own name resolution
+    from pipeline.data import planning  # here: the download stage's own name resolution
 
     try:
         params = variant_params(raw, exp.changes)
-        download.plan_sources(params.data)
+        planning.plan_sources(params.data)
     except ParamsError as e:
         raise UserError(f"{exp.name}: {e}") from None
     for split in ("val", "test"):
@@ -618,15 +618,16 @@ def references(
         return given, str(given), []
     if not needed:
         return None, None, []
+    from pipeline.data import planning, reading
     from pipeline.stages import download
 
     data = variant_params(_raw(params_file), PAIRS[pair].baseline).data
     try:
         mirror = download.resolve_mirror(data)
-        reader = download.Reader(tmp / "fetch", mirror, data.src_lang, data.tgt_lang)
+        reader = reading.Reader(tmp / "fetch", mirror, data.src_lang, data.tgt_lang)
         (tmp / "fetch").mkdir(parents=True)
         (tmp / "test").mkdir()
-        for source in download.plan_sources(data)["test"]:
+        for source in planning.plan_sources(data)["test"]:
             reader.copy_split([source], tmp / "test" / source.name)
     except UserError as e:
         return None, None, [f"{pair}: the test references could not be read ({e}); give --refs {pair}=DIR"]

@@ -18,7 +18,7 @@ import yaml
 from click.testing import CliRunner
 
 from pipeline import files, params
-from pipeline.data import cleaning, corpora
+from pipeline.data import cleaning, corpora, formats, heldout, planning
 from pipeline.errors import ParamsError, UserError
 from pipeline.params import CorpusSpec, DataParams
 from pipeline.stages import clean, download
@@ -145,10 +145,10 @@ def test_unknown_names_are_refused_with_the_closest_names(tmp_path):
     with pytest.raises(
         ParamsError, match=r"data\.test\[0\]: no catalog set .* did you mean multi30k-test_2016_flickr"
     ):
-        download.plan_sources(data)
+        planning.plan_sources(data)
     clash = dataclasses.replace(BASE.data, sources={"multi30k-val": CorpusSpec(src="a", tgt="b")})
     with pytest.raises(ParamsError, match=r"data\.sources\.multi30k-val: the catalog has a set of that name"):
-        download.plan_sources(clash)
+        planning.plan_sources(clash)
 
 
 def test_a_catalog_set_can_be_capped_under_a_name_of_ones_own(tmp_path, monkeypatch):
@@ -246,7 +246,7 @@ def test_heldout_lines_are_taken_from_every_train_source_and_counted_per_source(
     )
     manifest = download.download(data, tmp_path / "raw")
     a, b = manifest["splits"]["train"]
-    val_idx, test_idx = download.heldout_indices(60, 4, 4, data.heldout_seed)
+    val_idx, test_idx = heldout.heldout_indices(60, 4, 4, data.heldout_seed)
     taken = [*val_idx, *test_idx]
     assert a["lines"] == 30 - sum(i < 30 for i in taken) and b["lines"] == 30 - sum(i >= 30 for i in taken)
     assert a["lines"] + b["lines"] == len(files.read_lines(tmp_path / "raw" / "train.src")) == 52
@@ -273,25 +273,6 @@ def test_heldout_refused_when_train_is_too_small(tmp_path):
     download.download(dataclasses.replace(data, heldout_test=2), tmp_path / "raw")  # 5 left >= 5 held out
 
 
-def test_heldout_indices_follow_the_documented_method():
-    import random
-
-    rng = random.Random(7)
-    keys = [rng.random() for _ in range(30)]
-    ranked = sorted(range(30), key=lambda i: keys[i])
-    assert download.heldout_indices(30, 4, 5, 7) == (sorted(ranked[:4]), sorted(ranked[4:9]))
-
-
-def test_heldout_indices_take_memory_for_the_held_out_lines_not_the_corpus():
-    import tracemalloc
-
-    tracemalloc.start()
-    download.heldout_indices(300_000, 5, 5, 1)
-    peak = tracemalloc.get_traced_memory()[1]
-    tracemalloc.stop()
-    assert peak < 100_000  # a key per line would be over 10 MB
-
-
 def test_sources_stream_in_chunks_with_the_same_output_as_whole_files(tmp_path, monkeypatch):
     """Chunks of a few bytes cut every line, CRLF and multi-byte character; the files do not change."""
     archive = tgz(
@@ -311,8 +292,8 @@ def test_sources_stream_in_chunks_with_the_same_output_as_whole_files(tmp_path, 
         heldout_val=7,
     )
     whole = download.download(data, tmp_path / "whole")
-    monkeypatch.setattr(download.formats, "CHUNK", 3)
-    monkeypatch.setattr(download.files, "CHUNK", 5)
+    monkeypatch.setattr(formats, "CHUNK", 3)
+    monkeypatch.setattr(files, "CHUNK", 5)
     assert download.download(data, tmp_path / "chunked") == whole
     for path in sorted((tmp_path / "whole").rglob("*.*")):
         assert path.read_bytes() == (tmp_path / "chunked" / path.relative_to(tmp_path / "whole")).read_bytes()
@@ -340,7 +321,7 @@ def test_catalog_sets_refuse_languages_they_lack(tmp_path):
 
 def test_catalog_sets_are_planned_in_the_params_direction():
     data = dataclasses.replace(BASE.data, src_lang="en", tgt_lang="de")
-    plan = download.plan_sources(data)
+    plan = planning.plan_sources(data)
     names = {
         "train": ["train"],
         "val": ["val"],
@@ -458,7 +439,7 @@ def test_a_tokenized_source_is_marked_in_the_manifest_and_its_held_out_lines_lis
     manifest = download.download(data, tmp_path / "raw")
     a, m = manifest["splits"]["train"]
     assert "tokenized" not in a and m["tokenized"] == "moses"
-    val_idx, _ = download.heldout_indices(60, 4, 4, data.heldout_seed)
+    val_idx, _ = heldout.heldout_indices(60, 4, 4, data.heldout_seed)
     (val,) = manifest["splits"]["val"]
     want = [("a", sum(i < 30 for i in val_idx), None), ("m", sum(i >= 30 for i in val_idx), "moses")]
     assert [(p["name"], p["lines"], p["tokenized"]) for p in val["parts"]] == [w for w in want if w[1]]

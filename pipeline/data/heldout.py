@@ -1,0 +1,110 @@
+"""Held-out splits: val and test sets drawn from the train split when a split lists none.
+
+Which lines go (HELDOUT_METHOD) depends only on the train split's length and
+data.heldout_seed, and every split keeps corpus order; the train split is read
+a chunk at a time in a second pass, so memory stays flat.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import itertools
+import random
+from pathlib import Path
+from typing import Any
+
+from pipeline import files
+from pipeline.errors import UserError
+from pipeline.files import SIDES, PairedWriter
+from pipeline.params import DataParams
+
+HELDOUT = "heldout"  # the name of a split held out of train
+
+
+HELDOUT_METHOD = (
+    "training line i gets key r_i = the i-th draw of random.Random(seed).random(); the heldout_val "
+    "lines with the smallest keys are val, the heldout_test lines with the next smallest are test; "
+    "every split keeps corpus order"
+)
+
+
+def heldout_indices(n_lines: int, n_val: int, n_test: int, seed: int) -> tuple[list[int], list[int]]:
+    """Line numbers (0-based, sorted) held out for val and test, by the method in HELDOUT_METHOD.
+
+    heapq.nsmallest is sorted()[:k], ties in line order as a stable sort gives them, in memory O(k).
+    """
+    rng = random.Random(seed)
+    keyed = ((rng.random(), i) for i in range(n_lines))
+    ranked = [i for _, i in heapq.nsmallest(n_val + n_test, keyed)]
+    return sorted(ranked[:n_val]), sorted(ranked[n_val : n_val + n_test])
+
+
+def hold_out(
+    data: DataParams, sizes: dict[str, int], train: Path, train_records: list[dict[str, Any]], out: Path
+) -> dict[str, Any]:
+    """Split `sizes` lines for val and/or test off the train split at TRAIN.{src,tgt} into `out`.
+
+    Writes out/train, and out/val or out/test/heldout; each train source's record gets its lines
+    after the split. Returns the manifest's `heldout` entry.
+    """
+    missing = [split for split, n in sizes.items() if n]
+    n_train, held = sum(r["lines"] for r in train_records), sum(sizes.values())
+    if n_train - held < held:
+        parts = " + ".join(f"{sizes[s]} (data.heldout_{s})" for s in missing)
+        raise UserError(
+            f"train has {n_train} lines, too few to hold out {parts} = {held} and keep at least as many "
+            f"for training (needs {2 * held}); lower {' / '.join(f'data.heldout_{s}' for s in missing)}, "
+            f"or list sets in data.{missing[0]}"
+        )
+    val_idx, test_idx = heldout_indices(n_train, sizes["val"], sizes["test"], data.heldout_seed)
+    where = {**dict.fromkeys(val_idx, "val"), **dict.fromkeys(test_idx, "test")}
+    writers = {"train": PairedWriter(out / "train")}
+    writers.update({s: PairedWriter(out / ("val" if s == "val" else f"test/{HELDOUT}")) for s in missing})
+    try:
+        for side in SIDES:
+            _split_side(Path(f"{train}.{side}"), side, where, writers)
+    finally:
+        for writer in writers.values():
+            writer.close()
+    ends = list(itertools.accumulate(r["lines"] for r in train_records))
+    drawn = {split: [0] * len(train_records) for split in missing}  # per held split, lines of each source
+    for i in sorted(where):
+        k = bisect.bisect_right(ends, i)
+        train_records[k]["lines"] -= 1
+        drawn[where[i]][k] += 1
+    sized = {split: sizes[split] for split in missing}
+    heldout = {"splits": missing, "seed": data.heldout_seed, **sized, "method": HELDOUT_METHOD}
+    if any(r.get("tokenized") for r in train_records):
+        heldout["parts"] = {split: _parts(train_records, n) for split, n in drawn.items()}
+    return heldout
+
+
+def _parts(train_records: list[dict[str, Any]], drawn: list[int]) -> list[dict[str, Any]]:
+    """A held split's runs of lines by train source: it keeps corpus order, so each source's are in a row."""
+    return [
+        {"name": r["name"], "lines": n, "tokenized": r.get("tokenized")}
+        for r, n in zip(train_records, drawn)
+        if n
+    ]
+
+
+def _split_side(path: Path, side: str, where: dict[int, str], writers: dict[str, PairedWriter]) -> None:
+    """Copy one side of the train split, line i to writers[where[i]] (train if i is not held out)."""
+    taken = sorted(where)
+    start = 0  # the chunk's first line number
+    for lines in files.line_chunks(path):
+        end = start + len(lines)
+        kept, at = [], start
+        for i in taken[bisect.bisect_left(taken, start) : bisect.bisect_left(taken, end)]:
+            kept += lines[at - start : i - start]
+            writers[where[i]].write_lines(side, [lines[i - start]])
+            at = i + 1
+        writers["train"].write_lines(side, kept + lines[at - start :])
+        start = end
+
+
+def heldout_record(lines: int, parts: list[dict[str, Any]] | None) -> dict[str, Any]:
+    """`parts`: the train sources its lines came from, in order (only where one is tokenized)."""
+    record = {"name": HELDOUT, "catalog": False, "lines": lines, "heldout_from": "train", "files": []}
+    return {**record, "parts": parts} if parts is not None else record
