@@ -13,6 +13,17 @@ from pathlib import Path
 from pipeline.files import write_text
 
 
+def row(system: str, task: str, precision: str, metric: str, value: float, digits: int = 1) -> dict:
+    """One result of the model benchmarks (train_speed, decode_speed, gemm_choice), its value rounded."""
+    return {
+        "system": system,
+        "task": task,
+        "precision": precision,
+        "metric": metric,
+        "value": round(float(value), digits),
+    }
+
+
 def merge_rows(path: Path, rows: list[dict]) -> list[dict]:
     """Existing rows of `path` (a list, or {"rows": [...]}) with these replacing their keys."""
     # precision: the model benchmarks' rows; pairs and workers: the data benchmark's

@@ -7,9 +7,9 @@ PIPELINE_CPU_GEMM=mkl selects), side by side in one run.
 Not a test. The two systems are the same code on the same batches and differ
 only in the route pipeline.model.linear takes, switched around each call:
 - training: bench/train_speed.py's fp32 update of the default model on its
-  synthetic 128 x 16 batch (two trainers built from one seed), the systems
+  synthetic 128 x 16 batch (bench/training.py; two trainers built from one seed), the systems
   taking turns one update at a time, median of --repeats rounds;
-- decoding: bench/decode_speed.py's greedy and beam-5 passes of the trained
+- decoding: bench/decode_speed.py's greedy and beam-5 passes (bench/decoding.py) of the trained
   model (or random weights without --model), batches of 64, exactly 20 steps,
   interleaved rounds, median; one batch at a time on all threads (one
   worker), the setting pipeline/model/linear.py's size threshold was measured at (docs/cpu-gemm.md).
@@ -35,9 +35,9 @@ from pathlib import Path
 import click
 import torch
 
-from bench import decode_speed as D
-from bench import train_speed as T
-from bench.common import merge_rows, write_section
+from bench import decoding as D
+from bench import training as T
+from bench.common import merge_rows, row, write_section
 from pipeline import params as P
 from pipeline.files import write_json
 from pipeline.model import linear
@@ -71,24 +71,8 @@ def training(setup: T.Setup, params: P.Params, seed: int, say: Callable[[str], N
     run = T.with_precision(params, setup.model, "fp32")
     batch = T.synthetic_batch(setup.vocab, setup.batch, setup.length, seed)
     steps = {ONEDNN: T.ours(run, setup.vocab, seed), MKL: on_mkl(T.ours(run, setup.vocab, seed))}
-    for step in steps.values():
-        for _ in range(setup.warmup):
-            step(batch)
-    rng, rates = random.Random(seed), {name: [] for name in steps}
-    for round_ in range(setup.repeats):
-        calls = {name: functools.partial(step, batch) for name, step in steps.items()}
-        for name, rate in T.measure_round(
-            calls, batch.n_tgt_tokens, setup.seconds / setup.repeats, rng
-        ).items():
-            rates[name].append(rate)
-        say(
-            f"fp32 train round {round_ + 1}/{setup.repeats}: "
-            + ", ".join(f"{n} {r[-1]:,.0f}" for n, r in rates.items())
-            + " tok/s"
-        )
-    return [
-        T.row(name, setup.task, "fp32", "tokens_per_s", statistics.median(r)) for name, r in rates.items()
-    ]
+    rates = T.rates_by_round(steps, batch, setup, random.Random(seed), say, "fp32 train")
+    return [row(name, setup.task, "fp32", "tokens_per_s", statistics.median(r)) for name, r in rates.items()]
 
 
 def decoding(
