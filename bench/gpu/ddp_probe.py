@@ -54,10 +54,8 @@ def main(backend: str, steps: int, tiny: bool, out: Path) -> None:
         model = build_model(cfg, vocab, vocab).to(device)
         params = dataclasses.replace(params, train=dataclasses.replace(params.train, warmup_steps=1))
         update = Update.build(model, params, "bf16")
-        ddp = torch.nn.parallel.DistributedDataParallel(
-            model, device_ids=[local_rank] if device.type == "cuda" else None
-        )
-        update.net = ddp
+        ids = [local_rank] if device.type == "cuda" else None
+        update.wrap(lambda bare: torch.nn.parallel.DistributedDataParallel(bare, device_ids=ids))
         batch = synthetic_batch(vocab, rows=8 if tiny else 64, length=12 if tiny else 24, seed=rank)
         losses = [update(batch) for _ in range(steps)]
         ones = torch.ones(4, device=device)
