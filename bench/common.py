@@ -5,12 +5,14 @@ from __future__ import annotations
 import datetime
 import importlib
 import json
+import math
 import os
 import platform
 from collections.abc import Sequence
 from pathlib import Path
 
 from pipeline.files import write_text
+from pipeline.reporting.tables import fmt
 
 
 def row(system: str, task: str, precision: str, metric: str, value: float, digits: int = 1) -> dict:
@@ -22,6 +24,11 @@ def row(system: str, task: str, precision: str, metric: str, value: float, digit
         "metric": metric,
         "value": round(float(value), digits),
     }
+
+
+def fmt_times(ratio: float | None) -> str:
+    """A ratio for a table, as 1.25x; pipeline.reporting.tables' dash where there is none."""
+    return fmt(ratio) if ratio is None or math.isnan(ratio) else f"{ratio:.2f}x"
 
 
 def merge_rows(path: Path, rows: list[dict]) -> list[dict]:

@@ -77,6 +77,7 @@ from bench.timing import shuffled_rounds
 from pipeline.data.text import normalize
 from pipeline.decoding.search import default_workers
 from pipeline.files import read_lines, write_json
+from pipeline.reporting.tables import fmt, fmt_whole, markdown_table
 
 REPO = Path(__file__).resolve().parents[1]
 DECODE_START, DECODE_END = "<!-- decode:start -->", "<!-- decode:end -->"
@@ -87,7 +88,8 @@ REFERENCE = {
     ("ctranslate2", "int8"): {"decode_greedy": 300, "decode_beam5": 128},
     ("pytorch-no-cache", "fp32"): {"decode_greedy": 50},
 }
-OURS = ("pytorch-kv-cache", "fp32")
+OURS, HF = ("pytorch-kv-cache", "fp32"), ("hf-marian-generate", "fp32")
+Key3 = dict[tuple[str, str, str], float]  # (system, precision, task) -> value
 
 # --- the CTranslate2 backend against CTranslate2 itself -------------------------------
 
@@ -137,7 +139,7 @@ def decode_section(
 ) -> str:
     """The Markdown decoding section: sentences/s table, ratios against the bars, how it was run."""
 
-    def by_key(metric: str) -> dict[tuple[str, str, str], float]:
+    def by_key(metric: str) -> Key3:
         return {
             (r["system"], r["precision"], r["task"]): r["value"]
             for r in rows
@@ -150,56 +152,9 @@ def decode_section(
         {(s, p) for s, p, _ in value if (s, p) in own}, key=lambda k: -value.get((*k, "decode_greedy"), 0)
     )
     title = "## Decoding speed (CPU)" + (" — SMOKE RUN, tiny sizes, not a measurement" if smoke else "")
-    out = [
-        DECODE_START,
-        title,
-        "",
-        note,
-        "",
-        "| system | precision | greedy sent/s | greedy tok/s | beam 5 sent/s | beam 5 tok/s "
-        "| issue's reference (greedy / beam 5) |",
-        "|---|---|---:|---:|---:|---:|---|",
-    ]
-    for s, p in systems:
-        ref = REFERENCE.get((s, p), {})
-        nan = float("nan")
-        cells = [f"{value.get((s, p, t), nan):.1f} | {tok.get((s, p, t), nan):.0f}" for t in TASKS]
-        refs = " / ".join(str(ref.get(t, "-")) for t in TASKS)
-        out.append(f"| {s} | {p} | {' | '.join(cells)} | {refs} |")
-    out += ["", "| bar (sentences/s) | greedy | beam 5 | needed |", "|---|---:|---:|---|"]
-    for label, ours, other, needed, invert in (
-        ("ours / uncached", OURS, ("pytorch-no-cache", "fp32"), 3.0, False),
-        ("ours / HF generate", OURS, ("hf-marian-generate", "fp32"), 1.5, False),
-        (
-            "ours, 1 worker / HF generate",
-            ("pytorch-1-worker", "fp32"),
-            ("hf-marian-generate", "fp32"),
-            None,
-            False,
-        ),
-        ("CT2 fp32 / ours", OURS, ("ctranslate2", "fp32"), 1.5, True),
-        ("CT2 fp32, 2 workers / ours", OURS, ("ctranslate2-2-workers", "fp32"), 1.5, True),
-        ("CT2 int8 / ours", OURS, ("ctranslate2", "int8"), None, True),
-    ):
-        ratios = []
-        for t in TASKS:
-            a, b = value.get((*ours, t)), value.get((*other, t))
-            ratio = (b / a if invert else a / b) if a and b else None
-            ratios.append(
-                "-"
-                if ratio is None
-                else f"{ratio:.2f}x"
-                + (
-                    ""
-                    if needed is None
-                    else (" ok" if (ratio <= needed if invert else ratio >= needed) else " MISSED")
-                )
-            )
-        want = "-" if needed is None else (f"<= {needed}x" if invert else f">= {needed}x")
-        out.append(f"| {label} | {ratios[0]} | {ratios[1]} | {want} |")
+    out = [DECODE_START, title, "", note, "", speed_table(value, tok, systems), "", bar_table(value)]
     backend = {r["system"]: r["value"] for r in rows if r["task"] == BACKEND_TASK}
     if len(backend) == 2:
-        ratio = backend["pipeline-ct2-backend"] / backend["ctranslate2-direct"]
         out += [
             "",
             "The CTranslate2 backend (`translate --backend ctranslate2`: raw text in, detokenized "
@@ -207,15 +162,67 @@ def decode_section(
             "on the same sentences' pieces, in the same batches, beam 5, fp32, the trained model, real "
             "test sentences (median of the interleaved passes):",
             "",
-            "| system | sentences/s |",
-            "|---|---:|",
-            f"| ctranslate2 direct (translate_batch) | {backend['ctranslate2-direct']:.1f} |",
-            f"| this project's ctranslate2 backend | {backend['pipeline-ct2-backend']:.1f} ({ratio:.2f}x) |",
+            backend_table(backend),
         ]
     out += ["", "Run with:", "", "```", command, "```", ""]
     out += [f"- {k}: {v}" for k, v in info.items()]
     out += ["", DECODE_END]
     return "\n".join(out)
+
+
+def speed_table(value: Key3, tok: Key3, systems: list[tuple[str, str]]) -> str:
+    """Sentences/s and tokens/s per (system, precision) and task, beside the issue's reference."""
+    header = ["system", "precision", "greedy sent/s", "greedy tok/s", "beam 5 sent/s", "beam 5 tok/s"]
+    rows = []
+    for s, p in systems:
+        ref = REFERENCE.get((s, p), {})
+        cells = [x for t in TASKS for x in (fmt(value.get((s, p, t)), 1), fmt_whole(tok.get((s, p, t))))]
+        rows.append([s, p, *cells, " / ".join(str(ref.get(t, "-")) for t in TASKS)])
+    return markdown_table([*header, "issue's reference (greedy / beam 5)"], rows, "llrrrrl")
+
+
+# (label, a system, the one it is compared with, the bar or None, invert: other / system, at most the bar)
+BARS: tuple[tuple[str, tuple[str, str], tuple[str, str], float | None, bool], ...] = (
+    ("ours / uncached", OURS, ("pytorch-no-cache", "fp32"), 3.0, False),
+    ("ours / HF generate", OURS, HF, 1.5, False),
+    ("ours, 1 worker / HF generate", ("pytorch-1-worker", "fp32"), HF, None, False),
+    ("CT2 fp32 / ours", OURS, ("ctranslate2", "fp32"), 1.5, True),
+    ("CT2 fp32, 2 workers / ours", OURS, ("ctranslate2-2-workers", "fp32"), 1.5, True),
+    ("CT2 int8 / ours", OURS, ("ctranslate2", "int8"), None, True),
+)
+
+
+def bar_table(value: Key3) -> str:
+    """Each ratio of BARS per task, and whether it meets its bar."""
+    rows = []
+    for label, ours, other, needed, invert in BARS:
+        cells = []
+        for t in TASKS:
+            a, b = value.get((*ours, t)), value.get((*other, t))
+            cells.append(bar_cell((b / a if invert else a / b) if a and b else None, needed, invert))
+        want = "-" if needed is None else (f"<= {needed}x" if invert else f">= {needed}x")
+        rows.append([label, *cells, want])
+    return markdown_table(["bar (sentences/s)", "greedy", "beam 5", "needed"], rows, "lrrl", escape=False)
+
+
+def bar_cell(ratio: float | None, needed: float | None, invert: bool) -> str:
+    """1.53x ok or 0.87x MISSED against a bar (at most `needed` with invert, else at least); - for none."""
+    if ratio is None:
+        return "-"
+    if needed is None:
+        return f"{ratio:.2f}x"
+    met = ratio <= needed if invert else ratio >= needed
+    return f"{ratio:.2f}x " + ("ok" if met else "MISSED")
+
+
+def backend_table(backend: dict[str, float]) -> str:
+    """CTranslate2 called directly against this project's backend over it, sentences/s."""
+    ours, direct = backend["pipeline-ct2-backend"], backend["ctranslate2-direct"]
+    rows = [
+        ["ctranslate2 direct (translate_batch)", fmt(direct, 1)],
+        ["this project's ctranslate2 backend", f"{fmt(ours, 1)} ({ours / direct:.2f}x)"],
+    ]
+    return markdown_table(["system", "sentences/s"], rows, "lr")
 
 
 def write_markdown(path: Path, section: str) -> None:

@@ -37,10 +37,11 @@ import torch
 
 from bench import decoding as D
 from bench import training as T
-from bench.common import merge_rows, row, write_section
+from bench.common import fmt_times, merge_rows, row, write_section
 from pipeline import params as P
 from pipeline.files import write_json
 from pipeline.model import linear
+from pipeline.reporting.tables import fmt, markdown_table
 
 REPO = Path(__file__).resolve().parents[1]
 GEMM_START, GEMM_END = "<!-- gemm:start -->", "<!-- gemm:end -->"
@@ -98,6 +99,14 @@ def section(rows: list[dict], train_task: str, command: str, smoke: bool) -> str
     ]
     title = "## float32 GEMMs: oneDNN against MKL (CPU)"
     title += " — SMOKE RUN, not a measurement" if smoke else ""
+    table = [
+        [label, *(fmt(value.get((system, t)), 1) for t, _ in columns)]
+        for system, label in ((ONEDNN, "ours, oneDNN GEMMs"), (MKL, "ours, MKL GEMMs"))
+    ]
+    ratio = lambda t: (
+        value[ONEDNN, t] / value[MKL, t] if value.get((ONEDNN, t)) and value.get((MKL, t)) else None
+    )
+    table.append(["oneDNN / MKL", *(fmt_times(ratio(t)) for t, _ in columns)])
     out = [
         GEMM_START,
         title,
@@ -107,21 +116,7 @@ def section(rows: list[dict], train_task: str, command: str, smoke: bool) -> str
         "product to MKL (torch's default; `PIPELINE_CPU_GEMM=mkl`), interleaved in one run on the same "
         "batches. The peers above run on MKL.",
         "",
-        "| system | " + " | ".join(c for _, c in columns) + " |",
-        "|---|" + "---:|" * len(columns),
-    ]
-    for system, label in ((ONEDNN, "ours, oneDNN GEMMs"), (MKL, "ours, MKL GEMMs")):
-        out.append(
-            f"| {label} | "
-            + " | ".join(f"{value.get((system, t), float('nan')):,.1f}" for t, _ in columns)
-            + " |"
-        )
-    ratios = [
-        value.get((ONEDNN, t), 0) / value[(MKL, t)] if value.get((MKL, t)) else float("nan")
-        for t, _ in columns
-    ]
-    out += [
-        "| oneDNN / MKL | " + " | ".join(f"{r:.2f}x" for r in ratios) + " |",
+        markdown_table(["system", *(c for _, c in columns)], table, "l" + "r" * len(columns)),
         "",
         "Run with:",
         "",

@@ -65,6 +65,7 @@ from pipeline.decoding.search import SearchStats
 from pipeline.decoding.translator import Translator
 from pipeline.files import write_json
 from pipeline.model.transformer import build_model, count_parameters
+from pipeline.reporting.tables import fmt, fmt_whole, markdown_table
 
 REPO = Path(__file__).resolve().parents[1]
 FORMAT = "nmt-pipeline/gpu-check/1"
@@ -684,24 +685,23 @@ def train_lines(train: dict[str, Any]) -> list[str]:
         f"**Training** on {train['corpus']}: target tokens/s of timed updates after warm-up, model "
         "FLOP/s and MFU against the GPU's dense peak (bench/flops.py):",
         "",
-        "| model (D, layers, FFN, V) | precision | compile | tokens/update | tgt tokens/s | TFLOP/s | MFU "
-        "| loss | GiB |",
-        "|---|---|---|---:|---:|---:|---:|---|---:|",
     ]
-    for r in train["runs"]:
-        m = r["model"]
-        model = f"{r['name']} ({m['d_model']}, {m['layers']}, {m['d_ff']}, {m['vocab']})"
-        head = f"| {model} | {r['precision']} | {'yes' if r['compile'] else 'no'} | {r['max_tokens']} |"
-        if r["status"] != "ran":
-            out.append(f"{head} skipped: {r['reason']} | | | | |")
-            continue
-        mfu = "n/a" if r["mfu"] is None else f"{100 * r['mfu']:.1f}%"
-        memory = "n/a" if r["max_memory_gib"] is None else r["max_memory_gib"]
-        out.append(
-            f"{head} {r['target_tokens_per_s']:,.0f} | {r['model_tflops_per_s']:.2f} | {mfu} | "
-            f"{r['loss_first']:.2f} → {r['loss_last']:.2f} | {memory} |"
-        )
-    return [*out, ""]
+    header = ["model (D, layers, FFN, V)", "precision", "compile", "tokens/update", "tgt tokens/s"]
+    header += ["TFLOP/s", "MFU", "loss", "GiB"]
+    return [*out, markdown_table(header, [train_row(r) for r in train["runs"]], "lllrrrrlr"), ""]
+
+
+def train_row(r: dict[str, Any]) -> list[str]:
+    """One run's cells of the training table; a skipped run's reason in the first measured one."""
+    m = r["model"]
+    model = f"{r['name']} ({m['d_model']}, {m['layers']}, {m['d_ff']}, {m['vocab']})"
+    head = [model, r["precision"], "yes" if r["compile"] else "no", fmt(r["max_tokens"])]
+    if r["status"] != "ran":
+        return [*head, f"skipped: {r['reason']}", "", "", "", ""]
+    mfu = "n/a" if r["mfu"] is None else f"{100 * r['mfu']:.1f}%"
+    memory = "n/a" if r["max_memory_gib"] is None else fmt(r["max_memory_gib"])
+    loss = f"{r['loss_first']:.2f} → {r['loss_last']:.2f}"
+    return [*head, fmt_whole(r["target_tokens_per_s"]), fmt(r["model_tflops_per_s"]), mfu, loss, memory]
 
 
 def torchrun_lines(run: dict[str, Any]) -> list[str]:
@@ -720,11 +720,12 @@ def decode_lines(dec: dict[str, Any]) -> list[str]:
     if not dec.get("runs"):
         return []
     out = [f"**Decoding** on {dec['device']} ({dec['workers']} worker), {dec['source']}:", ""]
-    out += ["| search | sentences/s | tokens/s |", "|---|---:|---:|"]
-    for r in dec["runs"]:
-        search = "greedy" if r["beam"] == 1 else f"beam {r['beam']}"
-        out.append(f"| {search} | {r['sentences_per_s']:,.1f} | {r['output_tokens_per_s']:,.0f} |")
-    return [*out, ""]
+    search = lambda beam: "greedy" if beam == 1 else f"beam {beam}"
+    rows = [
+        [search(r["beam"]), fmt(r["sentences_per_s"], 1), fmt_whole(r["output_tokens_per_s"])]
+        for r in dec["runs"]
+    ]
+    return [*out, markdown_table(["search", "sentences/s", "tokens/s"], rows, "lrr"), ""]
 
 
 def refuse_without_gpu() -> None:

@@ -67,7 +67,7 @@ import numpy as np
 import torch
 
 from bench import flops
-from bench.common import machine_info, merge_rows, row, write_section
+from bench.common import fmt_times, machine_info, merge_rows, row, write_section
 from bench.training import (
     BUILDERS,
     SYSTEMS,
@@ -86,7 +86,7 @@ from pipeline.data.sampling import Prefetcher, Sampling, read_text, sample_epoch
 from pipeline.data.shards import ShardWriter, offsets_of
 from pipeline.data.vocab import Vocab
 from pipeline.files import write_json
-from pipeline.reporting.tables import markdown_table
+from pipeline.reporting.tables import fmt, fmt_whole, markdown_table
 from pipeline.tokens import N_SPECIAL
 
 REPO = Path(__file__).resolve().parents[1]
@@ -193,11 +193,11 @@ def utilization_table(v: dict, setup: Setup, precisions: list[str]) -> list[str]
         return []
     per_token = get(PEAK, precisions[0], "model_mflop_per_target_token")
     rows = [
-        [s, *(f"{get(s, p, 'mfu_of_measured_peak'):.2f}" for p in precisions)]
+        [s, *(fmt(get(s, p, "mfu_of_measured_peak")) for p in precisions)]
         for s in SYSTEMS
         if get(s, precisions[0], "mfu_of_measured_peak") is not None
     ]
-    rows.append([f"{PEAK} peak, TFLOP/s", *(f"{get(PEAK, p, 'gemm_peak_tflops'):.3f}" for p in precisions)])
+    rows.append([f"{PEAK} peak, TFLOP/s", *(fmt(get(PEAK, p, "gemm_peak_tflops"), 3) for p in precisions)])
     return [
         f"Model FLOP utilization: target tokens/s x {per_token:,.1f} MFLOP per target token (the update's "
         "matrix products, forward and backward: bench/flops.py) over the matmul peak measured in this run "
@@ -352,13 +352,12 @@ def sampling_table(v: dict, precisions: list[str]) -> list[str]:
         "(on), while the sampling process prepares the next epoch beside them; the sampler alone makes "
         f"{get(SAMPLER, '-', 'sentences_per_s'):,.0f} sentences/s on one core. Target tokens/s:",
         "",
-        "| precision | sampling off | sampling on |",
-        "|---|---:|---:|",
     ]
-    for p in precisions:
-        off, on = (get(task, p, "tokens_per_s") for task in (SAMPLING_OFF, SAMPLING_ON))
-        out.append(f"| {p} | {off:,.0f} | {on:,.0f} |")
-    return [*out, ""]
+    rows = [
+        [p, *(fmt_whole(get(task, p, "tokens_per_s")) for task in (SAMPLING_OFF, SAMPLING_ON))]
+        for p in precisions
+    ]
+    return [*out, markdown_table(["precision", "sampling off", "sampling on"], rows, "lrr"), ""]
 
 
 def timed_pass(step: StepFn, batches: list[Batch]) -> float:
@@ -501,36 +500,7 @@ def train_section(rows: list[dict], setup: Setup, info: dict[str, str], command:
         f"Target tokens/s:",
         "",
     ]
-    systems = [s for s in SYSTEMS if any(k[0] == s and k[1] == setup.task for k in v)]
-    out += ["| system | " + " | ".join(precisions) + " |", "|---|" + "---:|" * len(precisions)]
-    for s in systems:
-        out.append(
-            f"| {s} | "
-            + " | ".join(
-                f"{v.get((s, setup.task, p, 'tokens_per_s'), float('nan')):,.0f}" for p in precisions
-            )
-            + " |"
-        )
-    out += [
-        "",
-        "| ours / faster peer | " + " | ".join(precisions) + " | needed |",
-        "|---|" + "---:|" * len(precisions) + "---|",
-    ]
-    cells = []
-    for p in precisions:
-        ratio = v.get(("ours", setup.task, p, "ratio_vs_faster_peer"))
-        cells.append("-" if ratio is None else f"{ratio:.2f}x " + ("ok" if ratio >= BAR else "MISSED"))
-    out += [f"| ratio | {' | '.join(cells)} | >= {BAR}x |"]
-    spread = [
-        tuple(v.get(("ours", setup.task, p, f"round_ratio_{m}")) for m in ("min", "max")) for p in precisions
-    ]
-    if all(lo is not None for lo, _ in spread):
-        out.append(
-            "| single rounds, lowest-highest | "
-            + " | ".join(f"{lo:.2f}-{hi:.2f}x" for lo, hi in spread)
-            + " | |"
-        )
-    out.append("")
+    out += throughput_tables(v, setup, precisions)
     out += utilization_table(v, setup, precisions)
     if any(k[1] == REAL for k in v):
         out += real_table(v, setup, precisions)
@@ -558,6 +528,31 @@ def train_section(rows: list[dict], setup: Setup, info: dict[str, str], command:
     return "\n".join(out)
 
 
+def throughput_tables(v: dict, setup: Setup, precisions: list[str]) -> list[str]:
+    """Tokens/s per system and precision; ours over the faster peer against the bar, and per round."""
+    right = "l" + "r" * len(precisions)
+    systems = [s for s in SYSTEMS if any(k[0] == s and k[1] == setup.task for k in v)]
+    speeds = [
+        [s, *(fmt_whole(v.get((s, setup.task, p, "tokens_per_s"))) for p in precisions)] for s in systems
+    ]
+    cells = []
+    for p in precisions:
+        ratio = v.get(("ours", setup.task, p, "ratio_vs_faster_peer"))
+        cells.append("-" if ratio is None else f"{ratio:.2f}x " + ("ok" if ratio >= BAR else "MISSED"))
+    ratios = [["ratio", *cells, f">= {BAR}x"]]
+    spread = [
+        tuple(v.get(("ours", setup.task, p, f"round_ratio_{m}")) for m in ("min", "max")) for p in precisions
+    ]
+    if all(lo is not None for lo, _ in spread):
+        ratios.append(["single rounds, lowest-highest", *(f"{lo:.2f}-{hi:.2f}x" for lo, hi in spread), ""])
+    return [
+        markdown_table(["system", *precisions], speeds, right),
+        "",
+        markdown_table(["ours / faster peer", *precisions, "needed"], ratios, right + "l", escape=False),
+        "",
+    ]
+
+
 def real_table(v: dict, setup: Setup, precisions: list[str]) -> list[str]:
     same = f"{SAME_TOKENS}_{setup.batch}x{setup.length}"
     get = lambda p, m, task=REAL: v.get(("ours", task, p, m), float("nan"))
@@ -570,15 +565,19 @@ def real_table(v: dict, setup: Setup, precisions: list[str]) -> list[str]:
         f"{get('-', 'collate_ms_per_batch'):.2f} ms a batch, not timed below) against the fixed "
         f"{setup.batch}x{setup.length} batch for the same number of target tokens:",
         "",
-        "| precision | real tok/s (non-pad) | real padded tok/s | synthetic tok/s | real / synthetic |",
-        "|---|---:|---:|---:|---:|",
     ]
-    for p in precisions:
-        out.append(
-            f"| {p} | {get(p, 'tokens_per_s'):,.0f} | {get(p, 'padded_tokens_per_s'):,.0f} | "
-            f"{get(p, 'tokens_per_s', same):,.0f} | {get(p, 'ratio_vs_synthetic'):.2f}x |"
-        )
-    return [*out, ""]
+    header = ["precision", "real tok/s (non-pad)", "real padded tok/s", "synthetic tok/s", "real / synthetic"]
+    rows = [
+        [
+            p,
+            fmt_whole(get(p, "tokens_per_s")),
+            fmt_whole(get(p, "padded_tokens_per_s")),
+            fmt_whole(get(p, "tokens_per_s", same)),
+            fmt_times(get(p, "ratio_vs_synthetic")),
+        ]
+        for p in precisions
+    ]
+    return [*out, markdown_table(header, rows, "lrrrr"), ""]
 
 
 def memory_table(v: dict, setup: Setup) -> list[str]:
@@ -590,22 +589,32 @@ def memory_table(v: dict, setup: Setup) -> list[str]:
         "(/proc/self/clear_refs); it also counts the memory-mapped corpus pages that collation touched, "
         "which are file-backed and clean (page cache the kernel reclaims at will). MB:",
         "",
-        "| pairs | tokens (both sides) | index (.idx, both sides) | heap after load | after batching | "
-        "heap peak | RSS peak - imports | RssAnon at end | RssFile at end |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for n, x in setup.memory_corpora:
-        metrics = (
-            "index_mb",
-            "heap_after_load_mb",
-            "heap_after_batches_mb",
-            "heap_peak_mb",
-            "peak_growth_mb",
-            "rss_anon_end_mb",
-            "rss_file_end_mb",
-        )
-        cells = [get(n, x, m) for m in metrics]
-        out.append(f"| {n:,} | {get(n, x, 'tokens'):,.0f} | " + " | ".join(f"{c:.1f}" for c in cells) + " |")
+    header = [
+        "pairs",
+        "tokens (both sides)",
+        "index (.idx, both sides)",
+        "heap after load",
+        "after batching",
+        "heap peak",
+        "RSS peak - imports",
+        "RssAnon at end",
+        "RssFile at end",
+    ]
+    metrics = (
+        "index_mb",
+        "heap_after_load_mb",
+        "heap_after_batches_mb",
+        "heap_peak_mb",
+        "peak_growth_mb",
+        "rss_anon_end_mb",
+        "rss_file_end_mb",
+    )
+    rows = [
+        [fmt(n), fmt_whole(get(n, x, "tokens")), *(fmt(get(n, x, m), 1) for m in metrics)]
+        for n, x in setup.memory_corpora
+    ]
+    out += [markdown_table(header, rows, "r" * len(header))]
     large = max(n for n, _ in setup.memory_corpora)
     ratio = get(large, 1, "heap_peak_mb") / get(large, 1, "index_mb")
     longer = max(x for n, x in setup.memory_corpora if n == large)
