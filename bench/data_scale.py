@@ -177,7 +177,7 @@ def measure(
     mirror: Path, pairs: int, workers: list[int], vocab_size: int, root: Path, smoke: bool
 ) -> list[dict]:
     """Every stage and floor on a corpus of `pairs` pairs."""
-    rows = []
+    rows: list[dict] = []
 
     chars = 0  # of the raw train text, both sides: clean's and read+write's cost a character
 

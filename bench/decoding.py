@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from bench.common import row
+from bench.common import TINY, row
 from bench.timing import shuffled_rounds
 from pipeline import params as P
 from pipeline.data.batching import collate_src
@@ -25,7 +25,7 @@ from pipeline.decoding.hf_export import hf_config
 from pipeline.decoding.search import default_workers, translate_ids
 from pipeline.files import read_lines
 from pipeline.model import checkpoint
-from pipeline.model.transformer import Transformer, build_model
+from pipeline.model.transformer import Seq2SeqBase, Transformer, build_model
 from pipeline.tokens import N_SPECIAL, PAD
 
 REPO = Path(__file__).resolve().parents[1]
@@ -45,7 +45,6 @@ class Setup:
     smoke: bool = False
 
 
-SMOKE_MODEL = dict(d_model=32, n_heads=2, d_ff=64, n_layers=1, encoder_layers=None, decoder_layers=None)
 SMOKE_VOCAB = 300
 
 Batch = list[list[int]]  # source ids, without EOS
@@ -56,7 +55,7 @@ Runner = Callable[[list[Batch], int], list[int]]  # (batches, beam) -> output to
 class Subject:
     """The model every system decodes with (or mirrors), and its pieces in id order."""
 
-    model: Transformer
+    model: Seq2SeqBase
     src_pieces: list[str]
     tgt_pieces: list[str]
     vocab: Vocab | None
@@ -72,8 +71,8 @@ def load_subject(model_dir: Path | None, seed: int) -> Subject:
         path = model_dir / checkpoint.MODEL_FILE
         model, _ = checkpoint.restore_model(checkpoint.load(path), path)
         vocab = Vocab.load(model_dir)
-        pieces = (vocab.src_pieces(range(vocab.src_size)), vocab.tgt_pieces(range(vocab.tgt_size)))
-        return Subject(model.eval(), *pieces, vocab, f"trained model {model_dir}")
+        src, tgt = vocab.src_pieces(range(vocab.src_size)), vocab.tgt_pieces(range(vocab.tgt_size))
+        return Subject(model.eval(), src, tgt, vocab, f"trained model {model_dir}")
     cfg = dataclasses.replace(P.load(REPO / "params.yaml").model, dropout=0.0, attention_dropout=0.0)
     torch.manual_seed(seed)
     model = build_model(cfg, RANDOM_VOCAB, RANDOM_VOCAB).eval()
@@ -84,7 +83,7 @@ def load_subject(model_dir: Path | None, seed: int) -> Subject:
 def smoke_subject(seed: int) -> Subject:
     """A tiny random model: every system runs, in seconds."""
     base = P.load(REPO / "params.yaml").model
-    cfg = dataclasses.replace(base, **SMOKE_MODEL, dropout=0.0, attention_dropout=0.0)
+    cfg = dataclasses.replace(TINY.of(base), dropout=0.0, attention_dropout=0.0)
     torch.manual_seed(seed)
     model = build_model(cfg, SMOKE_VOCAB, SMOKE_VOCAB).eval()
     pieces = SPECIAL_PIECES + [f"t{i}" for i in range(N_SPECIAL, SMOKE_VOCAB)]
@@ -112,7 +111,7 @@ def make_batches(seqs: list[list[int]], size: int) -> list[Batch]:
 # --- the systems -------------------------------------------------------------------
 
 
-def torch_runner(model: Transformer, steps: int, use_cache: bool, workers: int | None = None) -> Runner:
+def torch_runner(model: Seq2SeqBase, steps: int, use_cache: bool, workers: int | None = None) -> Runner:
     """translate_ids over all batches in one call, as given (workers: default_workers)."""
     workers = default_workers("cpu") if workers is None else workers
 
@@ -144,7 +143,7 @@ def per_batch(run: Callable[[Batch, int], list[int]]) -> Runner:
     return lambda batches, beam: [n for batch in batches for n in run(batch, beam)]
 
 
-def hf_runner(model: Transformer, steps: int) -> Runner:
+def hf_runner(model: Seq2SeqBase, steps: int) -> Runner:
     """MarianMTModel at the same dimensions, random weights, generate() with a fixed length."""
     from transformers import MarianMTModel
 
@@ -181,6 +180,8 @@ def ct2_runner(
 
     from pipeline.decoding import ct2
 
+    ct2.check_expressible(subject.model.cfg)
+    assert isinstance(subject.model, Transformer)  # check_expressible refused the decoder-only model
     out = tmp / f"ct2-{quantization}"
     if not out.exists():
         spec = ct2.build_spec(subject.model, subject.src_pieces, subject.tgt_pieces)

@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from bench.common import TINY
 from bench.timing import measure_round
 from pipeline import params as P
 from pipeline.data.batching import Batch
@@ -75,16 +76,7 @@ def make_setup(params: P.Params, smoke: bool, seconds: float, repeats: int, real
             2000,
             False,
         )
-    tiny = dataclasses.replace(
-        params.model,
-        d_model=32,
-        n_heads=2,
-        d_ff=64,
-        n_layers=1,
-        encoder_layers=None,
-        decoder_layers=None,
-        max_positions=64,
-    )
+    tiny = dataclasses.replace(TINY.of(params.model), max_positions=64)
     return Setup(tiny, 300, 8, 8, 0.05, 1, 1, 2, ((2_000, 1), (20_000, 1), (20_000, 4)), 100, True)
 
 
@@ -140,7 +132,7 @@ def peer_step(model: nn.Module, forward: Callable, params: P.Params) -> StepFn:
     """
     t = params.train
     optimizer = torch.optim.AdamW(
-        parameter_groups(model.train(), t.weight_decay), lr=t.lr, betas=tuple(t.betas), eps=t.eps
+        parameter_groups(model.train(), t.weight_decay), lr=t.lr, betas=t.betas, eps=t.eps
     )
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda k: inverse_sqrt(k + 1, t.warmup_steps))
 
@@ -188,6 +180,8 @@ def hf_marian(params: P.Params, vocab: int, seed: int) -> StepFn:
 
 class PlainTransformer(nn.Module):
     """torch.nn.Transformer (pre-LN, batch-first) with a tied embedding and sinusoidal positions."""
+
+    positions: torch.Tensor  # (L, D), a buffer
 
     def __init__(self, cfg: P.ModelParams, vocab: int):
         super().__init__()

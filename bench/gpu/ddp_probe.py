@@ -19,13 +19,13 @@ import click
 import torch
 import torch.distributed as dist
 
+from bench.common import TINY
 from bench.gpu.corpus import synthetic_batch
 from bench.gpu.step import Update
 from pipeline import params as P
 from pipeline.model.transformer import build_model
 
 REPO = Path(__file__).resolve().parents[2]
-TINY = dict(d_model=32, n_heads=2, d_ff=64, n_layers=1, encoder_layers=None, decoder_layers=None)
 
 
 def nccl_version() -> str:
@@ -48,7 +48,7 @@ def main(backend: str, steps: int, tiny: bool, out: Path) -> None:
     dist.init_process_group(backend)
     try:
         params = P.load(REPO / "params.yaml")
-        cfg = dataclasses.replace(params.model, **TINY) if tiny else params.model
+        cfg = TINY.of(params.model) if tiny else params.model
         vocab = 300 if tiny else 8000
         torch.manual_seed(1)
         model = build_model(cfg, vocab, vocab).to(device)

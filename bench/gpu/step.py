@@ -23,7 +23,7 @@ class Update(UpdateStep):
 
     @classmethod
     def build(
-        cls, model: Seq2SeqBase, params: P.Params, precision: str, compile_backend: str | None = None
+        cls, model: Seq2SeqBase, params: P.Params, precision: P.Precision, compile_backend: str | None = None
     ) -> Update:
         """model already on its device; compile_backend: None (eager), "inductor" (the GPU's, as
         train.compile runs it) or "eager" / "aot_eager" (capture without code generation)."""
