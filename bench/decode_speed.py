@@ -73,6 +73,14 @@ from bench.decoding import (
     source_ids,
     torch_runner,
 )
+from bench.options import (
+    model_option,
+    report_files,
+    rows_option,
+    section_option,
+    seed_option,
+    split_file_option,
+)
 from bench.timing import shuffled_rounds
 from pipeline.data.text import normalize
 from pipeline.decoding.search import default_workers
@@ -316,19 +324,8 @@ def available_systems() -> list[str]:
 
 
 @click.command()
-@click.option(
-    "--model",
-    "model_dir",
-    type=click.Path(file_okay=False, exists=True, path_type=Path),
-    default=None,
-    help="A trained model directory; default: random weights at params.yaml's dimensions.",
-)
-@click.option(
-    "--split-file",
-    type=click.Path(dir_okay=False, exists=True, path_type=Path),
-    default=None,
-    help="Source sentences (e.g. data/clean/test/multi30k-test_2016_flickr.src); default: random ids.",
-)
+@model_option
+@split_file_option
 @click.option("--sentences", type=click.IntRange(min=1), default=256, show_default=True)
 @click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True)
 @click.option(
@@ -347,22 +344,12 @@ def available_systems() -> list[str]:
     help="Threads for every system; 0: torch's default.",
 )
 @click.option("--systems", default=None, help="Comma-separated subset.  [default: all installed]")
-@click.option("--seed", type=int, default=1, show_default=True)
+@seed_option
 @click.option(
     "--smoke", is_flag=True, help="A tiny model and sizes, one thread: checks that it runs (seconds)."
 )
-@click.option(
-    "--out",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Rows merged here  [default: reports/bench.json; with --smoke: not written]",
-)
-@click.option(
-    "--md",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Decoding section written here  [default: reports/bench.md; with --smoke: not written]",
-)
+@rows_option("--out")
+@section_option("--md", "Decoding section")
 def main(
     model_dir: Path | None,
     split_file: Path | None,
@@ -378,8 +365,7 @@ def main(
     md: Path | None,
 ) -> None:
     """Measure decoding speed of every system on the same batches; merge into --out and --md."""
-    if not smoke:
-        out, md = out or REPO / "reports/bench.json", md or REPO / "reports/bench.md"
+    out, md = report_files(smoke, out, md)
     if threads or smoke:
         torch.set_num_threads(1 if smoke else threads)
     chosen = [s.strip() for s in systems.split(",") if s.strip()] if systems else available_systems()

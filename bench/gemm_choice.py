@@ -38,6 +38,14 @@ import torch
 from bench import decoding as D
 from bench import training as T
 from bench.common import fmt_times, merge_rows, row, write_section
+from bench.options import (
+    model_option,
+    report_files,
+    rows_option,
+    section_option,
+    seed_option,
+    split_file_option,
+)
 from pipeline import params as P
 from pipeline.files import write_json
 from pipeline.model import linear
@@ -130,19 +138,8 @@ def section(rows: list[dict], train_task: str, command: str, smoke: bool) -> str
 
 
 @click.command()
-@click.option(
-    "--model",
-    "model_dir",
-    type=click.Path(file_okay=False, exists=True, path_type=Path),
-    default=None,
-    help="A trained model directory for decoding; default: random weights.",
-)
-@click.option(
-    "--split-file",
-    type=click.Path(dir_okay=False, exists=True, path_type=Path),
-    default=None,
-    help="Source sentences to decode (e.g. data/clean/test/<test set>.src); default: random ids.",
-)
+@model_option
+@split_file_option
 @click.option(
     "--seconds",
     type=click.FloatRange(min=0, min_open=True),
@@ -157,20 +154,10 @@ def section(rows: list[dict], train_task: str, command: str, smoke: bool) -> str
     show_default=True,
     help="Rounds of training and of decoding passes.",
 )
-@click.option("--seed", type=int, default=1, show_default=True)
+@seed_option
 @click.option("--smoke", is_flag=True, help="Tiny sizes, one thread: checks that it runs (seconds).")
-@click.option(
-    "--out",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Rows merged here  [default: reports/bench.json; with --smoke: not written]",
-)
-@click.option(
-    "--md",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Section written here  [default: reports/bench.md; with --smoke: not written]",
-)
+@rows_option("--out")
+@section_option("--md", "Section")
 def main(
     model_dir: Path | None,
     split_file: Path | None,
@@ -188,8 +175,7 @@ def main(
         )
     if smoke:
         torch.set_num_threads(1)
-    else:
-        out, md = out or REPO / "reports/bench.json", md or REPO / "reports/bench.md"
+    out, md = report_files(smoke, out, md)
     say = lambda m: click.echo(m, err=True)
     params = P.load(REPO / "params.yaml")
     train_setup = T.make_setup(params, smoke, seconds, repeats, 0)

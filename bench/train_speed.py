@@ -68,6 +68,7 @@ import torch
 
 from bench import flops
 from bench.common import fmt_times, machine_info, merge_rows, row, write_section
+from bench.options import report_files, rows_option, section_option, seed_option
 from bench.training import (
     BUILDERS,
     SYSTEMS,
@@ -751,18 +752,8 @@ def measure_all(
     default=None,
     help="With --bin and --bpe: the clean text (data/clean) that subword sampling segments.",
 )
-@click.option(
-    "--out-json",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Rows merged here [default: reports/bench.json; with --smoke: not written].",
-)
-@click.option(
-    "--out-md",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Training section written here [default: reports/bench.md; with --smoke: not written].",
-)
+@rows_option("--out-json")
+@section_option("--out-md", "Training section")
 @click.option(
     "--seconds",
     type=click.FloatRange(min=0.01),
@@ -780,7 +771,7 @@ def measure_all(
     show_default=True,
     help="Measure the data path's peak RSS on synthetic 1M- and 10k-pair corpora.",
 )
-@click.option("--seed", type=int, default=1, show_default=True)
+@seed_option
 def main(
     smoke: bool,
     params_file: Path,
@@ -802,9 +793,7 @@ def main(
         raise click.BadParameter("a comma-separated subset of fp32,bf16", param_hint="--precisions")
     if (bpe_dir is None) != (clean_dir is None) or (bpe_dir is not None and bin_dir is None):
         raise click.UsageError("the subword sampling measurement needs all of --bin, --bpe and --clean")
-    if not smoke:
-        out_json = out_json or Path("reports/bench.json")
-        out_md = out_md or Path("reports/bench.md")
+    out_json, out_md = report_files(smoke, out_json, out_md)
     command = "python -m bench.train_speed " + " ".join(sys.argv[1:])
     benchmark(
         smoke=smoke,
