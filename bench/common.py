@@ -2,15 +2,61 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import importlib
 import json
+import math
 import os
 import platform
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline import params as P
 from pipeline.files import write_text
+from pipeline.reporting.tables import fmt
+
+
+@dataclass(frozen=True)
+class Size:
+    """A model's dimensions, for the benchmarks' tiny and base models; the rest of its section stays."""
+
+    d_model: int
+    n_heads: int
+    d_ff: int
+    n_layers: int  # each side's: encoder_layers and decoder_layers follow it
+
+    def of(self, model: P.ModelParams) -> P.ModelParams:
+        """`model` at these dimensions."""
+        return dataclasses.replace(
+            model,
+            d_model=self.d_model,
+            n_heads=self.n_heads,
+            d_ff=self.d_ff,
+            n_layers=self.n_layers,
+            encoder_layers=None,
+            decoder_layers=None,
+        )
+
+
+TINY = Size(32, 2, 64, 1)  # trains and decodes in seconds: the smoke runs' model, the GPU dry run's
+
+
+def row(system: str, task: str, precision: str, metric: str, value: float, digits: int = 1) -> dict:
+    """One result of the model benchmarks (train_speed, decode_speed, gemm_choice), its value rounded."""
+    return {
+        "system": system,
+        "task": task,
+        "precision": precision,
+        "metric": metric,
+        "value": round(float(value), digits),
+    }
+
+
+def fmt_times(ratio: float | None) -> str:
+    """A ratio for a table, as 1.25x; pipeline.reporting.tables' dash where there is none."""
+    return fmt(ratio) if ratio is None or math.isnan(ratio) else f"{ratio:.2f}x"
 
 
 def merge_rows(path: Path, rows: list[dict]) -> list[dict]:

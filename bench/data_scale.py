@@ -40,6 +40,7 @@ import yaml
 from bench.common import machine_info, merge_rows, write_section
 from pipeline.data.pool import cores
 from pipeline.files import write_json
+from pipeline.reporting.tables import fmt, fmt_whole, markdown_table
 
 REPO = Path(__file__).resolve().parents[1]
 DATA_START, DATA_END = "<!-- data-scale:start -->", "<!-- data-scale:end -->"
@@ -176,7 +177,7 @@ def measure(
     mirror: Path, pairs: int, workers: list[int], vocab_size: int, root: Path, smoke: bool
 ) -> list[dict]:
     """Every stage and floor on a corpus of `pairs` pairs."""
-    rows = []
+    rows: list[dict] = []
 
     chars = 0  # of the raw train text, both sides: clean's and read+write's cost a character
 
@@ -271,26 +272,33 @@ def plot(rows: list[dict], path: Path) -> None:
 def section(rows: list[dict], info: dict[str, str], figure: str) -> str:
     sizes = sorted({r["pairs"] for r in rows})
     lines = [DATA_START, "## Data stages at scale (`bench/data_scale.py`)", ""]
-    lines += ["| machine | |", "|---|---|", *(f"| {k} | {v} |" for k, v in info.items()), ""]
+    lines += [markdown_table(["machine", ""], list(info.items())), ""]
     lines += [
         "Peak RSS: the largest sum of the RSS of the stage process and its children (its workers), "
         "sampled every 20 ms. Floors: plain read+write of the raw train files (download, clean) "
         "and sentencepiece encoding with every thread (binarize).",
         "",
-        "| pairs | task | system | workers | seconds | lines/s | peak RSS MB | ns a character and worker |",
-        "|---:|---|---|---:|---:|---:|---:|---:|",
+        stages_table(rows),
     ]
-    keys = sorted({(r["pairs"], r["task"], r["system"], r["workers"]) for r in rows})
-    for pairs, task, system, workers in keys:
-        got = [value(rows, system, task, m, pairs, workers) for m in COLUMNS]
-        cells = [
-            "" if v is None else f"{v:,.2f}" if m in ("seconds", "ns_per_char") else f"{v:,.0f}"
-            for m, v in zip(COLUMNS, got)
-        ]
-        lines.append(f"| {pairs:,} | {task} | {system} | {workers} | {' | '.join(cells)} |")
     lines += ["", *targets_table(targets(rows, sizes)), ""]
     lines += [f"![time and memory against corpus size]({figure})", DATA_END]
     return "\n".join(lines)
+
+
+def stages_table(rows: list[dict]) -> str:
+    """Seconds, lines/s, peak RSS and (clean's, the floor's) ns a character, per size, stage and workers."""
+    header = ["pairs", "task", "system", "workers", "seconds", "lines/s", "peak RSS MB"]
+    table = []
+    for pairs, task, system, workers in sorted(
+        {(r["pairs"], r["task"], r["system"], r["workers"]) for r in rows}
+    ):
+        got = [value(rows, system, task, m, pairs, workers) for m in COLUMNS]
+        cells = [
+            "" if v is None else fmt(v, 2) if m in ("seconds", "ns_per_char") else fmt_whole(v)
+            for m, v in zip(COLUMNS, got)
+        ]
+        table.append([fmt(pairs), task, system, fmt(workers), *cells])
+    return markdown_table([*header, "ns a character and worker"], table, "rllrrrrr")
 
 
 def targets(rows: list[dict], sizes: list[int]) -> list[tuple[str, str, bool]]:
@@ -339,10 +347,10 @@ def targets_table(checked: list[tuple[str, str, bool]]) -> list[str]:
     if not checked:
         return ["(The targets need sizes 1M, 4M and 10M, and workers 1 and 2.)"]
     met = sum(ok for _, _, ok in checked)
-    lines = [f"The issue's targets: {met} of {len(checked)} met.", "", "| target | measured | met |"]
-    lines.append("|---|---|---|")
-    lines += [f"| {target} | {measured} | {'yes' if ok else '**no**'} |" for target, measured, ok in checked]
-    return lines
+    table = [[target, measured, "yes" if ok else "**no**"] for target, measured, ok in checked]
+    # not escaped: the targets' <= and >= are text, and **no** is bold
+    targets = markdown_table(["target", "measured", "met"], table, escape=False)
+    return [f"The issue's targets: {met} of {len(checked)} met.", "", targets]
 
 
 @click.command()

@@ -47,38 +47,48 @@ slower for small matrices).
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
-import itertools
 import os
 import random
 import statistics
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import click
 import torch
 
-from bench.common import machine_info, merge_rows, write_section
-from pipeline import params as P
-from pipeline.data.batching import collate_src
+from bench.common import machine_info, merge_rows, row, write_section
+from bench.decoding import (
+    TASKS,
+    Runner,
+    Setup,
+    ct2_runner,
+    hf_runner,
+    load_subject,
+    make_batches,
+    measure,
+    smoke_subject,
+    source_ids,
+    torch_runner,
+)
+from bench.options import (
+    model_option,
+    report_files,
+    rows_option,
+    section_option,
+    seed_option,
+    split_file_option,
+)
+from bench.timing import shuffled_rounds
 from pipeline.data.text import normalize
-from pipeline.data.vocab import Vocab
-from pipeline.decoding.hf_export import hf_config
-from pipeline.decoding.search import default_workers, translate_ids
+from pipeline.decoding.search import default_workers
 from pipeline.files import read_lines, write_json
-from pipeline.model import checkpoint
-from pipeline.model.transformer import Transformer, build_model
-from pipeline.tokens import N_SPECIAL, PAD
+from pipeline.reporting.tables import fmt, fmt_whole, markdown_table
 
 REPO = Path(__file__).resolve().parents[1]
 DECODE_START, DECODE_END = "<!-- decode:start -->", "<!-- decode:end -->"
-TASKS = {"decode_greedy": 1, "decode_beam5": 5}
-RANDOM_VOCAB = 8000
-SPECIAL_PIECES = ["<pad>", "<unk>", "<s>", "</s>", "<sep>"]
 # The issue's reference numbers (sentences/s, batch 64, 20 output tokens, same dimensions).
 REFERENCE = {
     ("hf-marian-generate", "fp32"): {"decode_greedy": 173, "decode_beam5": 62},
@@ -86,210 +96,8 @@ REFERENCE = {
     ("ctranslate2", "int8"): {"decode_greedy": 300, "decode_beam5": 128},
     ("pytorch-no-cache", "fp32"): {"decode_greedy": 50},
 }
-OURS = ("pytorch-kv-cache", "fp32")
-
-Batch = list[list[int]]  # source ids, without EOS
-Runner = Callable[[list[Batch], int], list[int]]  # (batches, beam) -> output tokens of each 1-best
-
-
-@dataclasses.dataclass
-class Subject:
-    """The model every system decodes with (or mirrors), and its pieces in id order."""
-
-    model: Transformer
-    src_pieces: list[str]
-    tgt_pieces: list[str]
-    vocab: Vocab | None
-    label: str
-
-
-# --- what is decoded ---------------------------------------------------------------
-
-
-def load_subject(model_dir: Path | None, seed: int) -> Subject:
-    """The trained model, or random weights at params.yaml's model dimensions."""
-    if model_dir is not None:
-        path = model_dir / checkpoint.MODEL_FILE
-        model, _ = checkpoint.restore_model(checkpoint.load(path), path)
-        vocab = Vocab.load(model_dir)
-        pieces = (vocab.src_pieces(range(vocab.src_size)), vocab.tgt_pieces(range(vocab.tgt_size)))
-        return Subject(model.eval(), *pieces, vocab, f"trained model {model_dir}")
-    cfg = dataclasses.replace(P.load(REPO / "params.yaml").model, dropout=0.0, attention_dropout=0.0)
-    torch.manual_seed(seed)
-    model = build_model(cfg, RANDOM_VOCAB, RANDOM_VOCAB).eval()
-    pieces = SPECIAL_PIECES + [f"t{i}" for i in range(N_SPECIAL, RANDOM_VOCAB)]
-    return Subject(model, pieces, pieces, None, "random weights, params.yaml dimensions, vocabulary 8000")
-
-
-def source_ids(subject: Subject, split_file: Path | None, n: int, seed: int) -> list[list[int]]:
-    """n non-empty sources: encoded lines of split_file, or random ids (lengths from its word counts)."""
-    lines = [normalize(x) for x in read_lines(split_file)] if split_file else []
-    lines = [x for x in lines if x][:n]
-    rng = random.Random(seed)
-    if subject.vocab is not None and lines:
-        return subject.vocab.encode_src(lines)
-    lengths = [len(x.split()) for x in lines] or [rng.randint(5, 25) for _ in range(n)]
-    vocab = len(subject.src_pieces)
-    return [[rng.randrange(N_SPECIAL, vocab) for _ in range(max(k, 1))] for k in lengths]
-
-
-def make_batches(seqs: list[list[int]], size: int) -> list[Batch]:
-    """Sorted by length (as every system's own batching would), cut into batches of `size`."""
-    ordered = sorted(seqs, key=len, reverse=True)
-    return [ordered[i : i + size] for i in range(0, len(ordered), size)]
-
-
-# --- the systems -------------------------------------------------------------------
-
-
-def torch_runner(model: Transformer, steps: int, use_cache: bool, workers: int | None = None) -> Runner:
-    """translate_ids over all batches in one call, as given (workers: default_workers)."""
-    workers = default_workers("cpu") if workers is None else workers
-
-    def run(batches: list[Batch], beam: int) -> list[int]:
-        seqs = [src for batch in batches for src in batch]
-        ends = list(itertools.accumulate(map(len, batches)))
-        indices = [list(range(end - len(batch), end)) for batch, end in zip(batches, ends)]
-        hyps = translate_ids(
-            model,
-            seqs,
-            beam=beam,
-            length_penalty=1.0,
-            max_len_a=0.0,
-            max_len_b=steps - 1,
-            batch_tokens=10**9,
-            device="cpu",
-            use_cache=use_cache,
-            min_len=steps - 1,
-            workers=workers,
-            batches=indices,
-        )
-        return [len(h[0].tokens) + 1 for h in hyps]  # + the forced EOS, the last step
-
-    return run
-
-
-def per_batch(run: Callable[[Batch, int], list[int]]) -> Runner:
-    """A runner that takes one batch at a time, over all batches in turn."""
-    return lambda batches, beam: [n for batch in batches for n in run(batch, beam)]
-
-
-def hf_runner(model: Transformer, steps: int) -> Runner:
-    """MarianMTModel at the same dimensions, random weights, generate() with a fixed length."""
-    from transformers import MarianMTModel
-
-    vocab = model.out_weight.size(0)
-    config = hf_config("marian", model.cfg, vocab, vocab)  # the shape export-hf writes
-    config.forced_eos_token_id = None  # generate() runs exactly `steps` tokens
-    hf = MarianMTModel(config).eval()
-
-    @per_batch
-    def run(batch: Batch, beam: int) -> list[int]:
-        src = collate_src(batch)  # (B, S), as ours is fed
-        with torch.inference_mode():
-            out = hf.generate(
-                input_ids=src,
-                attention_mask=src != PAD,
-                num_beams=beam,
-                do_sample=False,
-                min_new_tokens=steps,
-                max_new_tokens=steps,
-                length_penalty=1.0,
-            )
-        return [out.size(1) - 1] * len(batch)  # minus the decoder start token
-
-    return run
-
-
-def ct2_runner(
-    subject: Subject, steps: int, quantization: str, threads: int, tmp: Path, workers: int = 1
-) -> Runner:
-    """CTranslate2 on the same batches: one translate_batch call a batch; with `workers` > 1, one
-    call for all, CTranslate2 batching them (sorted by length, `batch size` each) over that many
-    inter_threads of threads / workers intra_threads, CTranslate2's own way to run batches at once."""
-    import ctranslate2
-
-    from pipeline.decoding import ct2
-
-    out = tmp / f"ct2-{quantization}"
-    if not out.exists():
-        spec = ct2.build_spec(subject.model, subject.src_pieces, subject.tgt_pieces)
-        spec.validate()
-        spec.optimize(quantization=quantization)
-        out.mkdir()
-        spec.save(str(out))
-    translator = ctranslate2.Translator(
-        str(out), device="cpu", intra_threads=max(threads // workers, 1), inter_threads=workers
-    )
-
-    def translate(batch: Batch, beam: int, batch_size: int) -> list[int]:
-        pieces = [[subject.src_pieces[i] for i in src] for src in batch]
-        results = translator.translate_batch(
-            pieces,
-            beam_size=beam,
-            min_decoding_length=steps,
-            max_decoding_length=steps,
-            max_input_length=0,
-            max_batch_size=batch_size,
-        )
-        return [len(r.hypotheses[0]) for r in results]
-
-    if workers == 1:
-        return per_batch(lambda batch, beam: translate(batch, beam, 0))
-    return lambda batches, beam: translate([s for b in batches for s in b], beam, len(batches[0]))
-
-
-# --- timing ------------------------------------------------------------------------
-
-
-def check_lengths(run: Runner, batches: list[Batch], beam: int, steps: int) -> None:
-    """A warm-up pass that also checks every output has exactly `steps` tokens."""
-    lengths = run(batches, beam)
-    if set(lengths) != {steps}:
-        raise RuntimeError(f"expected {steps} output tokens per sentence, got {sorted(set(lengths))}")
-
-
-def time_pass(run: Runner, batches: list[Batch], beam: int) -> float:
-    """Seconds of one pass over all batches."""
-    start = time.perf_counter()
-    run(batches, beam)
-    return time.perf_counter() - start
-
-
-def measure(
-    systems: dict[tuple[str, str], Callable[[], Runner]],
-    batches: list[Batch],
-    steps: int,
-    repeats: int,
-    log: Callable[[str], None],
-    seed: int = 1,
-) -> list[dict]:
-    """Rows {system, task, precision, metric, value} for every system and task.
-
-    Every (system, task) is warmed up and checked first; then each of `repeats`
-    rounds times one pass of each, in a shuffled order, and the median round
-    counts. Interleaving keeps the ratios fair on a machine whose speed drifts.
-    """
-    n = sum(map(len, batches))
-    runners = {key: make() for key, make in systems.items()}
-    cells = [(key, task, beam) for key in runners for task, beam in TASKS.items()]
-    for key, _, beam in cells:
-        check_lengths(runners[key], batches, beam, steps)
-    seconds: dict[tuple, list[float]] = {(key, task): [] for key, task, _ in cells}
-    rng = random.Random(seed)
-    for _ in range(repeats):
-        for key, task, beam in rng.sample(cells, len(cells)):
-            seconds[key, task].append(time_pass(runners[key], batches, beam))
-    rows = []
-    for (system, precision), task, _ in cells:
-        median = statistics.median(seconds[(system, precision), task])
-        log(f"{system:20s} {precision:5s} {task:14s} {n / median:8.1f} sentences/s")
-        for metric, value in (("sentences_per_s", n / median), ("tokens_per_s", n * steps / median)):
-            rows.append(
-                dict(system=system, task=task, precision=precision, metric=metric, value=round(value, 2))
-            )
-    return rows
-
+OURS, HF = ("pytorch-kv-cache", "fp32"), ("hf-marian-generate", "fp32")
+Key3 = dict[tuple[str, str, str], float]  # (system, precision, task) -> value
 
 # --- the CTranslate2 backend against CTranslate2 itself -------------------------------
 
@@ -322,26 +130,12 @@ def backend_overhead(
     cells = {"pipeline-ct2-backend": run_ours, "ctranslate2-direct": run_direct}
     for run in cells.values():
         run()  # warm-up
-    seconds: dict[str, list[float]] = {name: [] for name in cells}
-    rng = random.Random(seed)
-    for _ in range(repeats):
-        for name in rng.sample(list(cells), len(cells)):
-            start = time.perf_counter()
-            cells[name]()
-            seconds[name].append(time.perf_counter() - start)
+    seconds = shuffled_rounds(cells, repeats, random.Random(seed))
     rows = []
     for name in cells:
         rate = len(lines) / statistics.median(seconds[name])
         say(f"{name:22s} fp32  {BACKEND_TASK} {rate:8.1f} sentences/s")
-        rows.append(
-            dict(
-                system=name,
-                task=BACKEND_TASK,
-                precision="fp32",
-                metric="sentences_per_s",
-                value=round(rate, 2),
-            )
-        )
+        rows.append(row(name, BACKEND_TASK, "fp32", "sentences_per_s", rate, digits=2))
     return rows
 
 
@@ -353,7 +147,7 @@ def decode_section(
 ) -> str:
     """The Markdown decoding section: sentences/s table, ratios against the bars, how it was run."""
 
-    def by_key(metric: str) -> dict[tuple[str, str, str], float]:
+    def by_key(metric: str) -> Key3:
         return {
             (r["system"], r["precision"], r["task"]): r["value"]
             for r in rows
@@ -366,56 +160,9 @@ def decode_section(
         {(s, p) for s, p, _ in value if (s, p) in own}, key=lambda k: -value.get((*k, "decode_greedy"), 0)
     )
     title = "## Decoding speed (CPU)" + (" — SMOKE RUN, tiny sizes, not a measurement" if smoke else "")
-    out = [
-        DECODE_START,
-        title,
-        "",
-        note,
-        "",
-        "| system | precision | greedy sent/s | greedy tok/s | beam 5 sent/s | beam 5 tok/s "
-        "| issue's reference (greedy / beam 5) |",
-        "|---|---|---:|---:|---:|---:|---|",
-    ]
-    for s, p in systems:
-        ref = REFERENCE.get((s, p), {})
-        nan = float("nan")
-        cells = [f"{value.get((s, p, t), nan):.1f} | {tok.get((s, p, t), nan):.0f}" for t in TASKS]
-        refs = " / ".join(str(ref.get(t, "-")) for t in TASKS)
-        out.append(f"| {s} | {p} | {' | '.join(cells)} | {refs} |")
-    out += ["", "| bar (sentences/s) | greedy | beam 5 | needed |", "|---|---:|---:|---|"]
-    for label, ours, other, needed, invert in (
-        ("ours / uncached", OURS, ("pytorch-no-cache", "fp32"), 3.0, False),
-        ("ours / HF generate", OURS, ("hf-marian-generate", "fp32"), 1.5, False),
-        (
-            "ours, 1 worker / HF generate",
-            ("pytorch-1-worker", "fp32"),
-            ("hf-marian-generate", "fp32"),
-            None,
-            False,
-        ),
-        ("CT2 fp32 / ours", OURS, ("ctranslate2", "fp32"), 1.5, True),
-        ("CT2 fp32, 2 workers / ours", OURS, ("ctranslate2-2-workers", "fp32"), 1.5, True),
-        ("CT2 int8 / ours", OURS, ("ctranslate2", "int8"), None, True),
-    ):
-        ratios = []
-        for t in TASKS:
-            a, b = value.get((*ours, t)), value.get((*other, t))
-            ratio = (b / a if invert else a / b) if a and b else None
-            ratios.append(
-                "-"
-                if ratio is None
-                else f"{ratio:.2f}x"
-                + (
-                    ""
-                    if needed is None
-                    else (" ok" if (ratio <= needed if invert else ratio >= needed) else " MISSED")
-                )
-            )
-        want = "-" if needed is None else (f"<= {needed}x" if invert else f">= {needed}x")
-        out.append(f"| {label} | {ratios[0]} | {ratios[1]} | {want} |")
+    out = [DECODE_START, title, "", note, "", speed_table(value, tok, systems), "", bar_table(value)]
     backend = {r["system"]: r["value"] for r in rows if r["task"] == BACKEND_TASK}
     if len(backend) == 2:
-        ratio = backend["pipeline-ct2-backend"] / backend["ctranslate2-direct"]
         out += [
             "",
             "The CTranslate2 backend (`translate --backend ctranslate2`: raw text in, detokenized "
@@ -423,15 +170,67 @@ def decode_section(
             "on the same sentences' pieces, in the same batches, beam 5, fp32, the trained model, real "
             "test sentences (median of the interleaved passes):",
             "",
-            "| system | sentences/s |",
-            "|---|---:|",
-            f"| ctranslate2 direct (translate_batch) | {backend['ctranslate2-direct']:.1f} |",
-            f"| this project's ctranslate2 backend | {backend['pipeline-ct2-backend']:.1f} ({ratio:.2f}x) |",
+            backend_table(backend),
         ]
     out += ["", "Run with:", "", "```", command, "```", ""]
     out += [f"- {k}: {v}" for k, v in info.items()]
     out += ["", DECODE_END]
     return "\n".join(out)
+
+
+def speed_table(value: Key3, tok: Key3, systems: list[tuple[str, str]]) -> str:
+    """Sentences/s and tokens/s per (system, precision) and task, beside the issue's reference."""
+    header = ["system", "precision", "greedy sent/s", "greedy tok/s", "beam 5 sent/s", "beam 5 tok/s"]
+    rows = []
+    for s, p in systems:
+        ref = REFERENCE.get((s, p), {})
+        cells = [x for t in TASKS for x in (fmt(value.get((s, p, t)), 1), fmt_whole(tok.get((s, p, t))))]
+        rows.append([s, p, *cells, " / ".join(str(ref.get(t, "-")) for t in TASKS)])
+    return markdown_table([*header, "issue's reference (greedy / beam 5)"], rows, "llrrrrl")
+
+
+# (label, a system, the one it is compared with, the bar or None, invert: other / system, at most the bar)
+BARS: tuple[tuple[str, tuple[str, str], tuple[str, str], float | None, bool], ...] = (
+    ("ours / uncached", OURS, ("pytorch-no-cache", "fp32"), 3.0, False),
+    ("ours / HF generate", OURS, HF, 1.5, False),
+    ("ours, 1 worker / HF generate", ("pytorch-1-worker", "fp32"), HF, None, False),
+    ("CT2 fp32 / ours", OURS, ("ctranslate2", "fp32"), 1.5, True),
+    ("CT2 fp32, 2 workers / ours", OURS, ("ctranslate2-2-workers", "fp32"), 1.5, True),
+    ("CT2 int8 / ours", OURS, ("ctranslate2", "int8"), None, True),
+)
+
+
+def bar_table(value: Key3) -> str:
+    """Each ratio of BARS per task, and whether it meets its bar."""
+    rows = []
+    for label, ours, other, needed, invert in BARS:
+        cells = []
+        for t in TASKS:
+            a, b = value.get((*ours, t)), value.get((*other, t))
+            cells.append(bar_cell((b / a if invert else a / b) if a and b else None, needed, invert))
+        want = "-" if needed is None else (f"<= {needed}x" if invert else f">= {needed}x")
+        rows.append([label, *cells, want])
+    return markdown_table(["bar (sentences/s)", "greedy", "beam 5", "needed"], rows, "lrrl", escape=False)
+
+
+def bar_cell(ratio: float | None, needed: float | None, invert: bool) -> str:
+    """1.53x ok or 0.87x MISSED against a bar (at most `needed` with invert, else at least); - for none."""
+    if ratio is None:
+        return "-"
+    if needed is None:
+        return f"{ratio:.2f}x"
+    met = ratio <= needed if invert else ratio >= needed
+    return f"{ratio:.2f}x " + ("ok" if met else "MISSED")
+
+
+def backend_table(backend: dict[str, float]) -> str:
+    """CTranslate2 called directly against this project's backend over it, sentences/s."""
+    ours, direct = backend["pipeline-ct2-backend"], backend["ctranslate2-direct"]
+    rows = [
+        ["ctranslate2 direct (translate_batch)", fmt(direct, 1)],
+        ["this project's ctranslate2 backend", f"{fmt(ours, 1)} ({ours / direct:.2f}x)"],
+    ]
+    return markdown_table(["system", "sentences/s"], rows, "lr")
 
 
 def write_markdown(path: Path, section: str) -> None:
@@ -450,21 +249,6 @@ ROWS = {
     "ctranslate2-int8": ("ctranslate2", "int8"),
 }
 SYSTEMS = tuple(ROWS)
-
-
-@dataclasses.dataclass(frozen=True)
-class Setup:
-    """What one run measures: the issue's sizes, or tiny ones (--smoke)."""
-
-    sentences: int
-    batch_size: int
-    steps: int
-    repeats: int
-    smoke: bool = False
-
-
-SMOKE_MODEL = dict(d_model=32, n_heads=2, d_ff=64, n_layers=1, encoder_layers=None, decoder_layers=None)
-SMOKE_VOCAB = 300
 
 
 def benchmark(
@@ -528,16 +312,6 @@ def benchmark(
     return rows
 
 
-def smoke_subject(seed: int) -> Subject:
-    """A tiny random model: every system runs, in seconds."""
-    base = P.load(REPO / "params.yaml").model
-    cfg = dataclasses.replace(base, **SMOKE_MODEL, dropout=0.0, attention_dropout=0.0)
-    torch.manual_seed(seed)
-    model = build_model(cfg, SMOKE_VOCAB, SMOKE_VOCAB).eval()
-    pieces = SPECIAL_PIECES + [f"t{i}" for i in range(N_SPECIAL, SMOKE_VOCAB)]
-    return Subject(model, pieces, pieces, None, "SMOKE RUN: tiny random model")
-
-
 def available_systems() -> list[str]:
     """The systems whose packages are installed (HF and CT2 are optional extras)."""
     have = {name: importlib.util.find_spec(name) is not None for name in ("transformers", "ctranslate2")}
@@ -550,19 +324,8 @@ def available_systems() -> list[str]:
 
 
 @click.command()
-@click.option(
-    "--model",
-    "model_dir",
-    type=click.Path(file_okay=False, exists=True, path_type=Path),
-    default=None,
-    help="A trained model directory; default: random weights at params.yaml's dimensions.",
-)
-@click.option(
-    "--split-file",
-    type=click.Path(dir_okay=False, exists=True, path_type=Path),
-    default=None,
-    help="Source sentences (e.g. data/clean/test/multi30k-test_2016_flickr.src); default: random ids.",
-)
+@model_option
+@split_file_option
 @click.option("--sentences", type=click.IntRange(min=1), default=256, show_default=True)
 @click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True)
 @click.option(
@@ -581,22 +344,12 @@ def available_systems() -> list[str]:
     help="Threads for every system; 0: torch's default.",
 )
 @click.option("--systems", default=None, help="Comma-separated subset.  [default: all installed]")
-@click.option("--seed", type=int, default=1, show_default=True)
+@seed_option
 @click.option(
     "--smoke", is_flag=True, help="A tiny model and sizes, one thread: checks that it runs (seconds)."
 )
-@click.option(
-    "--out",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Rows merged here  [default: reports/bench.json; with --smoke: not written]",
-)
-@click.option(
-    "--md",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Decoding section written here  [default: reports/bench.md; with --smoke: not written]",
-)
+@rows_option("--out")
+@section_option("--md", "Decoding section")
 def main(
     model_dir: Path | None,
     split_file: Path | None,
@@ -612,8 +365,7 @@ def main(
     md: Path | None,
 ) -> None:
     """Measure decoding speed of every system on the same batches; merge into --out and --md."""
-    if not smoke:
-        out, md = out or REPO / "reports/bench.json", md or REPO / "reports/bench.md"
+    out, md = report_files(smoke, out, md)
     if threads or smoke:
         torch.set_num_threads(1 if smoke else threads)
     chosen = [s.strip() for s in systems.split(",") if s.strip()] if systems else available_systems()

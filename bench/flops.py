@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from pipeline import params as P
+from pipeline.model.transformer import Seq2SeqBase
 
 # Dense (no sparsity) peak TFLOP/s by precision of the matmuls, from NVIDIA's datasheets (the H200
 # and H100 Tensor Core GPU datasheets, the A100 datasheet, the L40S and L4 product briefs; their
@@ -56,7 +57,7 @@ def non_embedding_parameters(model: nn.Module) -> tuple[int, int]:
     return count({"encoder", "encoder_norm"}), count({"decoder", "decoder_norm"})
 
 
-def update_flops(model: nn.Module, src_lens: np.ndarray, tgt_lens: np.ndarray) -> float:
+def update_flops(model: Seq2SeqBase, src_lens: np.ndarray, tgt_lens: np.ndarray) -> float:
     """Model FLOPs of one update (forward and backward) on sentences of these real lengths (B,),
     EOS / BOS included: with s_i, t_i the lengths, D d_model, V the target vocabulary, L_e and L_d
     the layers, P_enc and P_dec the encoder's and decoder's non-embedding parameters,

@@ -7,9 +7,9 @@ PIPELINE_CPU_GEMM=mkl selects), side by side in one run.
 Not a test. The two systems are the same code on the same batches and differ
 only in the route pipeline.model.linear takes, switched around each call:
 - training: bench/train_speed.py's fp32 update of the default model on its
-  synthetic 128 x 16 batch (two trainers built from one seed), the systems
+  synthetic 128 x 16 batch (bench/training.py; two trainers built from one seed), the systems
   taking turns one update at a time, median of --repeats rounds;
-- decoding: bench/decode_speed.py's greedy and beam-5 passes of the trained
+- decoding: bench/decode_speed.py's greedy and beam-5 passes (bench/decoding.py) of the trained
   model (or random weights without --model), batches of 64, exactly 20 steps,
   interleaved rounds, median; one batch at a time on all threads (one
   worker), the setting pipeline/model/linear.py's size threshold was measured at (docs/cpu-gemm.md).
@@ -35,12 +35,21 @@ from pathlib import Path
 import click
 import torch
 
-from bench import decode_speed as D
-from bench import train_speed as T
-from bench.common import merge_rows, write_section
+from bench import decoding as D
+from bench import training as T
+from bench.common import fmt_times, merge_rows, row, write_section
+from bench.options import (
+    model_option,
+    report_files,
+    rows_option,
+    section_option,
+    seed_option,
+    split_file_option,
+)
 from pipeline import params as P
 from pipeline.files import write_json
 from pipeline.model import linear
+from pipeline.reporting.tables import fmt, markdown_table
 
 REPO = Path(__file__).resolve().parents[1]
 GEMM_START, GEMM_END = "<!-- gemm:start -->", "<!-- gemm:end -->"
@@ -71,24 +80,8 @@ def training(setup: T.Setup, params: P.Params, seed: int, say: Callable[[str], N
     run = T.with_precision(params, setup.model, "fp32")
     batch = T.synthetic_batch(setup.vocab, setup.batch, setup.length, seed)
     steps = {ONEDNN: T.ours(run, setup.vocab, seed), MKL: on_mkl(T.ours(run, setup.vocab, seed))}
-    for step in steps.values():
-        for _ in range(setup.warmup):
-            step(batch)
-    rng, rates = random.Random(seed), {name: [] for name in steps}
-    for round_ in range(setup.repeats):
-        calls = {name: functools.partial(step, batch) for name, step in steps.items()}
-        for name, rate in T.measure_round(
-            calls, batch.n_tgt_tokens, setup.seconds / setup.repeats, rng
-        ).items():
-            rates[name].append(rate)
-        say(
-            f"fp32 train round {round_ + 1}/{setup.repeats}: "
-            + ", ".join(f"{n} {r[-1]:,.0f}" for n, r in rates.items())
-            + " tok/s"
-        )
-    return [
-        T.row(name, setup.task, "fp32", "tokens_per_s", statistics.median(r)) for name, r in rates.items()
-    ]
+    rates = T.rates_by_round(steps, batch, setup, random.Random(seed), say, "fp32 train")
+    return [row(name, setup.task, "fp32", "tokens_per_s", statistics.median(r)) for name, r in rates.items()]
 
 
 def decoding(
@@ -114,6 +107,14 @@ def section(rows: list[dict], train_task: str, command: str, smoke: bool) -> str
     ]
     title = "## float32 GEMMs: oneDNN against MKL (CPU)"
     title += " — SMOKE RUN, not a measurement" if smoke else ""
+    table = [
+        [label, *(fmt(value.get((system, t)), 1) for t, _ in columns)]
+        for system, label in ((ONEDNN, "ours, oneDNN GEMMs"), (MKL, "ours, MKL GEMMs"))
+    ]
+    ratio = lambda t: (
+        value[ONEDNN, t] / value[MKL, t] if value.get((ONEDNN, t)) and value.get((MKL, t)) else None
+    )
+    table.append(["oneDNN / MKL", *(fmt_times(ratio(t)) for t, _ in columns)])
     out = [
         GEMM_START,
         title,
@@ -123,21 +124,7 @@ def section(rows: list[dict], train_task: str, command: str, smoke: bool) -> str
         "product to MKL (torch's default; `PIPELINE_CPU_GEMM=mkl`), interleaved in one run on the same "
         "batches. The peers above run on MKL.",
         "",
-        "| system | " + " | ".join(c for _, c in columns) + " |",
-        "|---|" + "---:|" * len(columns),
-    ]
-    for system, label in ((ONEDNN, "ours, oneDNN GEMMs"), (MKL, "ours, MKL GEMMs")):
-        out.append(
-            f"| {label} | "
-            + " | ".join(f"{value.get((system, t), float('nan')):,.1f}" for t, _ in columns)
-            + " |"
-        )
-    ratios = [
-        value.get((ONEDNN, t), 0) / value[(MKL, t)] if value.get((MKL, t)) else float("nan")
-        for t, _ in columns
-    ]
-    out += [
-        "| oneDNN / MKL | " + " | ".join(f"{r:.2f}x" for r in ratios) + " |",
+        markdown_table(["system", *(c for _, c in columns)], table, "l" + "r" * len(columns)),
         "",
         "Run with:",
         "",
@@ -151,19 +138,8 @@ def section(rows: list[dict], train_task: str, command: str, smoke: bool) -> str
 
 
 @click.command()
-@click.option(
-    "--model",
-    "model_dir",
-    type=click.Path(file_okay=False, exists=True, path_type=Path),
-    default=None,
-    help="A trained model directory for decoding; default: random weights.",
-)
-@click.option(
-    "--split-file",
-    type=click.Path(dir_okay=False, exists=True, path_type=Path),
-    default=None,
-    help="Source sentences to decode (e.g. data/clean/test/<test set>.src); default: random ids.",
-)
+@model_option
+@split_file_option
 @click.option(
     "--seconds",
     type=click.FloatRange(min=0, min_open=True),
@@ -178,20 +154,10 @@ def section(rows: list[dict], train_task: str, command: str, smoke: bool) -> str
     show_default=True,
     help="Rounds of training and of decoding passes.",
 )
-@click.option("--seed", type=int, default=1, show_default=True)
+@seed_option
 @click.option("--smoke", is_flag=True, help="Tiny sizes, one thread: checks that it runs (seconds).")
-@click.option(
-    "--out",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Rows merged here  [default: reports/bench.json; with --smoke: not written]",
-)
-@click.option(
-    "--md",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Section written here  [default: reports/bench.md; with --smoke: not written]",
-)
+@rows_option("--out")
+@section_option("--md", "Section")
 def main(
     model_dir: Path | None,
     split_file: Path | None,
@@ -209,8 +175,7 @@ def main(
         )
     if smoke:
         torch.set_num_threads(1)
-    else:
-        out, md = out or REPO / "reports/bench.json", md or REPO / "reports/bench.md"
+    out, md = report_files(smoke, out, md)
     say = lambda m: click.echo(m, err=True)
     params = P.load(REPO / "params.yaml")
     train_setup = T.make_setup(params, smoke, seconds, repeats, 0)

@@ -55,7 +55,7 @@ import torch
 import yaml
 from torch._dynamo.utils import counters
 
-from bench.common import write_section
+from bench.common import TINY, Size, write_section
 from bench.flops import peak_flops, update_flops
 from bench.gpu import corpus as synthetic
 from bench.gpu.step import Update
@@ -65,6 +65,8 @@ from pipeline.decoding.search import SearchStats
 from pipeline.decoding.translator import Translator
 from pipeline.files import write_json
 from pipeline.model.transformer import build_model, count_parameters
+from pipeline.reporting.tables import fmt, fmt_whole, markdown_table
+from pipeline.stages.bpe import auto_vocab_size
 
 REPO = Path(__file__).resolve().parents[1]
 FORMAT = "nmt-pipeline/gpu-check/1"
@@ -72,9 +74,8 @@ GPU_START, GPU_END = "<!-- gpu:start -->", "<!-- gpu:end -->"
 LIMIT_S = 480.0  # the issue's: the whole check within 8 minutes on one GPU
 COMPILE_MIN_S = 90.0  # a compiled run starts only with this much of the train budget left
 COMPILE_RTOL = 2e-2  # compiled vs eager first loss, bf16 (tests/gpu checks fp32 to 1e-3)
-BASE = dict(d_model=512, n_heads=8, d_ff=2048, n_layers=6, encoder_layers=None, decoder_layers=None)
-TINY = dict(d_model=32, n_heads=2, d_ff=64, n_layers=1, encoder_layers=None, decoder_layers=None)
-TINY_BASE = dict(d_model=48, n_heads=2, d_ff=96, n_layers=2, encoder_layers=None, decoder_layers=None)
+BASE, TINY_BASE = Size(512, 8, 2048, 6), Size(48, 2, 96, 2)  # the base-size model, and its dry run's
+PRECISIONS: tuple[P.Precision, ...] = ("bf16", "fp16", "fp32")
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,7 @@ class TrainConfig:
     name: str  # "default" (params.yaml's model) or "base"
     model: P.ModelParams
     vocab: int
-    precision: str
+    precision: P.Precision
     compile: bool
     max_tokens: int  # per update
     warmup: int  # untimed updates, one per distinct batch (every shape compiles here)
@@ -108,16 +109,17 @@ class Sizes:
 
 
 def make_sizes(params: P.Params, dry_run: bool) -> Sizes:
-    default = params.model
+    default = TINY.of(params.model) if dry_run else params.model
+    base = (TINY_BASE if dry_run else BASE).of(params.model)
+    pairs = {"train": 300, "val": 20, "test": 20} if dry_run else {"train": 20000, "val": 1000, "test": 1000}
     if dry_run:
-        default = dataclasses.replace(default, **TINY)
-    base = dataclasses.replace(params.model, **(TINY_BASE if dry_run else BASE))
-    vocab, base_vocab = (300, 500) if dry_run else (params.bpe.vocab_size, 32000)
+        vocab, base_vocab = 300, 500
+    else:  # bpe.vocab_size auto: as the bpe stage would size it for the synthetic corpus's pairs
+        size = params.bpe.vocab_size
+        vocab, base_vocab = auto_vocab_size(pairs["train"]) if size == "auto" else size, 32000
     tokens, base_tokens = (128, 256) if dry_run else (params.train.max_tokens, 8192)
     warm, n, base_warm, base_n = (2, 3, 1, 2) if dry_run else (10, 100, 4, 40)
-    runs = [
-        TrainConfig("default", default, vocab, p, False, tokens, warm, n) for p in ("bf16", "fp16", "fp32")
-    ]
+    runs = [TrainConfig("default", default, vocab, p, False, tokens, warm, n) for p in PRECISIONS]
     runs += [
         TrainConfig("base", base, base_vocab, "bf16", c, base_tokens, base_warm, base_n)
         for c in (False, True)
@@ -129,9 +131,7 @@ def make_sizes(params: P.Params, dry_run: bool) -> Sizes:
     return Sizes(
         train=tuple(runs),
         corpus_vocab=vocab,
-        corpus_pairs={"train": 300, "val": 20, "test": 20}
-        if dry_run
-        else {"train": 20000, "val": 1000, "test": 1000},
+        corpus_pairs=pairs,
         decode_model=default,
         decode_vocab=vocab,
         decode_sentences=8 if dry_run else 1000,  # Multi30k's test_2016_flickr has 1,000
@@ -484,10 +484,9 @@ def pipeline_train(check: Check, timeout: float, env: dict[str, str]) -> dict[st
     """`torchrun --nproc_per_node 1 -m pipeline train` for a few updates on a tiny corpus."""
     root = check.tmp / "pipeline-train"
     bin_dir, bpe_dir = synthetic.write_small_run(root)
-    raw = check.params.to_dict()
+    model = TINY.of(check.params.model) if check.dry_run else check.params.model
+    raw = dataclasses.replace(check.params, model=model).to_dict()
     raw["bpe"]["vocab_size"] = 64
-    if check.dry_run:
-        raw["model"].update(TINY)
     raw["train"].update(
         device="cuda" if check.device.type == "cuda" else "cpu",
         precision="bf16",
@@ -557,7 +556,7 @@ def decode_source(check: Check) -> tuple[Callable[[int, SearchStats], Any], int,
     lengths, _ = synthetic.multi30k_lengths(rng, check.sizes.decode_sentences)
     seqs = [rng.integers(5, vocab, n).tolist() for n in lengths]
 
-    def run(beam: int, stats: SearchStats) -> Any:
+    def search(beam: int, stats: SearchStats) -> Any:
         settings = dataclasses.replace(check.params.decode, beam=beam, n_best=1)
         return translator.search_ids(seqs, settings, stats)
 
@@ -565,7 +564,7 @@ def decode_source(check: Check) -> tuple[Callable[[int, SearchStats], Any], int,
         f"synthetic: {len(seqs)} random-id sentences (Multi30k-like lengths), a random-weight default "
         f"model, vocabulary {vocab}"
     )
-    return run, len(seqs), what, translator.workers
+    return search, len(seqs), what, translator.workers
 
 
 def decode_section(check: Check, budget: float) -> dict[str, Any]:
@@ -609,6 +608,7 @@ def run_section(check: Check, name: str) -> dict[str, Any]:
     budget = min(check.sizes.budgets[name], check.left())
     began = time.monotonic()
     say(f"{name}: starting (budget {budget:.0f} s, {check.elapsed():.0f} s elapsed)")
+    result: dict[str, Any]
     if budget < 5:
         result = {
             "status": "skipped",
@@ -684,24 +684,23 @@ def train_lines(train: dict[str, Any]) -> list[str]:
         f"**Training** on {train['corpus']}: target tokens/s of timed updates after warm-up, model "
         "FLOP/s and MFU against the GPU's dense peak (bench/flops.py):",
         "",
-        "| model (D, layers, FFN, V) | precision | compile | tokens/update | tgt tokens/s | TFLOP/s | MFU "
-        "| loss | GiB |",
-        "|---|---|---|---:|---:|---:|---:|---|---:|",
     ]
-    for r in train["runs"]:
-        m = r["model"]
-        model = f"{r['name']} ({m['d_model']}, {m['layers']}, {m['d_ff']}, {m['vocab']})"
-        head = f"| {model} | {r['precision']} | {'yes' if r['compile'] else 'no'} | {r['max_tokens']} |"
-        if r["status"] != "ran":
-            out.append(f"{head} skipped: {r['reason']} | | | | |")
-            continue
-        mfu = "n/a" if r["mfu"] is None else f"{100 * r['mfu']:.1f}%"
-        memory = "n/a" if r["max_memory_gib"] is None else r["max_memory_gib"]
-        out.append(
-            f"{head} {r['target_tokens_per_s']:,.0f} | {r['model_tflops_per_s']:.2f} | {mfu} | "
-            f"{r['loss_first']:.2f} → {r['loss_last']:.2f} | {memory} |"
-        )
-    return [*out, ""]
+    header = ["model (D, layers, FFN, V)", "precision", "compile", "tokens/update", "tgt tokens/s"]
+    header += ["TFLOP/s", "MFU", "loss", "GiB"]
+    return [*out, markdown_table(header, [train_row(r) for r in train["runs"]], "lllrrrrlr"), ""]
+
+
+def train_row(r: dict[str, Any]) -> list[str]:
+    """One run's cells of the training table; a skipped run's reason in the first measured one."""
+    m = r["model"]
+    model = f"{r['name']} ({m['d_model']}, {m['layers']}, {m['d_ff']}, {m['vocab']})"
+    head = [model, r["precision"], "yes" if r["compile"] else "no", fmt(r["max_tokens"])]
+    if r["status"] != "ran":
+        return [*head, f"skipped: {r['reason']}", "", "", "", ""]
+    mfu = "n/a" if r["mfu"] is None else f"{100 * r['mfu']:.1f}%"
+    memory = "n/a" if r["max_memory_gib"] is None else fmt(r["max_memory_gib"])
+    loss = f"{r['loss_first']:.2f} → {r['loss_last']:.2f}"
+    return [*head, fmt_whole(r["target_tokens_per_s"]), fmt(r["model_tflops_per_s"]), mfu, loss, memory]
 
 
 def torchrun_lines(run: dict[str, Any]) -> list[str]:
@@ -720,11 +719,12 @@ def decode_lines(dec: dict[str, Any]) -> list[str]:
     if not dec.get("runs"):
         return []
     out = [f"**Decoding** on {dec['device']} ({dec['workers']} worker), {dec['source']}:", ""]
-    out += ["| search | sentences/s | tokens/s |", "|---|---:|---:|"]
-    for r in dec["runs"]:
-        search = "greedy" if r["beam"] == 1 else f"beam {r['beam']}"
-        out.append(f"| {search} | {r['sentences_per_s']:,.1f} | {r['output_tokens_per_s']:,.0f} |")
-    return [*out, ""]
+    search = lambda beam: "greedy" if beam == 1 else f"beam {beam}"
+    rows = [
+        [search(r["beam"]), fmt(r["sentences_per_s"], 1), fmt_whole(r["output_tokens_per_s"])]
+        for r in dec["runs"]
+    ]
+    return [*out, markdown_table(["search", "sentences/s", "tokens/s"], rows, "lrr"), ""]
 
 
 def refuse_without_gpu() -> None:

@@ -48,9 +48,6 @@ Symbols: B sentences, S source length, T target length, D d_model, V vocabulary.
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import functools
 import json
 import math
 import os
@@ -62,124 +59,42 @@ import sys
 import tempfile
 import time
 import tracemalloc
-import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import click
 import numpy as np
 import torch
-import torch.nn.functional as F
-from torch import nn
 
 from bench import flops
-from bench.common import machine_info, merge_rows, write_section
+from bench.common import fmt_times, machine_info, merge_rows, row, write_section
+from bench.options import report_files, rows_option, section_option, seed_option
+from bench.training import (
+    BUILDERS,
+    SYSTEMS,
+    Setup,
+    StepFn,
+    available_systems,
+    make_setup,
+    ours,
+    rates_by_round,
+    synthetic_batch,
+    with_precision,
+)
 from pipeline import params as P
 from pipeline.data.batching import Batch, ParallelData, TokenArray, collate, epoch_batches, token_batches
 from pipeline.data.sampling import Prefetcher, Sampling, read_text, sample_epoch
 from pipeline.data.shards import ShardWriter, offsets_of
 from pipeline.data.vocab import Vocab
-from pipeline.decoding.hf_export import hf_config
 from pipeline.files import write_json
-from pipeline.model.transformer import build_model
-from pipeline.reporting.tables import markdown_table
-from pipeline.tokens import BOS, EOS, N_SPECIAL, PAD
-from pipeline.training.distributed import Dist
-from pipeline.training.optim import inverse_sqrt, parameter_groups
-from pipeline.training.step import UpdateStep
+from pipeline.reporting.tables import fmt, fmt_whole, markdown_table
+from pipeline.tokens import N_SPECIAL
 
 REPO = Path(__file__).resolve().parents[1]
 TRAIN_START, TRAIN_END = "<!-- train:start -->", "<!-- train:end -->"
-SYSTEMS = ("ours", "hf-marian", "torch-nn-transformer")
 BAR = 1.25  # the issue's: ours >= 1.25x the faster peer at equal precision
-SYNTHETIC, REAL, SAME_TOKENS = "train_synthetic", "train_real_batches", "train_synthetic_same_tokens"
+REAL, SAME_TOKENS = "train_real_batches", "train_synthetic_same_tokens"
 SAMPLING_OFF, SAMPLING_ON, SAMPLER = "train_sampling_off", "train_sampling_on", "subword_sampler"
-
-StepFn = Callable[[Batch], Any]  # one whole update on a batch
-
-
-@dataclass(frozen=True)
-class Setup:
-    """Sizes of one benchmark run: the issue's (full) or tiny ones (--smoke)."""
-
-    model: P.ModelParams
-    vocab: int
-    batch: int  # sentences per synthetic batch
-    length: int  # tokens per row, source and target (with EOS / BOS)
-    seconds: float  # timed per (system, precision), split over the repeats
-    repeats: int
-    warmup: int  # updates before timing
-    real_batches: int
-    memory_corpora: tuple[tuple[int, int], ...]  # (pairs, length multiplier) of synthetic corpora
-    memory_batches: int
-    smoke: bool
-
-    @property
-    def task(self) -> str:
-        return f"{SYNTHETIC}_{self.batch}x{self.length}"
-
-
-def make_setup(params: P.Params, smoke: bool, seconds: float, repeats: int, real_batches: int) -> Setup:
-    if not smoke:
-        return Setup(
-            params.model,
-            8000,
-            128,
-            16,
-            seconds,
-            repeats,
-            3,
-            real_batches,
-            ((10_000, 1), (1_000_000, 1), (1_000_000, 4)),
-            2000,
-            False,
-        )
-    tiny = dataclasses.replace(
-        params.model,
-        d_model=32,
-        n_heads=2,
-        d_ff=64,
-        n_layers=1,
-        encoder_layers=None,
-        decoder_layers=None,
-        max_positions=64,
-    )
-    return Setup(tiny, 300, 8, 8, 0.05, 1, 1, 2, ((2_000, 1), (20_000, 1), (20_000, 4)), 100, True)
-
-
-def with_precision(params: P.Params, model: P.ModelParams, precision: str) -> P.Params:
-    """params with this model section and train.precision, validated like params.yaml."""
-    raw = dataclasses.replace(params, model=model).to_dict()
-    raw["train"]["precision"] = precision
-    return P.from_dict(raw)
-
-
-def autocast(precision: str) -> contextlib.AbstractContextManager:
-    """What the update step does on CPU: bf16 autocast, or nothing for fp32."""
-    if precision == "fp32":
-        return contextlib.nullcontext()
-    return torch.autocast("cpu", dtype=torch.bfloat16)
-
-
-# --- batches ------------------------------------------------------------------------
-
-
-def synthetic_batch(vocab: int, batch: int, length: int, seed: int) -> Batch:
-    """B rows of `length` random ids each side, no padding: src ids+EOS, tgt BOS+ids / ids+EOS."""
-    g = torch.Generator().manual_seed(seed)
-    src = torch.randint(N_SPECIAL, vocab, (batch, length - 1), generator=g)
-    tgt = torch.randint(N_SPECIAL, vocab, (batch, length - 1), generator=g)
-    eos, bos = torch.full((batch, 1), EOS), torch.full((batch, 1), BOS)
-    return Batch(
-        src=torch.cat([src, eos], 1),
-        tgt_in=torch.cat([bos, tgt], 1),
-        tgt_out=torch.cat([tgt, eos], 1),
-        n_src_tokens=batch * length,
-        n_tgt_tokens=batch * length,
-        indices=np.arange(batch),
-    )
 
 
 def write_corpus(bin_dir: Path, pairs: int, vocab: int, seed: int, scale: int = 1) -> int:
@@ -197,160 +112,7 @@ def write_corpus(bin_dir: Path, pairs: int, vocab: int, seed: int, scale: int = 
     return index_bytes
 
 
-# --- the systems: each builder -> a step function doing one whole update -------------
-
-
-def ours(params: P.Params, vocab: int, seed: int) -> StepFn:
-    """pipeline.training.step.UpdateStep itself: the update training runs, built with no files."""
-    torch.manual_seed(seed)
-    step = UpdateStep(params, build_model(params.model, vocab, vocab).train(), torch.device("cpu"), Dist())
-    return lambda batch: step.update([batch])
-
-
-def peer_step(model: nn.Module, forward: Callable, params: P.Params) -> StepFn:
-    """The math of our update around a peer's forward, written as stock torch code.
-
-    Same loss, normalization, clipping, AdamW settings and decay groups as
-    ours, but torch's default implementations (AdamW's for-loop on CPU), not
-    pipeline.training.optim's: a speed-up there counts for ours only.
-    """
-    t = params.train
-    optimizer = torch.optim.AdamW(
-        parameter_groups(model.train(), t.weight_decay), lr=t.lr, betas=tuple(t.betas), eps=t.eps
-    )
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda k: inverse_sqrt(k + 1, t.warmup_steps))
-
-    def step(batch: Batch) -> tuple[float, int]:
-        with autocast(t.precision):
-            logits = forward(batch.src, batch.tgt_in)  # (B, T, V)
-        loss = F.cross_entropy(
-            logits.flatten(0, 1).float(),
-            batch.tgt_out.flatten(),
-            ignore_index=PAD,
-            reduction="sum",
-            label_smoothing=t.label_smoothing,
-        )
-        (loss / batch.n_tgt_tokens).backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), t.clip_norm)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        scheduler.step()
-        return float(loss.detach()), batch.n_tgt_tokens  # one sync per update, as ours
-
-    return step
-
-
-def hf_marian(params: P.Params, vocab: int, seed: int) -> StepFn:
-    """MarianMTModel (post-LN, its only layout) at our dimensions; random weights, nothing from the hub."""
-    from transformers import MarianMTModel
-
-    torch.manual_seed(seed)
-    config = hf_config("marian", params.model, vocab, vocab)  # the shape export-hf writes
-    config.use_cache = False
-    config.forced_eos_token_id = None
-    model = MarianMTModel(config)
-
-    def forward(src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
-        return model(
-            input_ids=src,
-            attention_mask=src != PAD,
-            decoder_input_ids=tgt_in,
-            decoder_attention_mask=tgt_in != PAD,
-            use_cache=False,
-        ).logits
-
-    return peer_step(model, forward, params)
-
-
-class PlainTransformer(nn.Module):
-    """torch.nn.Transformer (pre-LN, batch-first) with a tied embedding and sinusoidal positions."""
-
-    def __init__(self, cfg: P.ModelParams, vocab: int):
-        super().__init__()
-        d = cfg.d_model
-        self.embed = nn.Embedding(vocab, d, padding_idx=PAD)
-        self.core = nn.Transformer(
-            d,
-            cfg.n_heads,
-            cfg.n_encoder_layers,
-            cfg.n_decoder_layers,
-            cfg.d_ff,
-            cfg.dropout,
-            cfg.activation,
-            batch_first=True,
-            norm_first=True,
-        )
-        self.dropout = nn.Dropout(cfg.dropout)
-        self.scale = math.sqrt(d) if cfg.scale_embeddings else 1.0
-        pos = torch.arange(cfg.max_positions, dtype=torch.float32)[:, None]  # (L, 1)
-        angle = pos * torch.exp(torch.arange(0, d, 2) * (-math.log(10000.0) / d))  # (L, D/2)
-        table = torch.stack([angle.sin(), angle.cos()], -1).flatten(1)  # (L, D): sin, cos interleaved
-        self.register_buffer("positions", table, persistent=False)
-
-    def _embed(self, ids: torch.Tensor) -> torch.Tensor:
-        """(B, L) -> (B, L, D)."""
-        return self.dropout(self.embed(ids) * self.scale + self.positions[: ids.size(1)])
-
-    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
-        """src (B, S), tgt_in (B, T) -> logits (B, T, V)."""
-        T = tgt_in.size(1)
-        causal = torch.ones(T, T, dtype=torch.bool, device=tgt_in.device).triu(1)  # True = may NOT attend
-        src_pad = src == PAD  # (B, S), True = padding, as nn.Transformer wants
-        h = self.core(
-            self._embed(src),
-            self._embed(tgt_in),
-            tgt_mask=causal,
-            src_key_padding_mask=src_pad,
-            tgt_key_padding_mask=tgt_in == PAD,
-            memory_key_padding_mask=src_pad,
-            tgt_is_causal=True,
-        )
-        return h @ self.embed.weight.t()
-
-
-def torch_transformer(params: P.Params, vocab: int, seed: int) -> StepFn:
-    torch.manual_seed(seed)
-    with warnings.catch_warnings():  # "enable_nested_tensor ... norm_first": an eval-only fast path
-        warnings.simplefilter("ignore", UserWarning)
-        model = PlainTransformer(params.model, vocab)
-    return peer_step(model, model, params)
-
-
-BUILDERS: dict[str, Callable[[P.Params, int, int], StepFn]] = {
-    "ours": ours,
-    "hf-marian": hf_marian,
-    "torch-nn-transformer": torch_transformer,
-}
-
-
-def available_systems() -> list[str]:
-    """Every system whose library is installed (transformers is not a dependency of the pipeline)."""
-    try:
-        import transformers  # noqa: F401  (importing it is the check: a broken install counts as none)
-    except ImportError:
-        return [s for s in SYSTEMS if s != "hf-marian"]
-    return list(SYSTEMS)
-
-
-# --- timing -------------------------------------------------------------------------
-
-
-def measure_round(
-    steps: dict[str, Callable[[], Any]], tokens_per_step: int, seconds: float, rng: random.Random
-) -> dict[str, float]:
-    """Tokens/s of each system over one round: the systems take turns, one whole update each, in a
-    shuffled order every turn, until each has run for about `seconds`; each system's updates are
-    timed alone. Turns of one update keep a drift in the machine's speed from favouring anyone."""
-    names = list(steps)
-    spent = dict.fromkeys(names, 0.0)
-    done = dict.fromkeys(names, 0)
-    while min(spent.values()) < seconds:
-        for name in rng.sample(names, len(names)):
-            start = time.perf_counter()
-            steps[name]()
-            spent[name] += time.perf_counter() - start
-            done[name] += 1
-    return {name: done[name] * tokens_per_step / spent[name] for name in names}
+# --- the measurements ----------------------------------------------------------------
 
 
 def throughput(
@@ -367,31 +129,18 @@ def throughput(
     for precision in precisions:
         run = with_precision(params, setup.model, precision)
         steps = {name: BUILDERS[name](run, setup.vocab, seed) for name in systems}
-        for step in steps.values():
-            for _ in range(setup.warmup):
-                step(batch)
-        rates: dict[str, list[float]] = {name: [] for name in systems}
-        for round_ in range(setup.repeats):
-            calls = {name: functools.partial(steps[name], batch) for name in systems}
-            measured = measure_round(calls, batch.n_tgt_tokens, setup.seconds / setup.repeats, order_rng)
-            for name in systems:
-                rates[name].append(measured[name])
-            say(
-                f"{precision} round {round_ + 1}/{setup.repeats}: "
-                + ", ".join(f"{n} {rates[n][-1]:,.0f}" for n in systems)
-                + " tok/s"
-            )
-        medians = {name: statistics.median(r) for name, r in rates.items()}
-        rows += [row(name, setup.task, precision, "tokens_per_s", medians[name]) for name in systems]
-        peers = [medians[name] for name in systems if name != "ours"]
-        if "ours" in medians and peers:
+        rates = rates_by_round(steps, batch, setup, order_rng, say, precision)
+        median = {name: statistics.median(r) for name, r in rates.items()}
+        rows += [row(name, setup.task, precision, "tokens_per_s", median[name]) for name in systems]
+        peers = [median[name] for name in systems if name != "ours"]
+        if "ours" in median and peers:
             rows.append(
                 row(
                     "ours",
                     setup.task,
                     precision,
                     "ratio_vs_faster_peer",
-                    medians["ours"] / max(peers),
+                    median["ours"] / max(peers),
                     digits=3,
                 )
             )
@@ -445,11 +194,11 @@ def utilization_table(v: dict, setup: Setup, precisions: list[str]) -> list[str]
         return []
     per_token = get(PEAK, precisions[0], "model_mflop_per_target_token")
     rows = [
-        [s, *(f"{get(s, p, 'mfu_of_measured_peak'):.2f}" for p in precisions)]
+        [s, *(fmt(get(s, p, "mfu_of_measured_peak")) for p in precisions)]
         for s in SYSTEMS
         if get(s, precisions[0], "mfu_of_measured_peak") is not None
     ]
-    rows.append([f"{PEAK} peak, TFLOP/s", *(f"{get(PEAK, p, 'gemm_peak_tflops'):.3f}" for p in precisions)])
+    rows.append([f"{PEAK} peak, TFLOP/s", *(fmt(get(PEAK, p, "gemm_peak_tflops"), 3) for p in precisions)])
     return [
         f"Model FLOP utilization: target tokens/s x {per_token:,.1f} MFLOP per target token (the update's "
         "matrix products, forward and backward: bench/flops.py) over the matmul peak measured in this run "
@@ -604,13 +353,12 @@ def sampling_table(v: dict, precisions: list[str]) -> list[str]:
         "(on), while the sampling process prepares the next epoch beside them; the sampler alone makes "
         f"{get(SAMPLER, '-', 'sentences_per_s'):,.0f} sentences/s on one core. Target tokens/s:",
         "",
-        "| precision | sampling off | sampling on |",
-        "|---|---:|---:|",
     ]
-    for p in precisions:
-        off, on = (get(task, p, "tokens_per_s") for task in (SAMPLING_OFF, SAMPLING_ON))
-        out.append(f"| {p} | {off:,.0f} | {on:,.0f} |")
-    return [*out, ""]
+    rows = [
+        [p, *(fmt_whole(get(task, p, "tokens_per_s")) for task in (SAMPLING_OFF, SAMPLING_ON))]
+        for p in precisions
+    ]
+    return [*out, markdown_table(["precision", "sampling off", "sampling on"], rows, "lrr"), ""]
 
 
 def timed_pass(step: StepFn, batches: list[Batch]) -> float:
@@ -735,16 +483,6 @@ def memory(setup: Setup, max_tokens: int, seed: int, say: Callable[[str], None])
 # --- reporting ---------------------------------------------------------------------
 
 
-def row(system: str, task: str, precision: str, metric: str, value: float, digits: int = 1) -> dict:
-    return {
-        "system": system,
-        "task": task,
-        "precision": precision,
-        "metric": metric,
-        "value": round(float(value), digits),
-    }
-
-
 def train_section(rows: list[dict], setup: Setup, info: dict[str, str], command: str) -> str:
     """The Markdown training section: one table per measurement, ratios against the bar, how it was run."""
     v = {(r["system"], r["task"], r["precision"], r["metric"]): r["value"] for r in rows}
@@ -763,36 +501,7 @@ def train_section(rows: list[dict], setup: Setup, info: dict[str, str], command:
         f"Target tokens/s:",
         "",
     ]
-    systems = [s for s in SYSTEMS if any(k[0] == s and k[1] == setup.task for k in v)]
-    out += ["| system | " + " | ".join(precisions) + " |", "|---|" + "---:|" * len(precisions)]
-    for s in systems:
-        out.append(
-            f"| {s} | "
-            + " | ".join(
-                f"{v.get((s, setup.task, p, 'tokens_per_s'), float('nan')):,.0f}" for p in precisions
-            )
-            + " |"
-        )
-    out += [
-        "",
-        "| ours / faster peer | " + " | ".join(precisions) + " | needed |",
-        "|---|" + "---:|" * len(precisions) + "---|",
-    ]
-    cells = []
-    for p in precisions:
-        ratio = v.get(("ours", setup.task, p, "ratio_vs_faster_peer"))
-        cells.append("-" if ratio is None else f"{ratio:.2f}x " + ("ok" if ratio >= BAR else "MISSED"))
-    out += [f"| ratio | {' | '.join(cells)} | >= {BAR}x |"]
-    spread = [
-        tuple(v.get(("ours", setup.task, p, f"round_ratio_{m}")) for m in ("min", "max")) for p in precisions
-    ]
-    if all(lo is not None for lo, _ in spread):
-        out.append(
-            "| single rounds, lowest-highest | "
-            + " | ".join(f"{lo:.2f}-{hi:.2f}x" for lo, hi in spread)
-            + " | |"
-        )
-    out.append("")
+    out += throughput_tables(v, setup, precisions)
     out += utilization_table(v, setup, precisions)
     if any(k[1] == REAL for k in v):
         out += real_table(v, setup, precisions)
@@ -804,7 +513,7 @@ def train_section(rows: list[dict], setup: Setup, info: dict[str, str], command:
         "Notes on equal work: the peers do our update's math in stock torch code (F.cross_entropy "
         "with label smoothing in fp32, torch.optim.AdamW with torch's default implementation, the same "
         "decay groups and schedule, clip_grad_norm_); ours is the update training runs, "
-        "pipeline.training.step.UpdateStep, built with no data (bench.train_speed.ours). MarianMTModel "
+        "pipeline.training.step.UpdateStep, built with no data (bench.training.ours). MarianMTModel "
         "is post-LN (its only layout) and adds a final logits bias; nn.Transformer applies its dropout "
         "inside the FFN as well (ours: activation_dropout 0.0).",
         "",
@@ -820,6 +529,31 @@ def train_section(rows: list[dict], setup: Setup, info: dict[str, str], command:
     return "\n".join(out)
 
 
+def throughput_tables(v: dict, setup: Setup, precisions: list[str]) -> list[str]:
+    """Tokens/s per system and precision; ours over the faster peer against the bar, and per round."""
+    right = "l" + "r" * len(precisions)
+    systems = [s for s in SYSTEMS if any(k[0] == s and k[1] == setup.task for k in v)]
+    speeds = [
+        [s, *(fmt_whole(v.get((s, setup.task, p, "tokens_per_s"))) for p in precisions)] for s in systems
+    ]
+    cells = []
+    for p in precisions:
+        ratio = v.get(("ours", setup.task, p, "ratio_vs_faster_peer"))
+        cells.append("-" if ratio is None else f"{ratio:.2f}x " + ("ok" if ratio >= BAR else "MISSED"))
+    ratios = [["ratio", *cells, f">= {BAR}x"]]
+    spread = [
+        tuple(v.get(("ours", setup.task, p, f"round_ratio_{m}")) for m in ("min", "max")) for p in precisions
+    ]
+    if all(lo is not None for lo, _ in spread):
+        ratios.append(["single rounds, lowest-highest", *(f"{lo:.2f}-{hi:.2f}x" for lo, hi in spread), ""])
+    return [
+        markdown_table(["system", *precisions], speeds, right),
+        "",
+        markdown_table(["ours / faster peer", *precisions, "needed"], ratios, right + "l", escape=False),
+        "",
+    ]
+
+
 def real_table(v: dict, setup: Setup, precisions: list[str]) -> list[str]:
     same = f"{SAME_TOKENS}_{setup.batch}x{setup.length}"
     get = lambda p, m, task=REAL: v.get(("ours", task, p, m), float("nan"))
@@ -832,15 +566,19 @@ def real_table(v: dict, setup: Setup, precisions: list[str]) -> list[str]:
         f"{get('-', 'collate_ms_per_batch'):.2f} ms a batch, not timed below) against the fixed "
         f"{setup.batch}x{setup.length} batch for the same number of target tokens:",
         "",
-        "| precision | real tok/s (non-pad) | real padded tok/s | synthetic tok/s | real / synthetic |",
-        "|---|---:|---:|---:|---:|",
     ]
-    for p in precisions:
-        out.append(
-            f"| {p} | {get(p, 'tokens_per_s'):,.0f} | {get(p, 'padded_tokens_per_s'):,.0f} | "
-            f"{get(p, 'tokens_per_s', same):,.0f} | {get(p, 'ratio_vs_synthetic'):.2f}x |"
-        )
-    return [*out, ""]
+    header = ["precision", "real tok/s (non-pad)", "real padded tok/s", "synthetic tok/s", "real / synthetic"]
+    rows = [
+        [
+            p,
+            fmt_whole(get(p, "tokens_per_s")),
+            fmt_whole(get(p, "padded_tokens_per_s")),
+            fmt_whole(get(p, "tokens_per_s", same)),
+            fmt_times(get(p, "ratio_vs_synthetic")),
+        ]
+        for p in precisions
+    ]
+    return [*out, markdown_table(header, rows, "lrrrr"), ""]
 
 
 def memory_table(v: dict, setup: Setup) -> list[str]:
@@ -852,22 +590,32 @@ def memory_table(v: dict, setup: Setup) -> list[str]:
         "(/proc/self/clear_refs); it also counts the memory-mapped corpus pages that collation touched, "
         "which are file-backed and clean (page cache the kernel reclaims at will). MB:",
         "",
-        "| pairs | tokens (both sides) | index (.idx, both sides) | heap after load | after batching | "
-        "heap peak | RSS peak - imports | RssAnon at end | RssFile at end |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for n, x in setup.memory_corpora:
-        metrics = (
-            "index_mb",
-            "heap_after_load_mb",
-            "heap_after_batches_mb",
-            "heap_peak_mb",
-            "peak_growth_mb",
-            "rss_anon_end_mb",
-            "rss_file_end_mb",
-        )
-        cells = [get(n, x, m) for m in metrics]
-        out.append(f"| {n:,} | {get(n, x, 'tokens'):,.0f} | " + " | ".join(f"{c:.1f}" for c in cells) + " |")
+    header = [
+        "pairs",
+        "tokens (both sides)",
+        "index (.idx, both sides)",
+        "heap after load",
+        "after batching",
+        "heap peak",
+        "RSS peak - imports",
+        "RssAnon at end",
+        "RssFile at end",
+    ]
+    metrics = (
+        "index_mb",
+        "heap_after_load_mb",
+        "heap_after_batches_mb",
+        "heap_peak_mb",
+        "peak_growth_mb",
+        "rss_anon_end_mb",
+        "rss_file_end_mb",
+    )
+    rows = [
+        [fmt(n), fmt_whole(get(n, x, "tokens")), *(fmt(get(n, x, m), 1) for m in metrics)]
+        for n, x in setup.memory_corpora
+    ]
+    out += [markdown_table(header, rows, "r" * len(header))]
     large = max(n for n, _ in setup.memory_corpora)
     ratio = get(large, 1, "heap_peak_mb") / get(large, 1, "index_mb")
     longer = max(x for n, x in setup.memory_corpora if n == large)
@@ -1004,18 +752,8 @@ def measure_all(
     default=None,
     help="With --bin and --bpe: the clean text (data/clean) that subword sampling segments.",
 )
-@click.option(
-    "--out-json",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Rows merged here [default: reports/bench.json; with --smoke: not written].",
-)
-@click.option(
-    "--out-md",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Training section written here [default: reports/bench.md; with --smoke: not written].",
-)
+@rows_option("--out-json")
+@section_option("--out-md", "Training section")
 @click.option(
     "--seconds",
     type=click.FloatRange(min=0.01),
@@ -1033,7 +771,7 @@ def measure_all(
     show_default=True,
     help="Measure the data path's peak RSS on synthetic 1M- and 10k-pair corpora.",
 )
-@click.option("--seed", type=int, default=1, show_default=True)
+@seed_option
 def main(
     smoke: bool,
     params_file: Path,
@@ -1055,9 +793,7 @@ def main(
         raise click.BadParameter("a comma-separated subset of fp32,bf16", param_hint="--precisions")
     if (bpe_dir is None) != (clean_dir is None) or (bpe_dir is not None and bin_dir is None):
         raise click.UsageError("the subword sampling measurement needs all of --bin, --bpe and --clean")
-    if not smoke:
-        out_json = out_json or Path("reports/bench.json")
-        out_md = out_md or Path("reports/bench.md")
+    out_json, out_md = report_files(smoke, out_json, out_md)
     command = "python -m bench.train_speed " + " ".join(sys.argv[1:])
     benchmark(
         smoke=smoke,

@@ -30,6 +30,8 @@ SOURCE_FORMATS = ("auto", "text", "tsv", "tmx", "sgm", "xml")
 # A test set's name becomes a file name and a metric name (test.<name>.bleu): no dots, no slashes.
 SET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 
+Precision = Literal["fp32", "bf16", "fp16"]  # train.precision
+
 
 @dataclass(frozen=True)
 class CorpusSpec:
@@ -127,7 +129,7 @@ class ModelParams:
 @dataclass(frozen=True)
 class TrainParams:
     device: Literal["auto", "cpu", "cuda"]
-    precision: Literal["fp32", "bf16", "fp16"]
+    precision: Precision
     compile: bool
     seed: int
     max_tokens: int

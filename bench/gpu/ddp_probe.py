@@ -19,13 +19,13 @@ import click
 import torch
 import torch.distributed as dist
 
+from bench.common import TINY
 from bench.gpu.corpus import synthetic_batch
 from bench.gpu.step import Update
 from pipeline import params as P
 from pipeline.model.transformer import build_model
 
 REPO = Path(__file__).resolve().parents[2]
-TINY = dict(d_model=32, n_heads=2, d_ff=64, n_layers=1, encoder_layers=None, decoder_layers=None)
 
 
 def nccl_version() -> str:
@@ -48,16 +48,14 @@ def main(backend: str, steps: int, tiny: bool, out: Path) -> None:
     dist.init_process_group(backend)
     try:
         params = P.load(REPO / "params.yaml")
-        cfg = dataclasses.replace(params.model, **TINY) if tiny else params.model
+        cfg = TINY.of(params.model) if tiny else params.model
         vocab = 300 if tiny else 8000
         torch.manual_seed(1)
         model = build_model(cfg, vocab, vocab).to(device)
         params = dataclasses.replace(params, train=dataclasses.replace(params.train, warmup_steps=1))
         update = Update.build(model, params, "bf16")
-        ddp = torch.nn.parallel.DistributedDataParallel(
-            model, device_ids=[local_rank] if device.type == "cuda" else None
-        )
-        update.net = ddp
+        ids = [local_rank] if device.type == "cuda" else None
+        update.wrap(lambda bare: torch.nn.parallel.DistributedDataParallel(bare, device_ids=ids))
         batch = synthetic_batch(vocab, rows=8 if tiny else 64, length=12 if tiny else 24, seed=rank)
         losses = [update(batch) for _ in range(steps)]
         ones = torch.ones(4, device=device)

@@ -2,8 +2,8 @@
 
 `Update.build` makes the UpdateStep training runs, for a given precision; a
 compile backend other than the default (dynamo's "eager" capture, for the CPU
-rehearsal) replaces its compiled net. Calling it takes one update and returns
-the loss per target token.
+rehearsal) wraps its model through UpdateStep.wrap. Calling it takes one update
+and returns the loss per target token.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ class Update(UpdateStep):
 
     @classmethod
     def build(
-        cls, model: Seq2SeqBase, params: P.Params, precision: str, compile_backend: str | None = None
+        cls, model: Seq2SeqBase, params: P.Params, precision: P.Precision, compile_backend: str | None = None
     ) -> Update:
         """model already on its device; compile_backend: None (eager), "inductor" (the GPU's, as
         train.compile runs it) or "eager" / "aot_eager" (capture without code generation)."""
@@ -31,7 +31,7 @@ class Update(UpdateStep):
         train = dataclasses.replace(params.train, precision=precision, compile=compile_backend == "inductor")
         step = cls(dataclasses.replace(params, train=train), model.train(), device)
         if compile_backend not in (None, "inductor"):
-            step.net = torch.compile(step.model, backend=compile_backend)
+            step.wrap(lambda bare: torch.compile(bare, backend=compile_backend))
         return step
 
     def __call__(self, batch: Batch) -> float:

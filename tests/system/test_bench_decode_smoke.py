@@ -13,8 +13,9 @@ import pytest
 import torch
 
 from bench import decode_speed as D
+from bench.decoding import TASKS, Setup
 
-SETUP = D.Setup(8, 4, 4, 1, smoke=True)  # 8 sentences in batches of 4, 4 decoding steps, 1 round
+SETUP = Setup(8, 4, 4, 1, smoke=True)  # 8 sentences in batches of 4, 4 decoding steps, 1 round
 METRICS = ("sentences_per_s", "tokens_per_s")
 OTHER = {
     "system": "ours",
@@ -64,7 +65,7 @@ def test_every_row_has_the_fields_a_result_needs_and_is_marked_smoke(smoke: Smok
 
 
 def test_every_system_is_measured_once_on_every_task_in_both_units(smoke: Smoke) -> None:
-    want = {(*D.ROWS[s], t, m) for s in D.available_systems() for t in D.TASKS for m in METRICS}
+    want = {(*D.ROWS[s], t, m) for s in D.available_systems() for t in TASKS for m in METRICS}
     got = [(r["system"], r["precision"], r["task"], r["metric"]) for r in smoke.rows]
     assert sorted(got) == sorted(want)
 

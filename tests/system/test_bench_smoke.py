@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import pytest
 
 from bench import train_speed
+from bench.training import available_systems
 from tests.support.models import make_text_corpus
 from tests.support.repo import REPO
 
@@ -84,7 +85,7 @@ def test_every_row_has_the_fields_a_result_needs_and_is_marked_smoke(smoke: Smok
 
 def test_every_system_has_a_positive_rate_at_each_precision(smoke: Smoke) -> None:
     speed = speeds(smoke.rows)
-    systems = train_speed.available_systems()
+    systems = available_systems()
     assert set(speed) == {(s, p) for s in systems for p in PRECISIONS}
     assert all(v > 0 for v in speed.values()), speed
 
@@ -164,7 +165,7 @@ def test_report_has_one_training_section_marked_as_a_smoke_run(smoke: Smoke) -> 
 def test_report_has_the_training_table_a_row_per_system(smoke: Smoke) -> None:
     lines = smoke.report.splitlines()
     assert "| system | fp32 | bf16 |" in lines
-    for system in train_speed.available_systems():
+    for system in available_systems():
         assert any(line.startswith(f"| {system} | ") for line in lines), system
 
 

@@ -1,16 +1,20 @@
 """The package's layers: imports flow one way (stages -> training -> decoding / reporting ->
-model / data / tracking -> core), no import cycles, and a light command stays light."""
+model / data / tracking -> core), no import cycles, and a light command stays light; and in bench/,
+no module imports a benchmark."""
 
 from __future__ import annotations
 
 import ast
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from pipeline.fingerprint import PACKAGE, ROOT, module_file
 from tests.support.repo import REPO
+
+BENCH = REPO / "bench"
 
 # Each subpackage's layer; the modules at the top of the package are the core (layer 0).
 # A module may import its own subpackage and any lower layer, never a sibling of its own layer.
@@ -101,6 +105,52 @@ def test_no_import_cycles():
     for name in graph:
         if name not in state:
             visit(name, [name])
+
+
+def bench_modules() -> dict[str, Path]:
+    """bench.<name> -> its file, for every module under bench/ (bench/gpu/ too)."""
+    found = {}
+    for path in sorted(BENCH.rglob("*.py")):
+        parts = path.relative_to(REPO).with_suffix("").parts
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def bench_imports(path: Path, known: set[str]) -> set[str]:
+    """The bench modules (of `known`) that the file at `path` imports anywhere (inside functions too)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            subs = {f"{node.module}.{a.name}" for a in node.names} & known  # from bench import decoding
+            found |= subs or {node.module}
+    return found & known
+
+
+def is_benchmark(path: Path) -> bool:
+    """A benchmark is a command, `python -m bench.<name>`: its module has an `if __name__ == "__main__":`."""
+    return any(
+        isinstance(node, ast.If)
+        and isinstance(node.test, ast.Compare)
+        and isinstance(node.test.left, ast.Name)
+        and node.test.left.id == "__name__"
+        for node in ast.parse(path.read_text(encoding="utf-8")).body
+    )
+
+
+def test_no_bench_module_imports_a_benchmark():
+    """What two benchmarks share lives in a shared module (bench/common.py, training.py, decoding.py,
+    timing.py, ...), so a benchmark's internals are its own and each runs and changes alone."""
+    modules = bench_modules()
+    benchmarks = {name for name, path in modules.items() if is_benchmark(path)}
+    assert {"bench.train_speed", "bench.decode_speed", "bench.gemm_choice"} <= benchmarks
+    for name, path in modules.items():
+        imported = bench_imports(path, set(modules)) & benchmarks - {name}
+        assert not imported, (
+            f"{name} imports the benchmark(s) {sorted(imported)}: move what they share into a shared "
+            "bench module, imported by both"
+        )
 
 
 # (command, a module it must have loaded: the proof that the import log was read and the command ran)

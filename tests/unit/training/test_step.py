@@ -1,5 +1,6 @@
 """The update step, built directly on a tiny model and hand-made batches (no files): its arithmetic
-equals a hand-written AdamW step, accumulation equals one big batch, a non-finite loss changes nothing."""
+equals a hand-written AdamW step, accumulation equals one big batch, a non-finite loss changes nothing,
+and a forward wrapped from outside (bench/gpu/) is the one it runs."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import math
 import numpy as np
 import pytest
 import torch
+import torch.distributed as dist
 
 from pipeline.data.batching import Batch
 from pipeline.errors import UserError
@@ -147,3 +149,48 @@ def test_a_step_made_the_same_way_updates_bitwise_the_same():
 def test_fp16_on_cpu_is_refused():
     with pytest.raises(UserError, match="fp16 needs a GPU"):
         make_step(precision="fp16")
+
+
+def test_a_wrapped_forward_is_the_one_an_update_runs():
+    step, bare = make_step(), make_step()
+    calls = []
+
+    def wrapper(model):
+        def forward(*args):
+            calls.append(len(args))
+            return model(*args)
+
+        return forward
+
+    step.wrap(wrapper)
+    rows = random_rows(8, seed=2)
+    batches = [make_batch(rows[:3]), make_batch(rows[3:])]
+    assert step.update(batches) == bare.update(batches)
+    assert calls == [4, 4]  # each micro-batch: src, tgt_in, tgt_out, smoothing
+    for name, tensor in weights(step).items():
+        assert torch.equal(tensor, weights(bare)[name]), name  # the wrapped model is the one trained
+
+
+def test_a_ddp_wrapped_step_accumulates_as_the_bare_one(tmp_path):
+    """A DDP over a gloo group of one (bench/gpu/ddp_probe.py's): no_sync on all but the last micro-batch."""
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        step, bare = make_step(), make_step()
+        step.wrap(torch.nn.parallel.DistributedDataParallel)
+        assert step.ddp is step.net
+        rows = random_rows(8, seed=3)
+        batches = [make_batch(rows[:3]), make_batch(rows[3:])]
+        loss, tokens = step.update(batches)
+        bare_loss, bare_tokens = bare.update(batches)
+    finally:
+        dist.destroy_process_group()
+    assert tokens == bare_tokens and loss == pytest.approx(bare_loss, rel=1e-6)
+    for name, tensor in weights(step).items():
+        assert torch.allclose(tensor, weights(bare)[name], atol=1e-6), name
+
+
+def test_a_forward_already_wrapped_is_not_wrapped_again():
+    step = make_step()
+    step.wrap(lambda model: model.forward)
+    with pytest.raises(RuntimeError, match="already wrapped"):
+        step.wrap(lambda model: model.forward)

@@ -1,0 +1,277 @@
+"""What the training benchmarks share (bench/train_speed.py, bench/gemm_choice.py): the sizes of a
+run, the synthetic batch, the systems that take one whole update on it (ours, UpdateStep itself, and
+its peers HF Marian and torch.nn.Transformer doing the same math in stock torch code), and the
+rounds in which they take turns.
+
+Symbols: B sentences, S source length, T target length, D d_model, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import math
+import random
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bench.common import TINY
+from bench.timing import measure_round
+from pipeline import params as P
+from pipeline.data.batching import Batch
+from pipeline.decoding.hf_export import hf_config
+from pipeline.model.transformer import build_model
+from pipeline.tokens import BOS, EOS, N_SPECIAL, PAD
+from pipeline.training.distributed import Dist
+from pipeline.training.optim import inverse_sqrt, parameter_groups
+from pipeline.training.step import UpdateStep
+
+SYSTEMS = ("ours", "hf-marian", "torch-nn-transformer")
+SYNTHETIC = "train_synthetic"  # the task of the synthetic batch's rows, with its size: train_synthetic_128x16
+
+StepFn = Callable[[Batch], Any]  # one whole update on a batch
+
+
+@dataclass(frozen=True)
+class Setup:
+    """Sizes of one benchmark run: the issue's (full) or tiny ones (--smoke)."""
+
+    model: P.ModelParams
+    vocab: int
+    batch: int  # sentences per synthetic batch
+    length: int  # tokens per row, source and target (with EOS / BOS)
+    seconds: float  # timed per (system, precision), split over the repeats
+    repeats: int
+    warmup: int  # updates before timing
+    real_batches: int
+    memory_corpora: tuple[tuple[int, int], ...]  # (pairs, length multiplier) of synthetic corpora
+    memory_batches: int
+    smoke: bool
+
+    @property
+    def task(self) -> str:
+        return f"{SYNTHETIC}_{self.batch}x{self.length}"
+
+
+def make_setup(params: P.Params, smoke: bool, seconds: float, repeats: int, real_batches: int) -> Setup:
+    if not smoke:
+        return Setup(
+            params.model,
+            8000,
+            128,
+            16,
+            seconds,
+            repeats,
+            3,
+            real_batches,
+            ((10_000, 1), (1_000_000, 1), (1_000_000, 4)),
+            2000,
+            False,
+        )
+    tiny = dataclasses.replace(TINY.of(params.model), max_positions=64)
+    return Setup(tiny, 300, 8, 8, 0.05, 1, 1, 2, ((2_000, 1), (20_000, 1), (20_000, 4)), 100, True)
+
+
+def with_precision(params: P.Params, model: P.ModelParams, precision: str) -> P.Params:
+    """params with this model section and train.precision, validated like params.yaml."""
+    raw = dataclasses.replace(params, model=model).to_dict()
+    raw["train"]["precision"] = precision
+    return P.from_dict(raw)
+
+
+def autocast(precision: str) -> contextlib.AbstractContextManager:
+    """What the update step does on CPU: bf16 autocast, or nothing for fp32."""
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    return torch.autocast("cpu", dtype=torch.bfloat16)
+
+
+# --- batches ------------------------------------------------------------------------
+
+
+def synthetic_batch(vocab: int, batch: int, length: int, seed: int) -> Batch:
+    """B rows of `length` random ids each side, no padding: src ids+EOS, tgt BOS+ids / ids+EOS."""
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(N_SPECIAL, vocab, (batch, length - 1), generator=g)
+    tgt = torch.randint(N_SPECIAL, vocab, (batch, length - 1), generator=g)
+    eos, bos = torch.full((batch, 1), EOS), torch.full((batch, 1), BOS)
+    return Batch(
+        src=torch.cat([src, eos], 1),
+        tgt_in=torch.cat([bos, tgt], 1),
+        tgt_out=torch.cat([tgt, eos], 1),
+        n_src_tokens=batch * length,
+        n_tgt_tokens=batch * length,
+        indices=np.arange(batch),
+    )
+
+
+# --- the systems: each builder -> a step function doing one whole update -------------
+
+
+def ours(params: P.Params, vocab: int, seed: int) -> StepFn:
+    """pipeline.training.step.UpdateStep itself: the update training runs, built with no files."""
+    torch.manual_seed(seed)
+    step = UpdateStep(params, build_model(params.model, vocab, vocab).train(), torch.device("cpu"), Dist())
+    return lambda batch: step.update([batch])
+
+
+def peer_step(model: nn.Module, forward: Callable, params: P.Params) -> StepFn:
+    """The math of our update around a peer's forward, written as stock torch code.
+
+    Same loss, normalization, clipping, AdamW settings and decay groups as
+    ours, but torch's default implementations (AdamW's for-loop on CPU), not
+    pipeline.training.optim's: a speed-up there counts for ours only.
+    """
+    t = params.train
+    optimizer = torch.optim.AdamW(
+        parameter_groups(model.train(), t.weight_decay), lr=t.lr, betas=t.betas, eps=t.eps
+    )
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda k: inverse_sqrt(k + 1, t.warmup_steps))
+
+    def step(batch: Batch) -> tuple[float, int]:
+        with autocast(t.precision):
+            logits = forward(batch.src, batch.tgt_in)  # (B, T, V)
+        loss = F.cross_entropy(
+            logits.flatten(0, 1).float(),
+            batch.tgt_out.flatten(),
+            ignore_index=PAD,
+            reduction="sum",
+            label_smoothing=t.label_smoothing,
+        )
+        (loss / batch.n_tgt_tokens).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), t.clip_norm)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        scheduler.step()
+        return float(loss.detach()), batch.n_tgt_tokens  # one sync per update, as ours
+
+    return step
+
+
+def hf_marian(params: P.Params, vocab: int, seed: int) -> StepFn:
+    """MarianMTModel (post-LN, its only layout) at our dimensions; random weights, nothing from the hub."""
+    from transformers import MarianMTModel
+
+    torch.manual_seed(seed)
+    config = hf_config("marian", params.model, vocab, vocab)  # the shape export-hf writes
+    config.use_cache = False
+    config.forced_eos_token_id = None
+    model = MarianMTModel(config)
+
+    def forward(src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
+        return model(
+            input_ids=src,
+            attention_mask=src != PAD,
+            decoder_input_ids=tgt_in,
+            decoder_attention_mask=tgt_in != PAD,
+            use_cache=False,
+        ).logits
+
+    return peer_step(model, forward, params)
+
+
+class PlainTransformer(nn.Module):
+    """torch.nn.Transformer (pre-LN, batch-first) with a tied embedding and sinusoidal positions."""
+
+    positions: torch.Tensor  # (L, D), a buffer
+
+    def __init__(self, cfg: P.ModelParams, vocab: int):
+        super().__init__()
+        d = cfg.d_model
+        self.embed = nn.Embedding(vocab, d, padding_idx=PAD)
+        self.core = nn.Transformer(
+            d,
+            cfg.n_heads,
+            cfg.n_encoder_layers,
+            cfg.n_decoder_layers,
+            cfg.d_ff,
+            cfg.dropout,
+            cfg.activation,
+            batch_first=True,
+            norm_first=True,
+        )
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.scale = math.sqrt(d) if cfg.scale_embeddings else 1.0
+        pos = torch.arange(cfg.max_positions, dtype=torch.float32)[:, None]  # (L, 1)
+        angle = pos * torch.exp(torch.arange(0, d, 2) * (-math.log(10000.0) / d))  # (L, D/2)
+        table = torch.stack([angle.sin(), angle.cos()], -1).flatten(1)  # (L, D): sin, cos interleaved
+        self.register_buffer("positions", table, persistent=False)
+
+    def _embed(self, ids: torch.Tensor) -> torch.Tensor:
+        """(B, L) -> (B, L, D)."""
+        return self.dropout(self.embed(ids) * self.scale + self.positions[: ids.size(1)])
+
+    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
+        """src (B, S), tgt_in (B, T) -> logits (B, T, V)."""
+        T = tgt_in.size(1)
+        causal = torch.ones(T, T, dtype=torch.bool, device=tgt_in.device).triu(1)  # True = may NOT attend
+        src_pad = src == PAD  # (B, S), True = padding, as nn.Transformer wants
+        h = self.core(
+            self._embed(src),
+            self._embed(tgt_in),
+            tgt_mask=causal,
+            src_key_padding_mask=src_pad,
+            tgt_key_padding_mask=tgt_in == PAD,
+            memory_key_padding_mask=src_pad,
+            tgt_is_causal=True,
+        )
+        return h @ self.embed.weight.t()
+
+
+def torch_transformer(params: P.Params, vocab: int, seed: int) -> StepFn:
+    torch.manual_seed(seed)
+    with warnings.catch_warnings():  # "enable_nested_tensor ... norm_first": an eval-only fast path
+        warnings.simplefilter("ignore", UserWarning)
+        model = PlainTransformer(params.model, vocab)
+    return peer_step(model, model, params)
+
+
+BUILDERS: dict[str, Callable[[P.Params, int, int], StepFn]] = {
+    "ours": ours,
+    "hf-marian": hf_marian,
+    "torch-nn-transformer": torch_transformer,
+}
+
+
+def available_systems() -> list[str]:
+    """Every system whose library is installed (transformers is not a dependency of the pipeline)."""
+    try:
+        import transformers  # noqa: F401  (importing it is the check: a broken install counts as none)
+    except ImportError:
+        return [s for s in SYSTEMS if s != "hf-marian"]
+    return list(SYSTEMS)
+
+
+def rates_by_round(
+    steps: Mapping[str, StepFn],
+    batch: Batch,
+    setup: Setup,
+    rng: random.Random,
+    say: Callable[[str], None],
+    label: str,
+) -> dict[str, list[float]]:
+    """Each system's tokens/s on `batch` in each of setup.repeats rounds (bench.timing.measure_round),
+    after setup.warmup updates each; every round's rates are said, under `label`."""
+    for step in steps.values():
+        for _ in range(setup.warmup):
+            step(batch)
+    rates: dict[str, list[float]] = {name: [] for name in steps}
+    calls = {name: functools.partial(step, batch) for name, step in steps.items()}
+    for round_ in range(setup.repeats):
+        measured = measure_round(calls, batch.n_tgt_tokens, setup.seconds / setup.repeats, rng)
+        for name, rate in measured.items():
+            rates[name].append(rate)
+        say(
+            f"{label} round {round_ + 1}/{setup.repeats}: "
+            + ", ".join(f"{n} {r[-1]:,.0f}" for n, r in rates.items())
+            + " tok/s"
+        )
+    return rates
