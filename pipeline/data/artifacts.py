@@ -6,7 +6,8 @@ their lines come, with a line count: the one thing every later stage needs from
 them (clean's filter and bpe's sample share by corpus, binarize records the
 counts, training draws by train.source_weights). `Corpus` is that listing, and
 `train_corpora` the one way to read it from any of the three, checked against
-the lines the split really has.
+the lines the split really has. The records' shapes are the TypedDicts below,
+which their writers build and their readers get, so that mypy checks both ends.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from pipeline.errors import UserError
 
@@ -22,6 +23,97 @@ MANIFEST = "manifest.json"  # download's, in data/raw
 CLEAN_STATS = "stats.json"  # clean's, in data/clean
 BIN_META = "meta.json"  # binarize's, in data/bin
 WHOLE = "train"  # the one corpus of a split whose record lists none
+
+
+# --- manifest.json ---------------------------------------------------------------------------
+
+
+class FileRecord(TypedDict):
+    """A file a corpus was read from: its side (src, tgt or both), where and how it was fetched."""
+
+    role: str
+    source: str  # the URL or path as the params gave it
+    member: str | None  # the archive member read, if any
+    via: str  # where the bytes came from: the mirror, the network, or the path
+    sha256: str
+    verified: str | None  # by whose sum: params, pinned, both; None: by none
+
+
+class _CorpusRecord(TypedDict):
+    name: str
+    catalog: bool
+    lines: int
+    files: list[FileRecord]
+
+
+class CorpusRecord(_CorpusRecord, total=False):
+    """A corpus of a split as download wrote it (a held-out split: heldout_from, and parts where a
+    train corpus it draws from ships tokenized)."""
+
+    fetched_lines: int
+    max_lines: int | None
+    format: str
+    tmx_units_skipped: int
+    tokenized: str
+    heldout_from: str
+    parts: list[dict[str, Any]]
+
+
+class Manifest(TypedDict, total=False):
+    """data/raw/manifest.json; {} for a raw directory of the user's own."""
+
+    src_lang: str
+    tgt_lang: str
+    splits: dict[str, list[CorpusRecord]]  # train, val, test
+    heldout: dict[str, Any] | None  # how val and test were drawn from train, if they were
+
+
+# --- stats.json --------------------------------------------------------------------------------
+
+
+class _SplitCounts(TypedDict):
+    lines_in: int
+    lines_out: int
+    dropped: dict[str, int]  # per reason (train only; zeros elsewhere)
+    normalized: dict[str, dict[str, int]]  # per side, the lines each normalization step changed
+
+
+class SplitCounts(_SplitCounts, total=False):
+    """A split's counts in clean's stats.json."""
+
+    detokenized: dict[str, int]  # per side, where a corpus ships tokenized
+    sources: dict[str, dict[str, Any]]  # train: per corpus, lines_in, lines_out and dropped
+
+
+class CleanStats(TypedDict):
+    """data/clean/stats.json."""
+
+    train: SplitCounts
+    val: SplitCounts
+    test: dict[str, SplitCounts]  # per test set
+    unicode_version: str  # NFC and the character categories depend on it
+
+
+# --- meta.json ---------------------------------------------------------------------------------
+
+
+class _BinMeta(TypedDict):
+    dtype: str  # of the token ids
+    joint: bool
+    src_vocab_size: int
+    tgt_vocab_size: int
+    bpe_models: dict[str, str]  # file name -> sha256
+    splits: dict[str, dict[str, int]]  # per split: sentences, per side tokens, max_len, unk
+    shards: dict[str, list[dict[str, int]]]  # per split, its shards' sentences
+
+
+class BinMeta(_BinMeta, total=False):
+    """data/bin/meta.json."""
+
+    sources: list[dict[str, Any]]  # the train corpora, as Corpus.to_dict writes them
+
+
+# --- the train corpora --------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -49,9 +141,14 @@ def read_record(path: Path) -> dict[str, Any] | None:
     return found
 
 
-def manifest(raw_dir: Path) -> dict[str, Any]:
+def manifest(raw_dir: Path) -> Manifest:
     """data/raw/manifest.json ({} without one: a raw directory of the user's own)."""
-    return read_record(raw_dir / MANIFEST) or {}
+    return cast(Manifest, read_record(raw_dir / MANIFEST) or {})
+
+
+def bin_meta(bin_dir: Path) -> BinMeta | None:
+    """data/bin/meta.json, or None for a bin directory without one."""
+    return cast("BinMeta | None", read_record(bin_dir / BIN_META))
 
 
 def listed_corpora(record: Path) -> list[Corpus]:

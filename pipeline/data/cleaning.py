@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.data.artifacts import Manifest, SplitCounts
 from pipeline.data.detok import detokenize_lines
 from pipeline.data.text import SideStats, drop_reason, normalize_lines
 from pipeline.errors import UserError
@@ -51,8 +52,8 @@ class SplitStats:
     sources: dict[str, dict[str, Any]] = field(default_factory=dict)  # train only: per source
     detokenized: dict[str, int] | None = None  # per side, lines detokenization changed; None: none tokenized
 
-    def to_dict(self) -> dict[str, Any]:
-        out = {
+    def to_dict(self) -> SplitCounts:
+        out: SplitCounts = {
             "lines_in": self.lines_in,
             "lines_out": self.lines_out,
             "dropped": dict(self.dropped),
@@ -60,7 +61,9 @@ class SplitStats:
         }
         if self.detokenized is not None:
             out["detokenized"] = dict(self.detokenized)
-        return {**out, "sources": self.sources} if self.sources else out
+        if self.sources:
+            out["sources"] = self.sources
+        return out
 
     def add_detokenized(self, counts: tuple[int, int]) -> None:
         if self.detokenized is not None:
@@ -296,7 +299,7 @@ class TrainFilter:
             counts["dropped"]["duplicate"] += k
 
 
-def tokenized_ranges(manifest: dict[str, Any], stem: str) -> tuple[tuple[int, int], ...]:
+def tokenized_ranges(manifest: Manifest, stem: str) -> tuple[tuple[int, int], ...]:
     """Line ranges [start, end) of the split file STEM (train, val, test/NAME) whose source is tokenized.
 
     A split's sources are concatenated in manifest order; a held-out split lists its `parts`.

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import files
+from pipeline.data.artifacts import CorpusRecord
 from pipeline.errors import UserError
 from pipeline.files import SIDES, PairedWriter
 from pipeline.params import DataParams
@@ -41,7 +42,7 @@ def heldout_indices(n_lines: int, n_val: int, n_test: int, seed: int) -> tuple[l
 
 
 def hold_out(
-    data: DataParams, sizes: dict[str, int], train: Path, train_records: list[dict[str, Any]], out: Path
+    data: DataParams, sizes: dict[str, int], train: Path, train_records: list[CorpusRecord], out: Path
 ) -> dict[str, Any]:
     """Split `sizes` lines for val and/or test off the train split at TRAIN.{src,tgt} into `out`.
 
@@ -80,7 +81,7 @@ def hold_out(
     return heldout
 
 
-def _parts(train_records: list[dict[str, Any]], drawn: list[int]) -> list[dict[str, Any]]:
+def _parts(train_records: list[CorpusRecord], drawn: list[int]) -> list[dict[str, Any]]:
     """A held split's runs of lines by train source: it keeps corpus order, so each source's are in a row."""
     return [
         {"name": r["name"], "lines": n, "tokenized": r.get("tokenized")}
@@ -104,7 +105,15 @@ def _split_side(path: Path, side: str, where: dict[int, str], writers: dict[str,
         start = end
 
 
-def heldout_record(lines: int, parts: list[dict[str, Any]] | None) -> dict[str, Any]:
+def heldout_record(lines: int, parts: list[dict[str, Any]] | None) -> CorpusRecord:
     """`parts`: the train sources its lines came from, in order (only where one is tokenized)."""
-    record = {"name": HELDOUT, "catalog": False, "lines": lines, "heldout_from": "train", "files": []}
-    return {**record, "parts": parts} if parts is not None else record
+    record: CorpusRecord = {
+        "name": HELDOUT,
+        "catalog": False,
+        "lines": lines,
+        "heldout_from": "train",
+        "files": [],
+    }
+    if parts is not None:
+        record["parts"] = parts
+    return record

@@ -10,11 +10,12 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 import click
 
 from pipeline.data import formats
+from pipeline.data.artifacts import CorpusRecord, FileRecord
 from pipeline.data.fetch import Fetched, fetch, verified_by
 from pipeline.data.planning import CorpusPlan, FileRef
 from pipeline.errors import UserError
@@ -29,12 +30,12 @@ class Reader:
         self.langs = (src_lang, tgt_lang)
         self._fetched: dict[str, Fetched] = {}
 
-    def copy_split(self, sources: list[CorpusPlan], stem: Path) -> list[dict[str, Any]]:
+    def copy_split(self, sources: list[CorpusPlan], stem: Path) -> list[CorpusRecord]:
         """Write the sources' pairs, concatenated in order, to STEM.{src,tgt}; their manifest records."""
         with PairedWriter(stem) as out:
             return [self.copy(source, out) for source in sources]
 
-    def copy(self, plan: CorpusPlan, out: PairedWriter) -> dict[str, Any]:
+    def copy(self, plan: CorpusPlan, out: PairedWriter) -> CorpusRecord:
         """Append the source's pairs (capped at max_lines) to `out`; its manifest record."""
         records, skipped = [], 0
         if plan.files[0].role == "both":
@@ -66,7 +67,7 @@ class Reader:
         lines = fetched_lines if plan.max_lines is None else min(fetched_lines, plan.max_lines)
         capped = f" (first {lines} of {fetched_lines})" if lines < fetched_lines else ""
         click.echo(f"{plan.name}: {lines} pairs{capped}", err=True)
-        record = {
+        record: CorpusRecord = {
             "name": plan.name,
             "catalog": plan.catalog,
             "lines": lines,
@@ -100,7 +101,7 @@ class Reader:
             self._fetched[location] = fetch(ref.source, self.scratch, self.mirror)
         return self._fetched[location]
 
-    def _record(self, ref: FileRef) -> dict[str, Any]:
+    def _record(self, ref: FileRef) -> FileRecord:
         """The file's manifest record (fetching it first)."""
         fetched = self._fetch(ref)
         return {

@@ -69,14 +69,14 @@ class Shard:
 
 def binarize(
     clean_dir: Path, bpe_dir: Path, out_dir: Path, workers: int = 1, shard_lines: int = SHARD_LINES
-) -> dict:
+) -> artifacts.BinMeta:
     """Encode clean_dir/{train,val}.{src,tgt} with the vocab in bpe_dir; return meta.json's content."""
     vocab = Vocab.load(bpe_dir)
     for split, side in itertools.product(SPLITS, SIDES):
         if not (clean_dir / f"{split}.{side}").is_file():
             raise UserError(f"{clean_dir / f'{split}.{side}'}: missing; run the clean stage first")
     dtype = token_dtype(max(vocab.src_size, vocab.tgt_size))
-    meta: dict[str, Any] = {
+    meta: artifacts.BinMeta = {
         "dtype": dtype.name,
         "joint": vocab.joint,
         "src_vocab_size": vocab.src_size,

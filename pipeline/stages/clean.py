@@ -14,7 +14,6 @@ import os
 import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import click
 import numpy as np
@@ -45,7 +44,7 @@ from pipeline.params import CleanParams
 from pipeline.stages.options import load_params, params_option
 
 
-def clean(params: CleanParams, raw: Path, out: Path, workers: int = 1) -> dict[str, Any]:
+def clean(params: CleanParams, raw: Path, out: Path, workers: int = 1) -> artifacts.CleanStats:
     """Clean raw/{train,val}.{src,tgt} and raw/test/*.{src,tgt} into `out` (atomically) with stats.json.
 
     The val and test sets are cleaned here first (their hashes are decontamination's); the train
@@ -57,7 +56,8 @@ def clean(params: CleanParams, raw: Path, out: Path, workers: int = 1) -> dict[s
     evals = ["val", *(f"test/{n}" for n in _test_names(raw))]
     for stem in evals[1:]:
         _check_exists(raw, stem)
-    by_split: dict[str, Any] = {"test": {}}
+    val: artifacts.SplitCounts | None = None
+    tests: dict[str, artifacts.SplitCounts] = {}
     manifest = artifacts.manifest(raw)
     langs = (manifest.get("src_lang", ""), manifest.get("tgt_lang", ""))
     heldout_src: set[bytes] = set()
@@ -79,17 +79,18 @@ def clean(params: CleanParams, raw: Path, out: Path, workers: int = 1) -> dict[s
                     heldout_tgt.update(digest(line) for line in chunk.tgt if line)
             split_stats.lines_out = split_stats.lines_in
             if stem == "val":
-                by_split["val"] = split_stats.to_dict()
+                val = split_stats.to_dict()
             else:
-                by_split["test"][stem.removeprefix("test/")] = split_stats.to_dict()
+                tests[stem.removeprefix("test/")] = split_stats.to_dict()
         heldout = Heldout(frozenset(heldout_src), frozenset(heldout_tgt))
         tokenized = Tokenized(tokenized_ranges(manifest, "train"), langs)
-        by_split["train"] = _clean_train(params, raw, tmp / "train", heldout, workers, tmp.parent, tokenized)
+        train = _clean_train(params, raw, tmp / "train", heldout, workers, tmp.parent, tokenized)
+        assert val is not None  # evals[0]
         # unicode_version: NFC and the categories depend on it
-        stats = {
-            "train": by_split["train"],
-            "val": by_split["val"],
-            "test": by_split["test"],
+        stats: artifacts.CleanStats = {
+            "train": train,
+            "val": val,
+            "test": tests,
             "unicode_version": unicodedata.unidata_version,
         }
         files.write_json(tmp / artifacts.CLEAN_STATS, stats)
@@ -104,7 +105,7 @@ def _clean_train(
     workers: int,
     scratch: Path,
     tokenized: Tokenized = UNTOKENIZED,
-) -> dict[str, Any]:
+) -> artifacts.SplitCounts:
     """Clean the train split into out.{src,tgt}: the candidates (every rule but dedupe) go to
     `scratch` with their hashes spilled beside them, then a pass in order drops the duplicates."""
     corpora = artifacts.listed_corpora(raw / artifacts.MANIFEST)

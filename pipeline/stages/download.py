@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -31,7 +30,7 @@ from pipeline.params import DataParams
 from pipeline.stages.options import load_params, params_option
 
 
-def download(data: DataParams, out: Path) -> dict[str, Any]:
+def download(data: DataParams, out: Path) -> artifacts.Manifest:
     """Fetch, verify and decode every source `data` names; write `out` atomically; return the manifest.
 
     Streamed: each file goes a chunk at a time from its (decompressed) source to its split's file.
@@ -51,7 +50,9 @@ def download(data: DataParams, out: Path) -> dict[str, Any]:
         (tmp / "test").mkdir(parents=True)
         reader = Reader(Path(scratch), mirror, data.src_lang, data.tgt_lang)
         train_stem = Path(scratch) / "train" if any(held.values()) else tmp / "train"
-        splits = {"train": reader.copy_split(plan["train"], train_stem)}
+        splits: dict[str, list[artifacts.CorpusRecord]] = {
+            "train": reader.copy_split(plan["train"], train_stem)
+        }
         splits["val"] = reader.copy_split(plan["val"], tmp / "val") if plan["val"] else []
         splits["test"] = [
             reader.copy_split([source], tmp / "test" / source.name)[0] for source in plan["test"]
@@ -61,7 +62,7 @@ def download(data: DataParams, out: Path) -> dict[str, Any]:
         for split in ("val", "test"):
             if held[split]:
                 splits[split] = [heldout_record(held[split], parts.get(split))]
-        manifest = {
+        manifest: artifacts.Manifest = {
             "src_lang": data.src_lang,
             "tgt_lang": data.tgt_lang,
             "splits": splits,
