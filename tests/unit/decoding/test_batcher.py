@@ -1,0 +1,92 @@
+"""The dynamic batcher: concurrent requests decoded in shared calls, each answered with its own."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from pipeline.decoding.batcher import Batcher
+
+
+def upper(lines: list[str], key: object) -> list[str]:
+    return [f"{key}:{line.upper()}" for line in lines]
+
+
+def test_concurrent_requests_share_decode_calls_and_get_their_own_answers() -> None:
+    calls: list[list[str]] = []
+    release = threading.Event()
+
+    def decode(lines: list[str], key: object) -> list[str]:
+        calls.append(lines)
+        release.wait(5)  # the first call holds the worker while the others queue up
+        return upper(lines, key)
+
+    batcher = Batcher(decode, max_wait_s=0.05, max_lines=1000)
+    requests = [[f"r{i} a", f"r{i} b"] for i in range(8)]
+    with ThreadPoolExecutor(8) as pool:
+        first = pool.submit(batcher, requests[0], 1)
+        while not calls:
+            pass
+        rest = [pool.submit(batcher, r, 1) for r in requests[1:]]
+        release.set()
+        answers = [first.result(5)] + [f.result(5) for f in rest]
+    assert answers == [upper(r, 1) for r in requests]
+    assert len(calls) < len(requests)  # the seven that waited were batched
+    assert sum(map(len, calls)) == 2 * len(requests)
+
+
+def test_requests_batch_only_with_equal_settings() -> None:
+    keys: list[tuple[object, int]] = []
+
+    def decode(lines: list[str], key: object) -> list[str]:
+        keys.append((key, len(lines)))
+        return upper(lines, key)
+
+    batcher = Batcher(decode, max_wait_s=0.2, max_lines=1000)
+    with ThreadPoolExecutor(4) as pool:
+        futures = [pool.submit(batcher, [f"x{i}"], i % 2) for i in range(4)]
+        assert [f.result(5) for f in futures] == [[f"{i % 2}:X{i}"] for i in range(4)]
+    assert {k for k, _ in keys} == {0, 1}
+
+
+def test_a_failing_request_fails_alone_and_the_worker_lives_on() -> None:
+    def decode(lines: list[str], key: object) -> list[str]:
+        if "bad" in lines:
+            raise ValueError("bad line")
+        return upper(lines, key)
+
+    batcher = Batcher(decode, max_wait_s=0.1, max_lines=1000)
+    with ThreadPoolExecutor(3) as pool:
+        good = [pool.submit(batcher, ["a"], 0), pool.submit(batcher, ["b"], 0)]
+        bad = pool.submit(batcher, ["bad"], 0)
+        assert [f.result(5) for f in good] == [["0:A"], ["0:B"]]
+        with pytest.raises(ValueError, match="bad line"):
+            bad.result(5)
+    assert batcher(["c"], 0) == ["0:C"]
+
+
+def test_a_call_takes_at_most_max_lines_past_the_first_request() -> None:
+    sizes: list[int] = []
+    release = threading.Event()
+
+    def decode(lines: list[str], key: object) -> list[str]:
+        sizes.append(len(lines))
+        release.wait(5)
+        return upper(lines, key)
+
+    batcher = Batcher(decode, max_wait_s=0.05, max_lines=4)
+    with ThreadPoolExecutor(9) as pool:
+        first = pool.submit(batcher, ["w"], 0)
+        while not sizes:
+            pass
+        rest = [pool.submit(batcher, ["a", "b"], 0) for _ in range(8)]
+        release.set()
+        assert first.result(5) == ["0:W"] and all(f.result(5) == ["0:A", "0:B"] for f in rest)
+    assert max(sizes[1:]) <= 4 and sum(sizes) == 17
+
+
+def test_an_empty_request_needs_no_call() -> None:
+    batcher = Batcher(upper, max_wait_s=0.0, max_lines=1)
+    assert batcher([], 0) == [] and batcher.calls == 0
