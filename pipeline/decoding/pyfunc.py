@@ -8,12 +8,15 @@ n_best, best first); `beam`, `n_best` and sampling's `sample`, `top_k`, `top_p`,
 `model_spec` is what the score stage hands to `Tracker.log_model`: this file
 as the model's code (MLflow's models from code: nothing pickled), the model
 directory as an artifact, this package as code, its pinned requirements, a
-signature and an input example. Serving and the registry: docs/mlflow.md.
+signature, an input example and the serving config (`SERVING`, MLflow's model_config).
+Concurrent requests are decoded together by a dynamic batcher (pipeline/decoding/batcher.py).
+Serving and the registry: docs/mlflow.md.
 """
 
 from __future__ import annotations
 
 import ast
+import os
 import sys
 from collections.abc import Sequence
 from importlib import metadata
@@ -26,6 +29,7 @@ from mlflow.models import ModelSignature, set_model
 from mlflow.pyfunc import PythonModel
 from mlflow.types import ColSpec, DataType, ParamSchema, ParamSpec, Schema
 
+from pipeline.decoding.batcher import Batcher
 from pipeline.decoding.translator import Translator, one_line
 from pipeline.errors import UserError
 from pipeline.fingerprint import PACKAGE, module_closure
@@ -33,12 +37,31 @@ from pipeline.fingerprint import PACKAGE, module_closure
 INPUT_COLUMN = "text"  # the DataFrame column of source lines (a single column of any name works too)
 ARTIFACT = "model_dir"  # the model directory (model.pt, sentencepiece model(s), params.yaml)
 
+# The model_config the model is logged with (a load may override it, mlflow.pyfunc.load_model's
+# model_config): how long the batcher waits for company, how many sentences one decode call
+# takes, and, under `mlflow models serve` only, the largest request served (a bigger one is
+# answered 400, naming the limit; in Python, spark_udf's batches of 10,000 rows stay welcome).
+SERVING = {
+    "batch_wait_ms": 5,
+    "batch_max_lines": 256,
+    "max_request_lines": 2_000,
+    "max_request_chars": 200_000,
+    "max_line_chars": 10_000,
+}
+# Set to "true" by MLflow's scoring server when it loads the model (tests/system/test_mlflow.py
+# serves a model and checks that the limits hold).
+SERVING_ENV = "_MLFLOW_IS_IN_SERVING_ENVIRONMENT"
+
 
 class TranslatorModel(PythonModel):
     """A model directory's Translator behind MLflow's pyfunc interface."""
 
     def load_context(self, context: Any) -> None:
         self.translator = Translator.from_dir(context.artifacts[ARTIFACT], device="auto")
+        self.config = serving_config(getattr(context, "model_config", None))
+        self.batcher: Batcher[Any] = Batcher(
+            self._decode, self.config["batch_wait_ms"] / 1000, self.config["batch_max_lines"]
+        )
 
     # Typed with a DataFrame, what MLflow hands over after checking the input against the signature:
     # MLflow infers no schema from that hint, so `signature()` stands. A list[str] hint would make
@@ -51,17 +74,62 @@ class TranslatorModel(PythonModel):
         Called directly, it takes what `input_lines` does: a list of strings will do.
         """
         lines = input_lines(model_input)
+        if os.environ.get(SERVING_ENV) == "true":
+            check_size(lines, self.config)
         params = params or {}
-        n_best = params.get("n_best") or 1
         # MLflow passes every param of the signature, None for "the model's setting".
-        given = {name: params.get(name) for name in SEARCH_PARAMS}
+        key = (params.get("n_best") or 1, *(params.get(name) for name in SEARCH_PARAMS))
         try:
-            if n_best == 1:
-                return [one_line(t) for t in self.translator.translate(lines, **given)]
-            hyps = self.translator.translate_nbest(lines, n_best, **given)
+            return self.batcher(lines, key)
         except UserError as e:  # a bad beam, n_best or sampling value: MLflow answers 400 with this message
             raise MlflowException.invalid_parameter_value(str(e)) from e
+
+    def _decode(self, lines: list[str], key: Any) -> list[Any]:
+        """The batcher's call: `lines` of requests sharing `key`, (n_best, *SEARCH_PARAMS values)."""
+        n_best, *values = key
+        given = dict(zip(SEARCH_PARAMS, values))
+        if n_best == 1:
+            return [one_line(t) for t in self.translator.translate(lines, **given)]
+        hyps = self.translator.translate_nbest(lines, n_best, **given)
         return [[one_line(t.text) for t in h] for h in hyps]
+
+
+def serving_config(given: dict[str, Any] | None) -> dict[str, int]:
+    """SERVING with `given`'s values; an unknown key or a value that is no positive integer is a
+    UserError naming it."""
+    config = dict(SERVING)
+    for name, value in (given or {}).items():
+        if name not in SERVING:
+            raise UserError(f"model_config: unknown key {name!r}; the keys are {', '.join(SERVING)}")
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int)
+            or value < (0 if name == "batch_wait_ms" else 1)
+        ):
+            raise UserError(f"model_config: {name} must be a positive integer, got {value!r}")
+        config[name] = value
+    return config
+
+
+def check_size(lines: list[str], config: dict[str, int]) -> None:
+    """Refuse (400) a request over the served limits, saying which and what to do."""
+    if len(lines) > config["max_request_lines"]:
+        raise MlflowException.invalid_parameter_value(
+            f"the request holds {len(lines):,} sentences; one request may hold at most "
+            f"{config['max_request_lines']:,} (model_config max_request_lines): send it in parts"
+        )
+    longest = max(map(len, lines), default=0)
+    if longest > config["max_line_chars"]:
+        raise MlflowException.invalid_parameter_value(
+            f"a sentence of the request holds {longest:,} characters; a sentence may hold at most "
+            f"{config['max_line_chars']:,} (model_config max_line_chars): split it into sentences"
+        )
+    chars = sum(map(len, lines))
+    if chars > config["max_request_chars"]:
+        raise MlflowException.invalid_parameter_value(
+            f"the request holds {chars:,} characters; one request may hold at most "
+            f"{config['max_request_chars']:,} (model_config max_request_chars): send it in parts"
+        )
 
 
 def input_lines(model_input: Any) -> list[str]:
@@ -137,6 +205,7 @@ def model_spec(model_dir: str | Path, example: Sequence[str]) -> dict[str, Any]:
         "pip_requirements": requirements(),
         "signature": signature(),
         "input_example": list(example),
+        "model_config": dict(SERVING),
     }
 
 

@@ -146,6 +146,12 @@ def test_served_model_translates_a_batch_over_http(run: dict[str, Any]) -> None:
         assert status == 400 and "beam" in answer["message"]
         status, answer = post(url, json.dumps({"text": ["a"]}).encode())
         assert status == 400 and answer["error_code"] == "BAD_REQUEST"
+        status, answer = post(url, json.dumps({"inputs": ["ein hund"] * 10_000}).encode())
+        assert status == 400 and "max_request_lines" in answer["message"]
+        status, answer = post(url, json.dumps({"inputs": ["ein hund " * 12_000]}).encode())
+        assert status == 400 and "max_line_chars" in answer["message"]
+        status, answer = post(url, json.dumps({"inputs": BATCH}).encode())
+        assert status == 200 and answer == {"predictions": expected}  # the server lives on
     finally:
         stop_server(server)
 

@@ -12,6 +12,7 @@ from mlflow.models.utils import _enforce_params_schema
 
 from pipeline.decoding import pyfunc
 from pipeline.decoding.translator import Translator
+from pipeline.errors import UserError
 
 
 @pytest.fixture(scope="module")
@@ -83,3 +84,41 @@ def test_sampling_params_reach_the_translator(model: pyfunc.TranslatorModel, tra
     assert [len(s) for s in samples] == [4, 4]
     with pytest.raises(MlflowException, match="needs beam=1, not 3"):
         model.predict(None, lines, {**given, "beam": 3})
+
+
+def test_served_requests_over_the_limits_are_refused_naming_the_limit(
+    model: pyfunc.TranslatorModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    limits = model.config
+    big = ["der hund"] * (limits["max_request_lines"] + 1)
+    long = ["der hund " * (limits["max_line_chars"] // 9 + 1)]
+    assert len(model.predict(None, big)) == len(big)  # called from Python, no limit
+    monkeypatch.setenv(pyfunc.SERVING_ENV, "true")
+    with pytest.raises(MlflowException, match="max_request_lines"):
+        model.predict(None, big)
+    with pytest.raises(MlflowException, match="max_line_chars"):
+        model.predict(None, long)
+    many = ["der hund " * 1000] * (limits["max_request_chars"] // 9000 + 1)
+    with pytest.raises(MlflowException, match="max_request_chars"):
+        model.predict(None, many)
+    assert model.predict(None, ["der hund"]) == model.predict(None, ["der hund"])
+
+
+def test_serving_config_is_logged_with_the_model_and_checked_at_load(model_dir: Path) -> None:
+    assert pyfunc.model_spec(model_dir, ["a"])["model_config"] == pyfunc.SERVING
+    assert pyfunc.serving_config({"batch_wait_ms": 0})["batch_wait_ms"] == 0
+    with pytest.raises(UserError, match="unknown key 'batch'"):
+        pyfunc.serving_config({"batch": 1})
+    with pytest.raises(UserError, match="max_request_lines must be a positive integer"):
+        pyfunc.serving_config({"max_request_lines": 0})
+
+
+def test_concurrent_predicts_are_batched_and_answered_as_alone(
+    model: pyfunc.TranslatorModel, translator: Translator
+) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    requests = [["der hund läuft", "ein kind"], ["die katze"], ["ein mann", ""], ["zwei frauen"]] * 4
+    with ThreadPoolExecutor(len(requests)) as pool:
+        answers = list(pool.map(lambda r: model.predict(None, r), requests))
+    assert answers == [translator.translate(r) for r in requests]
