@@ -101,12 +101,9 @@ def serving_config(given: dict[str, Any] | None) -> dict[str, int]:
     for name, value in (given or {}).items():
         if name not in SERVING:
             raise UserError(f"model_config: unknown key {name!r}; the keys are {', '.join(SERVING)}")
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, int)
-            or value < (0 if name == "batch_wait_ms" else 1)
-        ):
-            raise UserError(f"model_config: {name} must be a positive integer, got {value!r}")
+        least = 0 if name == "batch_wait_ms" else 1  # no wait at all is a fine setting
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise UserError(f"model_config: {name} must be an integer >= {least}, got {value!r}")
         config[name] = value
     return config
 

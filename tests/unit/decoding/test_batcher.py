@@ -16,10 +16,11 @@ def upper(lines: list[str], key: object) -> list[str]:
 
 def test_concurrent_requests_share_decode_calls_and_get_their_own_answers() -> None:
     calls: list[list[str]] = []
-    release = threading.Event()
+    started, release = threading.Event(), threading.Event()
 
     def decode(lines: list[str], key: object) -> list[str]:
         calls.append(lines)
+        started.set()
         release.wait(5)  # the first call holds the worker while the others queue up
         return upper(lines, key)
 
@@ -27,8 +28,7 @@ def test_concurrent_requests_share_decode_calls_and_get_their_own_answers() -> N
     requests = [[f"r{i} a", f"r{i} b"] for i in range(8)]
     with ThreadPoolExecutor(8) as pool:
         first = pool.submit(batcher, requests[0], 1)
-        while not calls:
-            pass
+        assert started.wait(5)
         rest = [pool.submit(batcher, r, 1) for r in requests[1:]]
         release.set()
         answers = [first.result(5)] + [f.result(5) for f in rest]
@@ -69,18 +69,18 @@ def test_a_failing_request_fails_alone_and_the_worker_lives_on() -> None:
 
 def test_a_call_takes_at_most_max_lines_past_the_first_request() -> None:
     sizes: list[int] = []
-    release = threading.Event()
+    started, release = threading.Event(), threading.Event()
 
     def decode(lines: list[str], key: object) -> list[str]:
         sizes.append(len(lines))
+        started.set()
         release.wait(5)
         return upper(lines, key)
 
     batcher = Batcher(decode, max_wait_s=0.05, max_lines=4)
     with ThreadPoolExecutor(9) as pool:
         first = pool.submit(batcher, ["w"], 0)
-        while not sizes:
-            pass
+        assert started.wait(5)
         rest = [pool.submit(batcher, ["a", "b"], 0) for _ in range(8)]
         release.set()
         assert first.result(5) == ["0:W"] and all(f.result(5) == ["0:A", "0:B"] for f in rest)

@@ -87,7 +87,7 @@ def test_sampling_params_reach_the_translator(model: pyfunc.TranslatorModel, tra
 
 
 def test_served_requests_over_the_limits_are_refused_naming_the_limit(
-    model: pyfunc.TranslatorModel, monkeypatch: pytest.MonkeyPatch
+    model: pyfunc.TranslatorModel, translator: Translator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     limits = model.config
     big = ["der hund"] * (limits["max_request_lines"] + 1)
@@ -101,7 +101,7 @@ def test_served_requests_over_the_limits_are_refused_naming_the_limit(
     many = ["der hund " * 1000] * (limits["max_request_chars"] // 9000 + 1)
     with pytest.raises(MlflowException, match="max_request_chars"):
         model.predict(None, many)
-    assert model.predict(None, ["der hund"]) == model.predict(None, ["der hund"])
+    assert model.predict(None, ["der hund"]) == translator.translate(["der hund"])  # within limits
 
 
 def test_serving_config_is_logged_with_the_model_and_checked_at_load(model_dir: Path) -> None:
@@ -109,8 +109,10 @@ def test_serving_config_is_logged_with_the_model_and_checked_at_load(model_dir: 
     assert pyfunc.serving_config({"batch_wait_ms": 0})["batch_wait_ms"] == 0
     with pytest.raises(UserError, match="unknown key 'batch'"):
         pyfunc.serving_config({"batch": 1})
-    with pytest.raises(UserError, match="max_request_lines must be a positive integer"):
+    with pytest.raises(UserError, match="max_request_lines must be an integer >= 1"):
         pyfunc.serving_config({"max_request_lines": 0})
+    with pytest.raises(UserError, match="batch_wait_ms must be an integer >= 0"):
+        pyfunc.serving_config({"batch_wait_ms": 1.5})
 
 
 def test_concurrent_predicts_are_batched_and_answered_as_alone(
