@@ -4,7 +4,7 @@
     python -m bench.pairs queue --pair ru-en --recipe lowres        # the literature's starting point
     python -m bench.pairs sweep --pair ru-en --from lowres --steps 3000   # one change at a time, capped
     dvc queue start -j 1                                            # one at a time (dvc queue status)
-    python -m bench.pairs table     # reports/pairs.{json,md} from the runs in MLflow
+    python -m bench.pairs table     # reports/pairs.{json,md} from the runs in MLflow and reports/pairs/runs
 
 Every experiment is params.yaml plus the pair's baseline settings (PAIRS) plus its recipe's
 (RECIPES) plus, for a sweep variant, one change (GRID); each is validated (pipeline.params, and
@@ -13,9 +13,13 @@ its data names resolved against the catalog) before anything is queued. A run ca
 the table shows it with val scores only. Selection is on val only: the table marks each pair's
 best run by val BLEU (chrF breaks ties) and never ranks by a test set. Full-budget runs get
 test BLEU and chrF with 95% intervals and sacreBLEU's paired bootstrap p-value against the
-same pair's baseline run (`<pair>-baseline`), from the runs' hypotheses in MLflow and the
+same pair's baseline run (`<pair>-baseline`), from the runs' hypotheses and the
 pair's test references (fetched from the catalog with the download stage's own code, or
 --refs PAIR=DIR), checked against the refs_sha256 each run's score stage recorded.
+
+The MLflow store and DVC cache live and die with one checkout, while a sweep spans sessions: the
+table saves every finished run it reads (record, tags, summary, test hypotheses) to
+reports/pairs/runs/<experiment>.json (bench.run_archive) and reads those back next time.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from typing import Any
 import click
 import yaml
 
+from bench import run_archive
 from bench.common import machine_info
 from bench.experiments import (
     default_params,
@@ -392,15 +397,24 @@ def _raw(params_file: Path) -> dict[str, Any]:
 )
 @click.option("--out", type=click.Path(path_type=Path), default="reports/pairs.md", show_default=True)
 @click.option("--note", "notes", multiple=True, help="A note of yours for the table (repeatable).")
-def table(params_file: Path, refs: tuple[str, ...], out: Path, notes: tuple[str, ...]) -> None:
-    """Write reports/pairs.json and .md from every pair's experiments in MLflow."""
+@click.option(
+    "--archive",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where finished runs are kept in git (read, then updated) [default: OUT without suffix/runs, "
+    "reports/pairs/runs].",
+)
+def table(
+    params_file: Path, refs: tuple[str, ...], out: Path, notes: tuple[str, ...], archive: Path | None
+) -> None:
+    """Write reports/pairs.json and .md from every pair's experiments in MLflow and in the archive."""
     given = {}
     for item in refs:
         pair, sep, where = item.partition("=")
         if not sep or pair not in PAIRS:
             raise click.BadParameter(f"{item!r}: expected PAIR=DIR with PAIR one of {sorted(PAIRS)}")
         given[pair] = Path(where)
-    report = collect(params_file, given)
+    report = collect(params_file, given, archive or out.with_suffix("") / "runs")
     report.notes += notes
     files.write_json(out.with_suffix(".json"), report.to_json())
     files.write_text(out, render(report))
@@ -519,14 +533,22 @@ def experiment_of(record: RunRecord, known: dict[str, Experiment]) -> Experiment
     return Experiment(name, pair, CUSTOM, {}, steps or None)
 
 
-def collect(params_file: Path, given_refs: dict[str, Path]) -> Report:
+def collect(params_file: Path, given_refs: dict[str, Path], archive: Path) -> Report:
     params = P.load(params_file)
     defaults = default_params(params)
     uri = store.tracking_uri()
+    kept = run_archive.load_all(archive)
+    notes: list[str] = []
     try:
         records = runs.mlflow_records(params.tracking.experiment, uri)
     except runs.ExperimentsUnavailable as e:
-        raise UserError(str(e)) from None
+        if not kept:
+            raise UserError(str(e)) from None
+        records = []
+        notes.append(f"MLflow unavailable ({e}): the runs are those archived in {archive}")
+    from_archive = {str(a.record.id): a for a in kept.values()}
+    logged = {str(r.id) for r in records}
+    records += [a.record for a in kept.values() if str(a.record.id) not in logged]
     caps = {int(s) for r in records if (s := r.params.get("train.max_steps", "0")).isdigit() and int(s) > 0}
     known = known_experiments(caps)
     by_name: dict[str, list[RunRecord]] = {}
@@ -534,7 +556,6 @@ def collect(params_file: Path, given_refs: dict[str, Path]) -> Report:
         exp = experiment_of(record, known)
         if exp is not None:
             by_name.setdefault(exp.name, []).append(record)
-    notes: list[str] = []
     baselines = experiment_baselines()
     rows: list[Row] = []
     for name, mine in by_name.items():
@@ -553,10 +574,14 @@ def collect(params_file: Path, given_refs: dict[str, Path]) -> Report:
         full.sort(key=lambda r: (r.exp.recipe != BASELINE, r.name))
         ranking.sort(key=lambda r: (r.exp.recipe, r.exp.steps or 0, r.exp.axis is not None, r.name))
         for row in full:
-            if row.status == "finished":
-                found = read_run(str(row.record.id), uri, row.name, tests)
-                row.tags, row.summary, row.hyps = found.tags, found.summary, found.hyps
-                notes += [f"{row.name}: {found.problem}"] if found.problem else []
+            if row.status != "finished":
+                continue
+            if (old := from_archive.get(str(row.record.id))) is not None:
+                row.tags, row.summary, row.hyps = old.tags, old.summary, old.hyps
+                continue
+            found = read_run(str(row.record.id), uri, row.name, tests)
+            row.tags, row.summary, row.hyps = found.tags, found.summary, found.hyps
+            notes += [f"{row.name}: {found.problem}"] if found.problem else []
         base = next((r for r in full if r.exp.recipe == BASELINE and r.status == "finished"), None)
         refs_dir, where, refs_notes = references(
             pair, params_file, given_refs.get(pair), bool(full), scratch / pair
@@ -573,6 +598,10 @@ def collect(params_file: Path, given_refs: dict[str, Path]) -> Report:
         ]
         out.append(PairResult(pair, tests, full, ranking, base, where))
     shutil.rmtree(scratch, ignore_errors=True)
+    for row in (r for p in out for r in [*p.rows, *p.sweep]):
+        if row.status == "finished" and str(row.record.id) not in from_archive:
+            run = run_archive.ArchivedRun(row.record, row.tags, row.summary, row.hyps)
+            run_archive.save(archive, row.name, run)
     import torch  # here, not at the top: `queue` needs no torch
 
     return Report(out, notes, machine_info("torch threads", torch.get_num_threads()))
@@ -722,7 +751,8 @@ def render(report: Report) -> str:
     lines = [
         "# Low-resource pairs: recipes and sweep (issue 26)",
         "",
-        "Written by `python -m bench.pairs table` from the runs in MLflow; every number comes from a "
+        "Written by `python -m bench.pairs table` from the runs in MLflow and those archived in git "
+        "(`reports/pairs/runs/`, one JSON per finished run with its hypotheses); every number comes from a "
         "run. Each experiment is params.yaml plus its pair's baseline settings plus its recipe (and, in "
         "the sweep, one change). **Selection is on val only**: ★ marks each pair's best run by val BLEU "
         "(chrF breaks ties); test sets never rank. Test BLEU: the score stage's, with its 95% bootstrap "

@@ -45,6 +45,7 @@ class Made:
     refs: dict[str, list[str]]  # ru-en's sets
     report: str
     saved: dict[str, Any]
+    out: Path  # the table's pairs.md; its archive is pairs/runs beside it
 
 
 def raw_params(changes: dict[str, object]) -> dict[str, Any]:
@@ -126,7 +127,7 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> Made:
         result = CliRunner().invoke(pairs.cli, args)
     assert result.exit_code == 0, result.output
     saved = json.loads(out.with_suffix(".json").read_text(encoding="utf-8"))
-    return Made(ids, {e: h for e, _, h, _ in logged}, refs, out.read_text(encoding="utf-8"), saved)
+    return Made(ids, {e: h for e, _, h, _ in logged}, refs, out.read_text(encoding="utf-8"), saved, out)
 
 
 def test_queue_prints_the_exact_dvc_command_of_the_baseline_on_the_new_data() -> None:
@@ -283,3 +284,36 @@ def test_without_refs_the_test_references_come_from_the_catalog(
     download.download(data, tmp_path / "raw")
     name = "test/ntrex128-enms.tgt"
     assert sha256_of(where / name) == sha256_of(tmp_path / "raw" / name)
+
+
+def test_the_table_outlives_its_mlflow_store(
+    made: Made, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A later session has a fresh checkout: no MLflow database, only the archive committed to git."""
+    archive = made.out.parent / "pairs" / "runs"
+    finished = {r["name"] for r in made.saved["runs"]} | {
+        r["name"] for r in made.saved["sweep"] if r["status"] == "finished"
+    }
+    assert {p.stem for p in archive.glob("*.json")} == finished  # the failed run is not archived
+    monkeypatch.setattr(pairs, "experiment_baselines", dict)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'absent.db'}")
+    out = tmp_path / "pairs.md"
+    args = ["table", "--params", str(PARAMS), "--refs", f"ru-en={made.out.parent.parent / 'ru'}"]
+    args += ["--refs", f"en-ms={made.out.parent.parent / 'ms-other'}", "--out", str(out)]
+    args += ["--archive", str(archive)]
+    result = CliRunner().invoke(pairs.cli, args)
+    assert result.exit_code == 0, result.output
+    again = json.loads(out.with_suffix(".json").read_text(encoding="utf-8"))
+    assert again["runs"] == made.saved["runs"]  # scores, intervals and p-values recomputed alike
+    finished_sweep = [r for r in made.saved["sweep"] if r["status"] == "finished"]
+    assert again["sweep"] == finished_sweep
+    assert any(n.startswith("MLflow unavailable") for n in again["notes"])
+
+
+def test_a_damaged_archive_entry_is_named_with_its_fix(tmp_path: Path) -> None:
+    from bench import run_archive
+    from pipeline.errors import UserError
+
+    (tmp_path / "ru-en-lowres.json").write_text("{not json", encoding="utf-8")
+    with pytest.raises(UserError, match=r"ru-en-lowres\.json: not an archived run .*git checkout"):
+        run_archive.load_all(tmp_path)
