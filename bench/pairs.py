@@ -216,6 +216,7 @@ GRID: dict[str, dict[str, dict[str, object]]] = {
         "3": {"train.average_last": 3},
         "5": {"train.average_last": 5, "train.keep_last": 5},
     },
+    "ema": {str(d): {"train.ema_decay": d} for d in (0.0, 0.99, 0.999)},
 }
 
 

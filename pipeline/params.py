@@ -158,6 +158,7 @@ class TrainParams:
     patience: int
     keep_last: int
     average_last: int
+    ema_decay: float  # 0: off; else the moving average of the weights validated and saved (ema.py)
     skip_bad_batches: bool
     log_every: int
     threads: int
@@ -493,6 +494,11 @@ def validate_train(t: TrainParams, d: DataParams, b: BpeParams) -> None:
         t.average_last <= t.keep_last,
         "train.average_last",
         f"cannot average more checkpoints than train.keep_last={t.keep_last} keeps",
+    )
+    _check(
+        t.ema_decay == 0.0 or 0.0 < t.ema_decay < 1.0,
+        "train.ema_decay",
+        "must be 0 (off) or within (0, 1), e.g. 0.999: the weight of the running average at each update",
     )
     _check(t.log_every >= 1, "train.log_every", "must be at least 1")
     _check(

@@ -227,7 +227,8 @@ class Trainer:
 
     def validate(self, epoch: int) -> bool:
         """Score the val split on rank 0, share the result, update best/patience; -> improved."""
-        val_loss, val_bleu = self.dist.broadcast(self.val.evaluate() if self.dist.main else None)
+        with self.update.evaluated_weights():
+            val_loss, val_bleu = self.dist.broadcast(self.val.evaluate() if self.dist.main else None)
         p, t = self.progress, self.params.train
         p.valid.append(Validation(p.step, epoch, val_loss, val_bleu))
         metric = val_bleu if t.early_stop_metric == "bleu" else -val_loss

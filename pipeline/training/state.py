@@ -220,14 +220,16 @@ class RunState:
         }
 
     def save(self, improved: bool, rngs: list[dict[str, Any]]) -> None:
-        """ckpt_<step>.pt, best.pt if improved, then last.pt: a crash between them redoes the same."""
+        """ckpt_<step>.pt, best.pt if improved, then last.pt: a crash between them redoes the same.
+        The first two hold the weights validation scored (the moving average with train.ema_decay)."""
         ckpt_dir, p = self.paths.ckpt_dir, self.progress
-        payload = checkpoint.model_payload(
-            self.update.model, self.params, self.vocab.src_size, self.vocab.tgt_size, p.step
-        )
-        save_file(ckpt_dir / f"ckpt_{p.step}.pt", payload, ckpt_dir)
-        if improved:
-            save_file(ckpt_dir / BEST, payload, ckpt_dir)
+        with self.update.evaluated_weights():  # the moving average, with train.ema_decay
+            payload = checkpoint.model_payload(
+                self.update.model, self.params, self.vocab.src_size, self.vocab.tgt_size, p.step
+            )
+            save_file(ckpt_dir / f"ckpt_{p.step}.pt", payload, ckpt_dir)
+            if improved:
+                save_file(ckpt_dir / BEST, payload, ckpt_dir)
         save_file(ckpt_dir / LAST, self.to_dict(rngs), ckpt_dir)
         for path in ckpt_dir.glob("ckpt_*.pt"):
             if path.stem.removeprefix("ckpt_") not in {str(s) for s in p.kept}:

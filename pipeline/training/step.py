@@ -22,6 +22,7 @@ from pipeline.errors import UserError
 from pipeline.model import checkpoint
 from pipeline.model.transformer import Seq2SeqBase
 from pipeline.training.distributed import ALONE, Dist
+from pipeline.training.ema import WeightAverage
 from pipeline.training.optim import build_optimizer, build_scheduler
 
 
@@ -52,6 +53,8 @@ class UpdateStep:
         self.optimizer = build_optimizer(model, t)
         self.scheduler = build_scheduler(self.optimizer, t.warmup_steps)
         self.scaler = torch.amp.GradScaler(device.type, enabled=t.precision == "fp16")
+        # train.ema_decay: the shadow weights that validation and the checkpoints use (ema.py)
+        self.ema = WeightAverage(model, t.ema_decay) if t.ema_decay > 0 else None
         self.last_lr = t.lr  # the LR of the latest update, for the logs
 
     def _wrap(self, model: Seq2SeqBase) -> Callable[..., torch.Tensor]:
@@ -78,6 +81,11 @@ class UpdateStep:
 
     def autocast(self) -> contextlib.AbstractContextManager:
         return autocast(self.cfg.precision, self.device)
+
+    def evaluated_weights(self) -> contextlib.AbstractContextManager:
+        """The weights validation scores and checkpoints save: the moving average with
+        train.ema_decay (the raw weights again after the block), else the model's own."""
+        return self.ema.applied() if self.ema is not None else contextlib.nullcontext()
 
     def update(self, batches: list[Batch]) -> tuple[float, int] | None:
         """One update over micro-batches (update_freq of them); -> (loss sum, target tokens), all ranks.
@@ -121,18 +129,22 @@ class UpdateStep:
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
+        if self.ema is not None:
+            self.ema.update()
 
     def state_dict(self) -> dict[str, Any]:
-        """The tensors of the run: weights, optimizer moments, schedule and scaler."""
+        """The tensors of the run: weights, optimizer moments, schedule, scaler and weight average."""
         return {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "scaler": self.scaler.state_dict(),
-        }
+        } | ({"ema": self.ema.state_dict()} if self.ema is not None else {})
 
     def load_state_dict(self, saved: dict[str, Any], source: Path) -> None:
         checkpoint.load_weights(self.model, saved["model"], source)
         self.optimizer.load_state_dict(saved["optimizer"])
         self.scheduler.load_state_dict(saved["scheduler"])
         self.scaler.load_state_dict(saved["scaler"])
+        if self.ema is not None:
+            self.ema.load_state_dict(saved["ema"])  # train.ema_decay is in the saved params: it is there

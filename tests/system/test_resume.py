@@ -76,6 +76,11 @@ def assert_same_run(a: Paths, b: Paths) -> None:
     for key in opt_a:
         assert all(torch.equal(opt_a[key][k], opt_b[key][k]) for k in opt_a[key])
     assert torch.equal(state_a["rng"][0]["torch"], state_b["rng"][0]["torch"])
+    assert ("ema" in state_a) == ("ema" in state_b)
+    if "ema" in state_a:  # train.ema_decay: the moving average goes on where it was
+        assert state_a["ema"]["n"] == state_b["ema"]["n"]
+        shadow_a, shadow_b = state_a["ema"]["shadow"], state_b["ema"]["shadow"]
+        assert all(torch.equal(shadow_a[k], shadow_b[k]) for k in shadow_a)
     assert read_tsv(a.log_dir / "valid.tsv") == read_tsv(b.log_dir / "valid.tsv")
     steps_a, steps_b = (read_tsv(p.log_dir / "steps.tsv") for p in (a, b))
     assert [r[:4] for r in steps_a] == [r[:4] for r in steps_b]  # all but tokens_per_s
@@ -96,9 +101,9 @@ def interrupt_at(monkeypatch, target: object, name: str, when) -> None:
     monkeypatch.setattr(target, name, wrapper)
 
 
-@pytest.mark.parametrize("precision", ["fp32", "bf16"])
-def test_in_process_interruptions_change_nothing(precision, corpus, tmp_path, monkeypatch):
-    params = P.from_dict(tiny_raw(precision=precision, **SETTINGS))
+@pytest.mark.parametrize("precision, ema_decay", [("fp32", 0.0), ("bf16", 0.0), ("fp32", 0.9)])
+def test_in_process_interruptions_change_nothing(precision, ema_decay, corpus, tmp_path, monkeypatch):
+    params = P.from_dict(tiny_raw(precision=precision, ema_decay=ema_decay, **SETTINGS))
     uninterrupted = run_paths(tmp_path / "a", corpus)
     train(params, uninterrupted, tracking=False)
 

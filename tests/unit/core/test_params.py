@@ -157,6 +157,8 @@ def test_a_saved_model_from_before_the_refusals_still_loads(params):
         ("train", "subword_sampling", "yes", "train.subword_sampling: got 'yes'; allowed: none | unigram"),
         ("train", "init_from", 3, "train.init_from: got 3; expected a non-empty string"),
         ("train", "init_from", " ", "train.init_from: must be null (train from scratch) or the path"),
+        ("train", "ema_decay", 1.0, "train.ema_decay: must be 0 (off) or within (0, 1)"),
+        ("train", "ema_decay", -0.5, "train.ema_decay: must be 0 (off) or within (0, 1)"),
     ],
 )
 def test_bad_values_are_refused_naming_the_key(raw, section, key, value, expected):
