@@ -30,7 +30,7 @@ SOURCE_FORMATS = ("auto", "text", "tsv", "tmx", "sgm", "xml")
 # A test set's name becomes a file name and a metric name (test.<name>.bleu): no dots, no slashes.
 SET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 
-Precision = Literal["fp32", "bf16", "fp16"]  # train.precision
+Precision = Literal["auto", "fp32", "bf16", "fp16"]  # train.precision; auto: training.step.resolve_precision
 
 
 @dataclass(frozen=True)

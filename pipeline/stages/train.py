@@ -50,7 +50,7 @@ def _run(params: P.Params, paths: Paths, dist: Dist, on_change: str, tracking: b
     if dist.main:
         trainer.say(
             f"train: {count_parameters(trainer.model):,} parameters, {trainer.n_batches} batches per "
-            f"epoch, {dist.world_size} process(es) on {trainer.device}, {params.train.precision}"
+            f"epoch, {dist.world_size} process(es) on {trainer.device}, {trainer.params.train.precision}"
         )
     with trainer.open_observer(tracking):
         trainer.run()

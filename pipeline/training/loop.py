@@ -10,6 +10,7 @@ docs/exact-resume.md.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import shutil
@@ -46,7 +47,7 @@ from pipeline.training.state import (
     gather_rng,
     seed_everything,
 )
-from pipeline.training.step import UpdateStep, check_precision
+from pipeline.training.step import UpdateStep, check_precision, resolve_precision
 from pipeline.training.validation import ValSplit
 
 STEPS_HEADER = LogRow._fields
@@ -57,9 +58,12 @@ class Trainer:
     """Data, model and run state of one run; `run()` trains, `finish()` writes the outputs."""
 
     def __init__(self, params: P.Params, paths: Paths, dist: Dist = ALONE):
+        self.device = torch_device(params.train.device, index=dist.local_rank, key="train.device")
+        # train.precision auto becomes the precision used, in the state, the logs and data/model alike
+        precision = resolve_precision(params.train.precision, self.device)
+        params = dataclasses.replace(params, train=dataclasses.replace(params.train, precision=precision))
         self.params, self.paths, self.dist = params, paths, dist
         t = params.train
-        self.device = torch_device(t.device, index=dist.local_rank, key="train.device")
         check_precision(t.precision, self.device)
         if t.threads:
             torch.set_num_threads(t.threads)

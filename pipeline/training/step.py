@@ -10,6 +10,8 @@ loss is reported to the caller, which decides to skip or to stop.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,11 +28,38 @@ from pipeline.training.ema import WeightAverage
 from pipeline.training.optim import build_optimizer, build_scheduler
 
 
+def native_bf16(device: torch.device) -> bool:
+    """Whether the device multiplies bf16 natively: a GPU that supports it, or a CPU with AVX512-BF16
+    or AMX. Elsewhere (AVX2-only CPUs such as AMD Zen 3) torch's bf16 matmuls fall back to a reference
+    kernel, several times slower than fp32."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    return device.type == "cpu" and (
+        torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+    )
+
+
+def resolve_precision(setting: P.Precision, device: torch.device) -> P.Precision:
+    """train.precision as the run uses it: auto -> bf16 where the device does bf16 natively, else fp32;
+    an explicit bf16 where it does not gets a warning naming the fix."""
+    if setting == "auto":
+        return "bf16" if native_bf16(device) else "fp32"
+    if setting == "bf16" and not native_bf16(device):
+        warnings.warn(
+            f"train.precision bf16: {device} has no native bf16 (no AVX512-BF16 or AMX on this CPU), so "
+            "its bf16 matmuls run on a slow fallback; set train.precision: auto (fp32 here) or fp32",
+            stacklevel=2,
+        )
+    return setting
+
+
 def check_precision(precision: str, device: torch.device) -> None:
     if precision == "fp16" and device.type != "cuda":
         raise UserError(
             "train.precision fp16 needs a GPU (its loss scaling is CUDA-only); use bf16 or fp32 on CPU"
         )
+    if precision == "auto":
+        raise ValueError("train.precision auto must be resolved first (resolve_precision)")
 
 
 def autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
@@ -45,7 +74,10 @@ class UpdateStep:
     """The model and what updates it: the DDP / compiled net, optimizer, LR schedule and grad scaler."""
 
     def __init__(self, params: P.Params, model: Seq2SeqBase, device: torch.device, dist: Dist = ALONE):
-        t = self.cfg = params.train
+        t = params.train
+        if t.precision == "auto":  # the Trainer resolves it; a bare UpdateStep (benchmarks) here
+            t = dataclasses.replace(t, precision=resolve_precision(t.precision, device))
+        self.cfg = t
         check_precision(t.precision, device)
         self.model, self.device, self.dist = model, device, dist
         self.ddp: torch.nn.parallel.DistributedDataParallel | None = None

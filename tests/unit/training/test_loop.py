@@ -345,3 +345,15 @@ def test_mlflow_run_is_started_logged_to_and_reused(tmp_path, monkeypatch):
     assert "start" not in [op for op, _ in RecordingTracker.records]
     assert all(r["run_id"] == "run-1" for _, r in RecordingTracker.records)
     assert ("system_metrics", {"resume": True, "run_id": "run-1"}) in RecordingTracker.records
+
+
+def test_auto_precision_is_recorded_as_the_precision_the_run_used(tmp_path, monkeypatch):
+    from pipeline.training import step as step_module
+
+    monkeypatch.setattr(step_module, "native_bf16", lambda device: False)
+    paths = make_corpus(tmp_path, n_train=40)
+    summary = train(tiny_params(max_steps=2, precision="auto"), paths, tracking=False)
+    assert summary["precision"] == "fp32"
+    saved = yaml.safe_load((paths.out_dir / "params.yaml").read_text(encoding="utf-8"))
+    assert saved["train"]["precision"] == "fp32"
+    assert checkpoint.load(paths.ckpt_dir / "last.pt")["params"]["train"]["precision"] == "fp32"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -16,6 +17,7 @@ from pipeline.data.batching import Batch
 from pipeline.errors import UserError
 from pipeline.model.transformer import build_model
 from pipeline.tokens import BOS, EOS, N_SPECIAL, PAD
+from pipeline.training import step as step_module
 from pipeline.training.step import UpdateStep
 from tests.support.models import VOCAB, tiny_params
 
@@ -194,3 +196,20 @@ def test_a_forward_already_wrapped_is_not_wrapped_again():
     step.wrap(lambda model: model.forward)
     with pytest.raises(RuntimeError, match="already wrapped"):
         step.wrap(lambda model: model.forward)
+
+
+@pytest.mark.parametrize("native, expected", [(True, "bf16"), (False, "fp32")])
+def test_auto_precision_is_bf16_only_where_the_device_has_it_natively(monkeypatch, native, expected):
+    monkeypatch.setattr(step_module, "native_bf16", lambda device: native)
+    assert step_module.resolve_precision("auto", CPU) == expected
+    assert make_step(precision="auto").cfg.precision == expected
+
+
+def test_explicit_bf16_without_native_support_warns_with_the_fix(monkeypatch):
+    monkeypatch.setattr(step_module, "native_bf16", lambda device: False)
+    with pytest.warns(UserWarning, match=r"train.precision bf16: cpu has no native bf16.*auto"):
+        assert step_module.resolve_precision("bf16", CPU) == "bf16"
+    monkeypatch.setattr(step_module, "native_bf16", lambda device: True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert step_module.resolve_precision("bf16", CPU) == "bf16"
