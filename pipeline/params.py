@@ -191,6 +191,8 @@ class DecodeParams:
 class TrackingParams:
     experiment: str
     register_model: str | None  # a Model Registry name: each training run adds a version
+    # What the logged model decodes with when served: the model (torch) or its CTranslate2 conversion
+    serve_backend: Literal["torch", "ctranslate2"]
 
 
 @dataclass(frozen=True)
@@ -245,7 +247,9 @@ _ADDED = {
     ("train", "source_weights"): {},
     ("train", "source_temperature"): 1.0,
     ("train", "init_from"): None,
+    ("train", "ema_decay"): 0.0,
     ("tracking", "register_model"): None,
+    ("tracking", "serve_backend"): "torch",
     ("decode", "sampling"): {"enabled": False, "top_k": 0, "top_p": 1.0, "temperature": 1.0, "seed": 1},
 }
 

@@ -30,7 +30,7 @@ from mlflow.pyfunc import PythonModel
 from mlflow.types import ColSpec, DataType, ParamSchema, ParamSpec, Schema
 
 from pipeline.decoding.batcher import Batcher
-from pipeline.decoding.translator import Translator, one_line
+from pipeline.decoding.translator import QUANTIZATIONS, TextTranslator, Translator, one_line
 from pipeline.errors import UserError
 from pipeline.fingerprint import PACKAGE, module_closure
 
@@ -41,13 +41,19 @@ ARTIFACT = "model_dir"  # the model directory (model.pt, sentencepiece model(s),
 # model_config): how long the batcher waits for company, how many sentences one decode call
 # takes, and, under `mlflow models serve` only, the largest request served (a bigger one is
 # answered 400, naming the limit; in Python, spark_udf's batches of 10,000 rows stay welcome).
-SERVING = {
+SERVING: dict[str, Any] = {
     "batch_wait_ms": 5,
     "batch_max_lines": 256,
     "max_request_lines": 2_000,
     "max_request_chars": 200_000,
     "max_line_chars": 10_000,
+    # What decodes: the model itself (torch), or its CTranslate2 conversion, made at load beside the
+    # model directory (pipeline/decoding/ct2.py; int8 and the others trade exactness for speed).
+    "backend": "torch",
+    "quantization": "float32",
 }
+BACKENDS = ("torch", "ctranslate2")
+NUMBERS = ("batch_wait_ms", "batch_max_lines", "max_request_lines", "max_request_chars", "max_line_chars")
 # Set to "true" by MLflow's scoring server when it loads the model (tests/system/test_mlflow.py
 # serves a model and checks that the limits hold).
 SERVING_ENV = "_MLFLOW_IS_IN_SERVING_ENVIRONMENT"
@@ -57,8 +63,15 @@ class TranslatorModel(PythonModel):
     """A model directory's Translator behind MLflow's pyfunc interface."""
 
     def load_context(self, context: Any) -> None:
-        self.translator = Translator.from_dir(context.artifacts[ARTIFACT], device="auto")
         self.config = serving_config(getattr(context, "model_config", None))
+        self.translator: TextTranslator
+        if self.config["backend"] == "ctranslate2":
+            from pipeline.decoding.ct2 import CT2Translator
+
+            model_dir = context.artifacts[ARTIFACT]
+            self.translator = CT2Translator.from_dir(model_dir, "auto", self.config["quantization"])
+        else:
+            self.translator = Translator.from_dir(context.artifacts[ARTIFACT], device="auto")
         self.batcher: Batcher[Any] = Batcher(
             self._decode, self.config["batch_wait_ms"] / 1000, self.config["batch_max_lines"]
         )
@@ -94,21 +107,32 @@ class TranslatorModel(PythonModel):
         return [[one_line(t.text) for t in h] for h in hyps]
 
 
-def serving_config(given: dict[str, Any] | None) -> dict[str, int]:
-    """SERVING with `given`'s values; an unknown key or a value that is no positive integer is a
-    UserError naming it."""
+def serving_config(given: dict[str, Any] | None) -> dict[str, Any]:
+    """SERVING with `given`'s values; an unknown key, a count that is no positive integer, an unknown
+    backend or quantization is a UserError naming it."""
     config = dict(SERVING)
     for name, value in (given or {}).items():
         if name not in SERVING:
             raise UserError(f"model_config: unknown key {name!r}; the keys are {', '.join(SERVING)}")
+        if name in ("backend", "quantization"):
+            allowed = BACKENDS if name == "backend" else QUANTIZATIONS
+            if value not in allowed:
+                raise UserError(f"model_config: {name} {value!r} is none of {', '.join(allowed)}")
+            config[name] = value
+            continue
         least = 0 if name == "batch_wait_ms" else 1  # no wait at all is a fine setting
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise UserError(f"model_config: {name} must be an integer >= {least}, got {value!r}")
         config[name] = value
+    if config["quantization"] != "float32" and config["backend"] != "ctranslate2":
+        raise UserError(
+            f"model_config: quantization {config['quantization']} needs backend ctranslate2; "
+            "the torch backend runs float32"
+        )
     return config
 
 
-def check_size(lines: list[str], config: dict[str, int]) -> None:
+def check_size(lines: list[str], config: dict[str, Any]) -> None:
     """Refuse (400) a request over the served limits, saying which and what to do."""
     if len(lines) > config["max_request_lines"]:
         raise MlflowException.invalid_parameter_value(
@@ -193,16 +217,18 @@ def requirements() -> list[str]:
     return sorted(pins, key=str.lower)  # '+cpu' dropped: the torch build is the serving machine's choice
 
 
-def model_spec(model_dir: str | Path, example: Sequence[str]) -> dict[str, Any]:
-    """mlflow.pyfunc.log_model's arguments for the model in `model_dir`."""
+def model_spec(model_dir: str | Path, example: Sequence[str], backend: str = "torch") -> dict[str, Any]:
+    """mlflow.pyfunc.log_model's arguments for the model in `model_dir`, served by `backend`
+    (tracking.serve_backend, in the logged model_config; a load may override it)."""
     return {
         "python_model": str(Path(__file__).resolve()),  # this file: it sets the model below
         "artifacts": {ARTIFACT: str(Path(model_dir).resolve())},
         "code_paths": [str(PACKAGE)],
-        "pip_requirements": requirements(),
+        "pip_requirements": requirements()
+        + ([f"ctranslate2=={metadata.version('ctranslate2')}"] if backend == "ctranslate2" else []),
         "signature": signature(),
         "input_example": list(example),
-        "model_config": dict(SERVING),
+        "model_config": serving_config({"backend": backend}),
     }
 
 

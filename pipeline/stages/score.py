@@ -99,7 +99,7 @@ def log_trained_model(model_dir: Path, params: P.Params, example: list[str]) -> 
             return
         from pipeline.decoding import pyfunc  # mlflow and torch: only when there is a run to log to
 
-        spec = pyfunc.model_spec(model_dir, example)
+        spec = pyfunc.model_spec(model_dir, example, backend=params.tracking.serve_backend)
         tracker.log_model("model", spec, register_as=params.tracking.register_model)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -106,6 +107,10 @@ def test_served_requests_over_the_limits_are_refused_naming_the_limit(
 
 def test_serving_config_is_logged_with_the_model_and_checked_at_load(model_dir: Path) -> None:
     assert pyfunc.model_spec(model_dir, ["a"])["model_config"] == pyfunc.SERVING
+    if importlib.util.find_spec("ctranslate2") is not None:  # tracking.serve_backend: ctranslate2
+        spec = pyfunc.model_spec(model_dir, ["a"], backend="ctranslate2")
+        assert spec["model_config"] == pyfunc.SERVING | {"backend": "ctranslate2"}
+        assert any(r.startswith("ctranslate2==") for r in spec["pip_requirements"])
     assert pyfunc.serving_config({"batch_wait_ms": 0})["batch_wait_ms"] == 0
     with pytest.raises(UserError, match="unknown key 'batch'"):
         pyfunc.serving_config({"batch": 1})
@@ -113,6 +118,28 @@ def test_serving_config_is_logged_with_the_model_and_checked_at_load(model_dir: 
         pyfunc.serving_config({"max_request_lines": 0})
     with pytest.raises(UserError, match="batch_wait_ms must be an integer >= 0"):
         pyfunc.serving_config({"batch_wait_ms": 1.5})
+    with pytest.raises(UserError, match="backend 'onnx' is none of torch, ctranslate2"):
+        pyfunc.serving_config({"backend": "onnx"})
+    with pytest.raises(UserError, match="quantization int8 needs backend ctranslate2"):
+        pyfunc.serving_config({"quantization": "int8"})
+
+
+def test_the_ctranslate2_backend_serves_the_models_conversion(model_dir: Path, tmp_path: Path) -> None:
+    pytest.importorskip("ctranslate2")
+    import shutil
+
+    from pipeline.decoding.ct2 import CT2Translator
+
+    copy = shutil.copytree(model_dir, tmp_path / "model")  # the conversion is made beside it
+    served = pyfunc.TranslatorModel()
+    config = {"backend": "ctranslate2", "batch_wait_ms": 0}
+    served.load_context(SimpleNamespace(artifacts={pyfunc.ARTIFACT: str(copy)}, model_config=config))
+    assert isinstance(served.translator, CT2Translator) and served.translator.quantization == "float32"
+    lines = ["der hund läuft", "", "die katze springt"]
+    assert served.predict(None, lines) == CT2Translator.from_dir(copy).translate(lines)
+    assert served.predict(None, lines, {"beam": 2}) == CT2Translator.from_dir(copy).translate(lines, beam=2)
+    with pytest.raises(MlflowException, match="sample"):  # ctranslate2 does not sample here: a 400
+        served.predict(None, lines, {"sample": True})
 
 
 def test_concurrent_predicts_are_batched_and_answered_as_alone(
