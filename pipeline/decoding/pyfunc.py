@@ -133,7 +133,11 @@ def serving_config(given: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def check_size(lines: list[str], config: dict[str, Any]) -> None:
-    """Refuse (400) a request over the served limits, saying which and what to do."""
+    """Refuse (400) a request with no sentences or over the served limits, saying which and what to do."""
+    if not lines:
+        raise MlflowException.invalid_parameter_value(
+            "the request holds no sentences; send at least one source sentence in `inputs`"
+        )
     if len(lines) > config["max_request_lines"]:
         raise MlflowException.invalid_parameter_value(
             f"the request holds {len(lines):,} sentences; one request may hold at most "

@@ -95,6 +95,8 @@ def test_served_requests_over_the_limits_are_refused_naming_the_limit(
     long = ["der hund " * (limits["max_line_chars"] // 9 + 1)]
     assert len(model.predict(None, big)) == len(big)  # called from Python, no limit
     monkeypatch.setenv(pyfunc.SERVING_ENV, "true")
+    with pytest.raises(MlflowException, match="no sentences"):
+        model.predict(None, [])
     with pytest.raises(MlflowException, match="max_request_lines"):
         model.predict(None, big)
     with pytest.raises(MlflowException, match="max_line_chars"):

@@ -1,0 +1,57 @@
+"""bench/serve_load.py end to end on a tiny model: a real `mlflow models serve`, concurrent clients,
+a client that hangs up mid-request and a bad-load client; what it measures is checked for sense, not
+speed (speed is the benchmark's business, never a test's)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bench import serve_load
+from tests.support.models import make_model_dir
+
+pytestmark = pytest.mark.slow
+
+SENTENCES = ["der hund läuft", "ein kind spielt", "die katze springt", "zwei männer", "eine frau", "ein ball"]
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, dict]:
+    model_dir = make_model_dir(tmp_path_factory.mktemp("serve") / "model")
+    rows, detail = serve_load.run_load(
+        model_dir, SENTENCES, backend="torch", clients=3, requests=2, lines=2, bad=True, time_limit=300
+    )
+    return {r["metric"]: r["value"] for r in rows}, detail
+
+
+def test_every_answer_is_the_offline_translation_and_none_is_lost(measured) -> None:
+    value, detail = measured
+    assert value["errors"] == 0, detail["errors"]
+    assert detail["unsent_sentences"] == 0  # the client that hung up stalled nothing
+    assert value["sentences_per_s"] > 0 and value["offline_sentences_per_s"] > 0
+    assert value["throughput_ratio_to_offline"] == pytest.approx(
+        value["sentences_per_s"] / value["offline_sentences_per_s"],
+        rel=0.01,
+        abs=1e-3,  # rounded to 3 places
+    )
+    assert 0 < value["p50_s"] <= value["p99_s"]
+
+
+def test_every_kind_of_bad_request_is_refused_4xx_naming_the_problem(measured) -> None:
+    value, detail = measured
+    kinds = {what for what, _, _ in serve_load.bad_requests()}
+    assert {b["request"] for b in detail["bad"]} == kinds
+    for b in detail["bad"]:
+        assert 400 <= b["status"] < 500 and b["refused"], b
+    assert value["bad_not_refused"] == 0
+
+
+def test_the_section_shows_the_rows(measured, tmp_path: Path) -> None:
+    value, detail = measured
+    rows = [
+        {"system": "mlflow-serve-torch", "task": "serve", "metric": m, "value": v} for m, v in value.items()
+    ]
+    text = serve_load.section(rows, detail, {"CPU": "test"})
+    assert text.startswith(serve_load.SERVE_START) and text.endswith(serve_load.SERVE_END)
+    assert "mlflow-serve-torch" in text and "10,000 sentences: HTTP 400" in text
