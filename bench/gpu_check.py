@@ -20,6 +20,9 @@ each with a time budget and its elapsed time printed:
 5. decode: greedy and beam 5, sentences/s, with --model / --test-src, else data/model on
    data/clean/test/<params.yaml's first test set>.src if both exist, else a random-weight default
    model on synthetic sentences.
+6. serve: bench/serve_load.py with the same model and sentences (skipped without them): `mlflow
+   models serve` on loopback, the model on the GPU, 8 concurrent clients and a bad-load client,
+   throughput against offline decoding, p50/p99, errors, RSS growth.
 
 --dry-run runs the same functions on the CPU with tiny sizes: fp16 is recorded as skipped (it needs
 CUDA), torch.compile uses dynamo's "eager" backend (capture without code generation), torchrun runs
@@ -125,9 +128,9 @@ def make_sizes(params: P.Params, dry_run: bool) -> Sizes:
         for c in (False, True)
     ]
     if dry_run:
-        budgets = {"tests": 40.0, "train": 40.0, "torchrun": 40.0, "decode": 20.0}
+        budgets = {"tests": 40.0, "train": 40.0, "torchrun": 40.0, "decode": 20.0, "serve": 60.0}
     else:
-        budgets = {"tests": 170.0, "train": 170.0, "torchrun": 60.0, "decode": 50.0}
+        budgets = {"tests": 170.0, "train": 170.0, "torchrun": 60.0, "decode": 50.0, "serve": 120.0}
     return Sizes(
         train=tuple(runs),
         corpus_vocab=vocab,
@@ -593,6 +596,42 @@ def decode_section(check: Check, budget: float) -> dict[str, Any]:
     return {"status": "ran", "source": source, "device": str(check.device), "workers": workers, "runs": runs}
 
 
+def serve_section(check: Check, budget: float) -> dict[str, Any]:
+    """bench/serve_load.py on the device: `mlflow models serve` of the trained model (on the GPU when
+    there is one), 8 concurrent clients and a bad-load client, against offline decoding."""
+    from bench import serve_load
+
+    model_dir, test_src = check.model_dir, check.test_src
+    if model_dir is None and test_src is None and not check.dry_run:
+        model_dir, test_src = REPO / "data" / "model", default_test_source()
+    if (
+        model_dir is None
+        or test_src is None
+        or not (model_dir / "model.pt").is_file()
+        or not test_src.is_file()
+    ):
+        return {
+            "status": "skipped",
+            "reason": "no trained model and test source (data/model, or --model and --test-src)",
+        }
+    sentences = [s for s in test_src.read_text(encoding="utf-8").splitlines() if s.strip()]
+    clients, requests, lines = (2, 2, 2) if check.dry_run else (8, 8, 8)
+    rows, detail = serve_load.run_load(
+        model_dir,
+        sentences,
+        backend="torch",
+        clients=clients,
+        requests=requests,
+        lines=lines,
+        bad=True,
+        time_limit=max(budget - 40.0, 10.0),  # the server's start and the offline pass come first
+        say=say,
+    )
+    values = {r["metric"]: r["value"] for r in rows}
+    say("  serve: " + ", ".join(f"{k} {v}" for k, v in values.items()))
+    return {"status": "ran", "source": f"{model_dir} on {test_src}", "metrics": values, "detail": detail}
+
+
 # --- running the sections, and the report -------------------------------------------------------
 
 SECTIONS: dict[str, Callable[[Check, float], dict[str, Any]]] = {
@@ -600,6 +639,7 @@ SECTIONS: dict[str, Callable[[Check, float], dict[str, Any]]] = {
     "train": train_section,
     "torchrun": torchrun_section,
     "decode": decode_section,
+    "serve": serve_section,
 }
 
 
@@ -663,6 +703,7 @@ def markdown(report: dict[str, Any]) -> str:
     ]
     out += tests_lines(s.get("tests", {})) + train_lines(s.get("train", {}))
     out += torchrun_lines(s.get("torchrun", {})) + decode_lines(s.get("decode", {}))
+    out += serve_lines(s.get("serve", {}))
     failed = [f"- {p}" for p in report["problems"]] or ["- none"]
     return "\n".join([*out, "Problems:", "", *failed, "", GPU_END])
 
@@ -725,6 +766,18 @@ def decode_lines(dec: dict[str, Any]) -> list[str]:
         for r in dec["runs"]
     ]
     return [*out, markdown_table(["search", "sentences/s", "tokens/s"], rows, "lrr"), ""]
+
+
+def serve_lines(serve: dict[str, Any]) -> list[str]:
+    if serve.get("status") != "ran":
+        return [f"**Serving**: {serve.get('reason', serve.get('status', 'not run'))}.", ""] if serve else []
+    rows = [[k, str(v)] for k, v in serve["metrics"].items()]
+    return [
+        f"**Serving** (bench/serve_load.py), {serve['source']}:",
+        "",
+        markdown_table(["metric", "value"], rows, "lr"),
+        "",
+    ]
 
 
 def refuse_without_gpu() -> None:
