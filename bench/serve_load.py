@@ -17,8 +17,11 @@ Not a test: it measures, in one run, on one machine and with one model and backe
    --lines consecutive sentences (distinct sentences per client), each waiting for its answer
    before the next; the whole is bounded by --time-limit. Throughput is the sentences answered
    over the wall time from the first request to the last answer; latency is per request. An
-   answer that is not HTTP 200, not one translation per line, or not the offline translation of
-   its lines counts as an error.
+   answer that is not HTTP 200 or not one translation (a string) per line counts as an error;
+   `differs_from_offline` counts the answered sentences whose translation is not the offline
+   one. That is not an error by itself: the server decodes a sentence in other batches (of other
+   shapes) than the offline call, and float32 products of other shapes may round differently,
+   which flips near-ties of an untrained model's scores; on a trained model it should be about 0.
 3. bad load (--bad): one more client, at the same time, sends malformed JSON, an empty body, an
    empty list, wrong-typed input, 10,000 sentences and a 100,000-character sentence in turn; each
    must be answered 4xx with a message that names the problem (`bad_not_refused` counts those
@@ -196,7 +199,8 @@ def disconnect_mid_request(port: int, lines: Sequence[str]) -> None:
 class Load:
     latencies: list[float] = field(default_factory=list)
     sent: int = 0  # sentences sent
-    answered: int = 0  # sentences in correct answers
+    answered: int = 0  # sentences in complete answers
+    differ: int = 0  # of those, translations other than the offline one
     errors: list[str] = field(default_factory=list)
     bad: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
@@ -218,18 +222,21 @@ def client(port: int, chunks: list[list[str]], expected: dict[str, str], deadlin
             continue
         took = time.perf_counter() - began
         problem = None
+        predictions = answer.get("predictions") if isinstance(answer, dict) else None
         if status != 200:
             problem = f"HTTP {status}: {str(answer)[:200]}"
-        elif not isinstance(answer, dict) or len(answer.get("predictions", [])) != len(lines):
+        elif not isinstance(predictions, list) or len(predictions) != len(lines):
             problem = f"not one translation per line: {str(answer)[:200]}"
-        elif answer["predictions"] != [expected[x] for x in lines]:
-            problem = "an answer differs from the offline translation of its lines"
+        elif not all(isinstance(t, str) for t in predictions):
+            problem = f"not a translation per line: {str(answer)[:200]}"
         with load.lock:
             load.latencies.append(took)
             if problem:
                 load.errors.append(problem)
-            else:
-                load.answered += len(lines)
+                continue
+            load.answered += len(lines)
+            assert predictions is not None
+            load.differ += sum(t != expected[x] for t, x in zip(predictions, lines, strict=True))
 
 
 def bad_client(port: int, deadline: float, stop: threading.Event, load: Load) -> None:
@@ -336,6 +343,7 @@ def run_load(
         row(system, TASK, "fp32", "p50_s", p50, digits=3),
         row(system, TASK, "fp32", "p99_s", p99, digits=3),
         row(system, TASK, "fp32", "errors", errors, digits=0),
+        row(system, TASK, "fp32", "differs_from_offline", load.differ, digits=0),
         row(system, TASK, "fp32", "rss_growth_mb", rss_after - rss_before, digits=1),
     ]
     if bad:
@@ -365,6 +373,7 @@ def section(rows: list[dict], detail: dict[str, Any], info: dict[str, str]) -> s
         "p50_s",
         "p99_s",
         "errors",
+        "differs_from_offline",
         "bad_not_refused",
         "rss_growth_mb",
     ]
@@ -382,8 +391,9 @@ def section(rows: list[dict], detail: dict[str, Any], info: dict[str, str]) -> s
             f"`mlflow models serve` on loopback, {detail['clients']} concurrent clients each sending "
             f"{detail['requests_per_client']} requests of {detail['lines_per_request']} real test "
             "sentences (beam of the model's decode settings), against the same model translating the "
-            "same sentences offline in one call. Errors: answers not 200, not one per line, or not the "
-            "offline translation. The bad-load client's requests (all answered 4xx naming the problem "
+            "same sentences offline in one call. Errors: answers not 200 or not one translation per line; "
+            "differs_from_offline: answered sentences translated otherwise than offline. "
+            "The bad-load client's requests (all answered 4xx naming the problem "
             "unless bad_not_refused says otherwise):",
             "",
             table,

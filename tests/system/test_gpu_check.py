@@ -56,9 +56,12 @@ def test_the_dry_run_runs_every_section_and_times_it(dry_run):
     done, report, _ = dry_run
     assert report["format"] == gpu_check.FORMAT and report["dry_run"] is True
     assert report["problems"] == []
-    assert {n: s["status"] for n, s in report["sections"].items()} == dict.fromkeys(gpu_check.SECTIONS, "ran")
-    for name in gpu_check.SECTIONS:  # elapsed per section, printed as it goes
-        assert f"[gpu_check] {name}: ran in" in done.stdout
+    # serve needs a trained model and its test source, which the rehearsal is not given (tested below)
+    expected = dict.fromkeys(gpu_check.SECTIONS, "ran") | {"serve": "skipped"}
+    assert {n: s["status"] for n, s in report["sections"].items()} == expected
+    assert "no trained model" in report["sections"]["serve"]["reason"]
+    for name, status in expected.items():  # elapsed per section, printed as it goes
+        assert f"[gpu_check] {name}: {status} in" in done.stdout
     # The time is recorded, not asserted: a wall-clock bound fails on a busy machine (speed is bench's).
     assert report["total_seconds"] > 0
 
@@ -215,3 +218,18 @@ def test_problems_name_failed_sections_tests_non_finite_losses_and_compile_misma
     assert found[0].startswith("section tests") and "test t::a: failed" in found
     assert "train default bf16: a non-finite loss" in found
     assert any("compiled first loss 10.5000, eager 10.0000" in p for p in found) and len(found) == 4
+
+
+def test_serving_a_model_directory_under_load(tmp_path):
+    model_dir = make_model_dir(tmp_path / "model")
+    test_src = tmp_path / "test.src"
+    test_src.write_text("der hund läuft\neine katze\n\ndas kind springt\nzwei männer\n", encoding="utf-8")
+    params = BASE
+    sizes = gpu_check.make_sizes(params, True)
+    check = gpu_check.Check(params, sizes, torch.device("cpu"), True, tmp_path, None, model_dir, test_src)
+    result = gpu_check.serve_section(check, 120.0)
+    assert result["status"] == "ran" and result["source"] == f"{model_dir} on {test_src}"
+    assert result["metrics"]["errors"] == 0, result["detail"]["errors"]
+    assert result["metrics"]["bad_not_refused"] == 0, result["detail"]["bad"]
+    assert result["metrics"]["sentences_per_s"] > 0
+    assert "**Serving**" in "\n".join(gpu_check.serve_lines(result))
