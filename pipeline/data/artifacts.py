@@ -128,16 +128,24 @@ class Corpus:
         return {"name": self.name, "sentences": self.lines}
 
 
+WRITTEN_BY = {MANIFEST: "download", CLEAN_STATS: "clean", BIN_META: "binarize"}
+
+
 def read_record(path: Path) -> dict[str, Any] | None:
-    """A stage's JSON record, or None if there is none; a record that is not a JSON object is an error."""
+    """A stage's JSON record, or None if there is none; a record that is not a JSON object is an
+    error that names the stage to rerun."""
     if not path.is_file():
         return None
+    stage = WRITTEN_BY.get(path.name)
+    rerun = (
+        f"rerun the {stage} stage (dvc repro -f {stage})" if stage else "run the stage that writes it again"
+    )
     try:
         found = json.loads(path.read_text(encoding="utf-8"))
     except ValueError as e:
-        raise UserError(f"{path}: not JSON ({e}); run the stage that writes it again") from e
+        raise UserError(f"{path}: not JSON ({e}); {rerun}") from e
     if not isinstance(found, dict):
-        raise UserError(f"{path}: a JSON object was expected; run the stage that writes it again")
+        raise UserError(f"{path}: a JSON object was expected; {rerun}")
     return found
 
 

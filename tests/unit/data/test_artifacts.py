@@ -40,7 +40,17 @@ def test_without_a_record_the_split_is_one_corpus(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("text", ["{not json", "[1, 2]"])
-def test_a_broken_record_names_itself_and_the_fix(tmp_path: Path, text: str) -> None:
-    (tmp_path / artifacts.BIN_META).write_text(text, encoding="utf-8")
-    with pytest.raises(UserError, match=r"meta.json: .*run the stage that writes it again"):
-        artifacts.listed_corpora(tmp_path / artifacts.BIN_META)
+@pytest.mark.parametrize(
+    "name, stage",
+    [(artifacts.MANIFEST, "download"), (artifacts.CLEAN_STATS, "clean"), (artifacts.BIN_META, "binarize")],
+)
+def test_a_broken_record_names_itself_and_the_stage_to_rerun(tmp_path: Path, text: str, name, stage) -> None:
+    (tmp_path / name).write_text(text, encoding="utf-8")
+    with pytest.raises(UserError, match=rf"{name}: .*rerun the {stage} stage \(dvc repro -f {stage}\)"):
+        artifacts.listed_corpora(tmp_path / name)
+
+
+def test_a_broken_record_of_no_known_stage_says_to_rerun_its_writer(tmp_path: Path) -> None:
+    (tmp_path / "other.json").write_text("{not json", encoding="utf-8")
+    with pytest.raises(UserError, match=r"other.json: not JSON .*run the stage that writes it again"):
+        artifacts.read_record(tmp_path / "other.json")
