@@ -599,7 +599,7 @@ def decode_section(check: Check, budget: float) -> dict[str, Any]:
 def serve_section(check: Check, budget: float) -> dict[str, Any]:
     """bench/serve_load.py on the device: `mlflow models serve` of the trained model (on the GPU when
     there is one), 8 concurrent clients and a bad-load client, against offline decoding."""
-    from bench import serve_load
+    from bench import serving
 
     model_dir, test_src = check.model_dir, check.test_src
     if model_dir is None and test_src is None and not check.dry_run:
@@ -616,17 +616,9 @@ def serve_section(check: Check, budget: float) -> dict[str, Any]:
         }
     sentences = [s for s in test_src.read_text(encoding="utf-8").splitlines() if s.strip()]
     clients, requests, lines = (2, 2, 2) if check.dry_run else (8, 8, 8)
-    rows, detail = serve_load.run_load(
-        model_dir,
-        sentences,
-        backend="torch",
-        clients=clients,
-        requests=requests,
-        lines=lines,
-        bad=True,
-        time_limit=max(budget - 40.0, 10.0),  # the server's start and the offline pass come first
-        say=say,
-    )
+    # the server's start and the offline pass come first
+    shape = serving.Shape(clients, requests, lines, bad=True, time_limit=max(budget - 40.0, 10.0))
+    rows, detail = serving.run_load(model_dir, sentences, "torch", shape, say=say)
     values = {r["metric"]: r["value"] for r in rows}
     say("  serve: " + ", ".join(f"{k} {v}" for k, v in values.items()))
     return {"status": "ran", "source": f"{model_dir} on {test_src}", "metrics": values, "detail": detail}

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import serve_load
+from bench import serve_load, serving
 from tests.support.models import make_model_dir
 
 pytestmark = pytest.mark.slow
@@ -26,9 +26,8 @@ SENTENCES = [  # 3 clients x 2 requests x 2 lines: each sentence twice
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, dict]:
     model_dir = make_model_dir(tmp_path_factory.mktemp("serve") / "model")
-    rows, detail = serve_load.run_load(
-        model_dir, SENTENCES, backend="torch", clients=3, requests=2, lines=2, bad=True, time_limit=300
-    )
+    shape = serving.Shape(clients=3, requests=2, lines=2, bad=True, time_limit=300)
+    rows, detail = serving.run_load(model_dir, SENTENCES, "torch", shape)
     return {r["metric"]: r["value"] for r in rows}, detail
 
 
@@ -49,7 +48,7 @@ def test_every_request_is_answered_in_full_and_none_is_lost(measured) -> None:
 
 def test_every_kind_of_bad_request_is_refused_4xx_naming_the_problem(measured) -> None:
     value, detail = measured
-    kinds = {what for what, _, _ in serve_load.bad_requests()}
+    kinds = {what for what, _, _ in serving.bad_requests()}
     assert {b["request"] for b in detail["bad"]} == kinds
     for b in detail["bad"]:
         assert 400 <= b["status"] < 500 and b["refused"], b
