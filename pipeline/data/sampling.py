@@ -15,6 +15,7 @@ import contextlib
 import multiprocessing
 import os
 import queue
+import signal
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,7 @@ from pipeline.params import TrainParams
 
 BLOCK = 1024  # sentences drawn from one generator: the unit of the seed, so fixed, not tuned
 _POLL_S = 1.0  # how often a blocked side checks that the other is still alive
+_CLOSE_S = 10.0  # how long close() waits for the child to go on SIGTERM before it kills it
 
 # One side's sentences: ids end to end and n+1 offsets from 0, as binarize's .bin/.idx hold them.
 Segmented = tuple[np.ndarray, np.ndarray]
@@ -166,8 +168,12 @@ class Prefetcher:
         return item
 
     def close(self) -> None:
+        """Stop the child (it is usually blocked handing over the next epoch) and wait for it."""
         if self._process.is_alive():
             self._process.terminate()
+            self._process.join(timeout=_CLOSE_S)
+        if self._process.is_alive():  # a SIGTERM it did not act on: not worth a hung run
+            self._process.kill()
         self._process.join()
         self._queue.close()
 
@@ -176,6 +182,11 @@ def _produce(
     bpe_dir: Path, text: tuple[list[str], list[str]], sampling: Sampling, first: int, out: Any, parent: int
 ) -> None:
     """The child: every epoch from `first` on, each put on `out` as (epoch, sides), until the parent goes."""
+    # Forked from a training that handles SIGINT and SIGTERM by stopping between updates (signals.py):
+    # here that handler would only set a flag nobody reads, and close()'s SIGTERM would go unheard.
+    # Ctrl-C is the parent's to act on; it then closes this process.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     vocab = Vocab.load(bpe_dir, threads=1)
     for epoch in _count(first):
         try:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import itertools
+import signal
 import subprocess
 import sys
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -106,6 +109,27 @@ def test_the_prefetcher_hands_over_the_epochs_in_order_as_sampled_here(corpus):
         want = sample_epoch(vocab, text, how, epoch)
         for (ids_a, off_a), (ids_b, off_b) in zip(sides, want):
             assert np.array_equal(ids_a, ids_b) and np.array_equal(off_a, off_b), epoch
+
+
+def test_closing_stops_a_child_forked_from_a_training_that_handles_sigterm(corpus):
+    """Training installs SIGINT/SIGTERM handlers that only ask the loop to stop (signals.py); the
+    child forked under them must still go when close() terminates it, blocked handing over an epoch
+    the run will never train (an early stop), or the run hangs at its end."""
+    paths, how, _, text = corpus
+    before = signal.signal(signal.SIGTERM, lambda *_: None)
+    try:
+        prefetcher = Prefetcher(paths.bpe_dir, text, how, first=1)
+        prefetcher.get(1)
+        time.sleep(0.5)  # the child samples epoch 2 and blocks on the full queue
+        closing = threading.Thread(target=prefetcher.close)
+        began = time.monotonic()
+        closing.start()
+        closing.join(timeout=30)
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert not closing.is_alive() and not prefetcher._process.is_alive()
+    assert prefetcher._process.exitcode == -signal.SIGTERM  # it went on SIGTERM, not on the fallback kill
+    assert time.monotonic() - began < sampling._CLOSE_S
 
 
 def test_a_child_that_fails_fails_the_run_with_its_error(corpus, tmp_path):
