@@ -13,7 +13,8 @@ Not a test: it measures, in one run, on one machine and with one model and backe
    is then freed, so that the server has the machine to itself.
 2. served: the model saved as an MLflow pyfunc model (the score stage's model_spec, the
    `--backend`'s model_config) and served by `mlflow models serve --env-manager local` on a free
-   loopback port. After a warm-up request, --clients threads each send --requests requests of
+   loopback port. After a warm-up round (every client's first request at once, so that the
+   server's batches and memory reach their working size), --clients threads each send --requests requests of
    --lines consecutive sentences (distinct sentences per client), each waiting for its answer
    before the next; the whole is bounded by --time-limit. Throughput is the sentences answered
    over the wall time from the first request to the last answer; latency is per request. An
@@ -23,14 +24,15 @@ Not a test: it measures, in one run, on one machine and with one model and backe
    shapes) than the offline call, and float32 products of other shapes may round differently,
    which flips near-ties of an untrained model's scores; on a trained model it should be about 0.
 3. bad load (--bad): one more client, at the same time, sends malformed JSON, an empty body, an
-   empty list, wrong-typed input, 10,000 sentences and a 100,000-character sentence in turn; each
+   empty list, wrong-typed input, 10,000 sentences and a 100,000-character sentence, each once; each
    must be answered 4xx with a message that names the problem (`bad_not_refused` counts those
    that were not), while the other clients' answers stay correct.
 4. a client that disconnects mid-request (it sends a request and closes its socket without
    reading the answer) before the load: the load's answers show the batcher did not stall.
 
 The server's resident memory (the process and its children, psutil) is read after the warm-up
-and after the load. Rows {"task": "serve", "system": "mlflow-serve-<backend>", "precision",
+round and after the load: the growth is what the load adds (a leak), not the first batches'
+working set. Rows {"task": "serve", "system": "mlflow-serve-<backend>", "precision",
 "metric", "value"}: throughput_ratio_to_offline, sentences_per_s, offline_sentences_per_s, p50_s,
 p99_s, errors, bad_not_refused, rss_growth_mb, merged into --out; the section between SERVE_START
 and SERVE_END of --md is regenerated. Never run it beside a training: both want every core.
