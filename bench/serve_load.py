@@ -40,6 +40,7 @@ and SERVE_END of --md is regenerated. Never run it beside a training: both want 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,7 @@ from pipeline.files import read_lines, write_json
 from pipeline.reporting.tables import markdown_table
 
 SERVE_START, SERVE_END = "<!-- serve:start -->", "<!-- serve:end -->"
+SERVER_ENV = ("MALLOC_ARENA_MAX", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 def section(rows: list[dict], detail: dict[str, Any], info: dict[str, str]) -> str:
@@ -91,7 +93,14 @@ def section(rows: list[dict], detail: dict[str, Any], info: dict[str, str]) -> s
             "",
             *bad_lines,
             "",
-            "Machine: " + ", ".join(f"{k} {v}" for k, v in info.items()) + ".",
+            "Server environment: "
+            + (
+                ", ".join(f"{k}={v}" for k, v in detail.get("server_env", {}).items())
+                or "as inherited, none set"
+            )
+            + ". Machine: "
+            + ", ".join(f"{k} {v}" for k, v in info.items())
+            + ".",
             SERVE_END,
         ]
     )
@@ -139,6 +148,8 @@ def main(
     except UserError as e:
         raise click.ClickException(str(e)) from None
     info = machine_info("torch threads", torch.get_num_threads())
+    # The server inherits this environment; these change its speed and memory (docs/mlflow.md).
+    detail["server_env"] = {k: os.environ[k] for k in SERVER_ENV if k in os.environ}
     for r in rows:
         click.echo(f"{r['system']:24s} {r['metric']:28s} {r['value']}")
     if out is not None:
