@@ -417,11 +417,21 @@ def table(
         if not sep or pair not in PAIRS:
             raise click.BadParameter(f"{item!r}: expected PAIR=DIR with PAIR one of {sorted(PAIRS)}")
         given[pair] = Path(where)
-    report = collect(params_file, given, archive or out.with_suffix("") / "runs")
+    archive = archive or out.with_suffix("") / "runs"
+    report = collect(params_file, given, archive)
     report.notes += notes
+    archive_new_runs(report, archive)
     files.write_json(out.with_suffix(".json"), report.to_json())
     files.write_text(out, render(report))
     click.echo(f"wrote {out.with_suffix('.json')} and {out}")
+
+
+def archive_new_runs(report: Report, archive: Path) -> None:
+    """Save each finished run read from MLflow (not already archived) for the next table to read."""
+    for row in (r for pair in report.pairs for r in [*pair.rows, *pair.sweep]):
+        if row.status == "finished" and not row.archived:
+            run = run_archive.ArchivedRun(row.record, row.tags, row.summary, row.hyps)
+            run_archive.save(archive, row.name, run)
 
 
 # --- the runs ----------------------------------------------------------------------
@@ -440,6 +450,7 @@ class Row:
     delta: dict[str, dict[str, float]] = field(default_factory=dict)  # test set -> bleu/chrf -> Δ
     p: dict[str, dict[str, float | None]] = field(default_factory=dict)
     best_val: bool = False
+    archived: bool = False  # read from the archive, not from MLflow
 
     @property
     def name(self) -> str:
@@ -565,6 +576,7 @@ def collect(params_file: Path, given_refs: dict[str, Path], archive: Path) -> Re
         exp = experiment_of(mine[0], known)
         assert exp is not None
         row = pick_row(exp, mine, defaults)
+        row.archived = str(row.record.id) in from_archive
         row.record, note = experiment_commit(name, row.record, baselines)
         notes += [note] if note else []
         rows.append(row)
@@ -601,10 +613,6 @@ def collect(params_file: Path, given_refs: dict[str, Path], archive: Path) -> Re
         ]
         out.append(PairResult(pair, tests, full, ranking, base, where))
     shutil.rmtree(scratch, ignore_errors=True)
-    for row in (r for p in out for r in [*p.rows, *p.sweep]):
-        if row.status == "finished" and str(row.record.id) not in from_archive:
-            run = run_archive.ArchivedRun(row.record, row.tags, row.summary, row.hyps)
-            run_archive.save(archive, row.name, run)
     import torch  # here, not at the top: `queue` needs no torch
 
     return Report(out, notes, machine_info("torch threads", torch.get_num_threads()))

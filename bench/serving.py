@@ -25,6 +25,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from bench.common import row
+from pipeline.decoding.translator import one_line
 from pipeline.errors import UserError
 
 TASK = "serve"
@@ -202,7 +203,7 @@ def client(port: int, chunks: list[list[str]], expected: dict[str, str], deadlin
             load.differ += sum(t != expected[x] for t, x in zip(predictions, lines, strict=True))
 
 
-def bad_client(port: int, deadline: float, stop: threading.Event, load: Load) -> None:
+def bad_client(port: int, deadline: float, load: Load) -> None:
     """Each kind of bad request once, one after another, while the good clients run (a mix, not a
     flood: each 10,000-sentence body costs the server its parsing before the refusal)."""
     for what, body, word in bad_requests():
@@ -244,7 +245,7 @@ def offline(model_dir: Path, backend: str, sentences: list[str]) -> tuple[dict[s
     began = time.perf_counter()
     out = translator.translate(sentences)
     rate = len(sentences) / (time.perf_counter() - began)
-    return {s: " ".join(t.split()) for s, t in zip(sentences, out, strict=True)}, rate
+    return {s: one_line(t) for s, t in zip(sentences, out, strict=True)}, rate  # as the server answers
 
 
 @dataclass(frozen=True)
@@ -307,17 +308,16 @@ def warm_up(port: int, chunks: list[list[list[str]]]) -> None:
 
 def drive(port: int, chunks: list[list[list[str]]], expected: dict[str, str], shape: Shape) -> Load:
     """The clients (and the bad-load client) at once, until the good ones are done or time is up."""
-    load, stop = Load(), threading.Event()
+    load = Load()
     deadline = time.monotonic() + shape.time_limit
     threads = [threading.Thread(target=client, args=(port, c, expected, deadline, load)) for c in chunks]
-    bad = threading.Thread(target=bad_client, args=(port, deadline, stop, load)) if shape.bad else None
+    bad = threading.Thread(target=bad_client, args=(port, deadline, load)) if shape.bad else None
     began = time.perf_counter()
     for t in [*threads, *([bad] if bad else [])]:
         t.start()
     for t in threads:
         t.join()
     load.seconds = time.perf_counter() - began
-    stop.set()
     if bad:
         bad.join()
     return load

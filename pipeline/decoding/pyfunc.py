@@ -53,7 +53,6 @@ SERVING: dict[str, Any] = {
     "quantization": "float32",
 }
 BACKENDS = ("torch", "ctranslate2")
-NUMBERS = ("batch_wait_ms", "batch_max_lines", "max_request_lines", "max_request_chars", "max_line_chars")
 # Set to "true" by MLflow's scoring server when it loads the model (tests/system/test_mlflow.py
 # serves a model and checks that the limits hold).
 SERVING_ENV = "_MLFLOW_IS_IN_SERVING_ENVIRONMENT"

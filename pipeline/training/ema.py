@@ -34,6 +34,7 @@ class WeightAverage:
         named = [(name, p) for name, p in model.named_parameters() if p.is_floating_point()]
         self.names = [name for name, _ in named]
         self.params: list[torch.Tensor] = [p for _, p in named]
+        self._values = [p.detach() for p in self.params]  # views of the weights, made once: no autograd
         self.shadow = [p.detach().clone() for p in self.params]
         self.n = 0
 
@@ -44,7 +45,7 @@ class WeightAverage:
     @torch.no_grad()
     def update(self) -> None:
         """Move the shadow toward the current weights (call after each optimizer step)."""
-        torch._foreach_lerp_(self.shadow, [p.detach() for p in self.params], 1.0 - self.rate())
+        torch._foreach_lerp_(self.shadow, self._values, 1.0 - self.rate())
         self.n += 1
 
     @contextlib.contextmanager

@@ -5,18 +5,15 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
 from pathlib import Path
 
+from bench.serving import free_port
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+__all__ = ["free_port", "start_server", "stop_server", "wait_healthy"]
 
 
 def start_server(tmp_path: Path, port: int) -> subprocess.Popen:

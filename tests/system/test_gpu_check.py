@@ -230,6 +230,7 @@ def test_serving_a_model_directory_under_load(tmp_path):
     result = gpu_check.serve_section(check, 120.0)
     assert result["status"] == "ran" and result["source"] == f"{model_dir} on {test_src}"
     assert result["metrics"]["errors"] == 0, result["detail"]["errors"]
+    assert result["metrics"]["differs_from_offline"] == 0
     assert result["metrics"]["bad_not_refused"] == 0, result["detail"]["bad"]
     assert result["metrics"]["sentences_per_s"] > 0
     assert "**Serving**" in "\n".join(gpu_check.serve_lines(result))
