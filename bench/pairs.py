@@ -241,23 +241,30 @@ def full_name(pair: str, recipe: str, steps: int | None = None) -> str:
     return f"{pair}-{recipe}" + (f"-s{steps}" if steps is not None else "")
 
 
+# A ranking run trains exactly its --steps updates: no epoch cap binds first and no early stop ends it
+# (on small data val BLEU sits near 0 for the first epochs, and patience then stops a run at random);
+# its model is still its best checkpoint by val.
+RANKING_EPOCHS = 10_000
+
+
 def recipe_experiment(pair: str, recipe: str, steps: int | None = None) -> Experiment:
     changes = {**PAIRS[pair].baseline, **RECIPES[recipe].for_pair(pair)}
     if steps is not None:
-        changes["train.max_steps"] = steps
+        changes |= {"train.max_steps": steps, "train.max_epochs": RANKING_EPOCHS, "train.patience": 0}
     return Experiment(full_name(pair, recipe, steps), pair, recipe, changes, steps)
 
 
 def sweep_experiments(
     raw: dict[str, Any], pair: str, recipe: str, steps: int, only: tuple[str, ...] = ()
 ) -> list[Experiment]:
-    """The recipe's ranking run, then one variant per grid value (of the axes `only` names, or all) that
-    changes its params; each validated."""
+    """The recipe's ranking run, then one variant per grid value that changes its params (of what `only`
+    names, AXIS or AXIS=VALUE, or all of GRID); each validated."""
     center = recipe_experiment(pair, recipe, steps)
     at_center = variant_params(raw, center.changes)
     out = [center]
-    for axis in only or tuple(GRID):
-        for value, change in GRID[axis].items():
+    for axis, values in grid_values(only).items():
+        for value in values:
+            change = GRID[axis][value]
             exp = Experiment(
                 f"{center.name}-{axis}-{value}",
                 pair,
@@ -270,6 +277,21 @@ def sweep_experiments(
             if check(raw, exp) != at_center:
                 out.append(exp)
     return out
+
+
+def grid_values(only: tuple[str, ...] = ()) -> dict[str, list[str]]:
+    """Axis -> its values to run, in GRID's order: all of GRID, or what `only` names (AXIS, AXIS=VALUE)."""
+    if not only:
+        return {axis: list(values) for axis, values in GRID.items()}
+    out: dict[str, list[str]] = {}
+    for item in only:
+        axis, _, value = item.partition("=")
+        if axis not in GRID or (value and value not in GRID[axis]):
+            what, known = ("axis", GRID) if axis not in GRID else ("value", GRID[axis])
+            raise UserError(f"--only {item}: {what} not in the grid ({', '.join(known)})")
+        picked = out.setdefault(axis, [])
+        picked += [v for v in ([value] if value else GRID[axis]) if v not in picked]
+    return {axis: [v for v in GRID[axis] if v in picked] for axis, picked in out.items()}
 
 
 def check(raw: dict[str, Any], exp: Experiment) -> P.Params:
@@ -371,7 +393,9 @@ _EXP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 @PAIR_OPTION
 @click.option("--from", "recipe", default="lowres", show_default=True, type=click.Choice(sorted(RECIPES)))
 @click.option("--steps", type=click.IntRange(min=1), required=True, help="Each run's train.max_steps.")
-@click.option("--only", multiple=True, type=click.Choice(list(GRID)), help="Only these axes (repeatable).")
+@click.option(
+    "--only", multiple=True, metavar="AXIS[=VALUE]", help="Only this axis, or one value of it (repeatable)."
+)
 @PARAMS_OPTION
 @click.option("--dry-run", is_flag=True, help="Print the commands instead of queueing them.")
 def sweep(

@@ -23,6 +23,7 @@ from click.testing import CliRunner
 from bench import pairs
 from pipeline import files
 from pipeline.data import corpora
+from pipeline.errors import UserError
 from pipeline.reporting.metrics import paired_test
 from pipeline.reporting.significance import sha256_of
 from pipeline.stages import score
@@ -152,9 +153,24 @@ def test_a_ranking_run_is_capped_and_named_by_its_steps() -> None:
     words = shlex.split(line)
     assert words[:6] == ["dvc", "exp", "run", "--queue", "-n", "en-ms-lowres-s2000"]
     settings = words[7::2]
-    assert settings[-1] == "train.max_steps=2000"
+    # exactly 2,000 updates: the recipe's epoch cap (15 for en-ms) and early stopping would end it first
+    assert {"train.max_epochs=10000", "train.max_steps=2000", "train.patience=0"} <= set(settings)
+    assert "train.max_epochs=15" not in settings
     assert "bpe.vocab_size=auto" in settings and "train.subword_sampling=unigram" in settings
     assert "model.encoder_layers=10" in settings  # the en-ms baseline's settings stay
+
+
+def test_a_sweep_runs_the_axes_or_the_values_it_is_given() -> None:
+    plan = pairs.sweep_experiments(RAW, "en-ms", "lowres", 500, ("depth=3x3", "sampling", "depth=6x6"))
+    assert [e.name.removeprefix("en-ms-lowres-s500") for e in plan] == [
+        "",
+        "-depth-3x3",
+        "-depth-6x6",  # in the grid's order, whatever order they were named in
+        *(f"-sampling-{v}" for v in pairs.GRID["sampling"] if v != "unigram-0.2"),  # 0.2: the center
+    ]
+    for bad in ("depth=4x4", "heads"):
+        with pytest.raises(UserError, match=bad.split("=")[0]):
+            pairs.sweep_experiments(RAW, "en-ms", "lowres", 500, (bad,))
 
 
 def test_every_queued_experiment_is_valid_params_and_a_sweep_changes_one_thing() -> None:
@@ -312,7 +328,6 @@ def test_the_table_outlives_its_mlflow_store(
 
 def test_a_damaged_archive_entry_is_named_with_its_fix(tmp_path: Path) -> None:
     from bench import run_archive
-    from pipeline.errors import UserError
 
     (tmp_path / "ru-en-lowres.json").write_text("{not json", encoding="utf-8")
     with pytest.raises(UserError, match=r"ru-en-lowres\.json: not an archived run .*git checkout"):
