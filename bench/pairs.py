@@ -688,7 +688,7 @@ def references(
     data = variant_params(_raw(params_file), PAIRS[pair].baseline).data
     try:
         mirror = download.resolve_mirror(data)
-        reader = reading.Reader(tmp / "fetch", mirror, data.src_lang, data.tgt_lang)
+        reader = reading.Reader(tmp / "fetch", mirror)  # references: the target side, never tagged
         (tmp / "fetch").mkdir(parents=True)
         (tmp / "test").mkdir()
         for source in planning.plan_sources(data)["test"]:

@@ -29,6 +29,7 @@ SOURCE_FORMATS = ("auto", "text", "tsv", "tmx", "sgm", "xml")
 
 # A test set's name becomes a file name and a metric name (test.<name>.bleu): no dots, no slashes.
 SET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
+LANG_CODE = re.compile(r"[A-Za-z]{2,3}(?:[_-][A-Za-z0-9]{2,8})*")  # ms, id, pt_BR, zh-Hant: a tag names it
 
 Precision = Literal["auto", "fp32", "bf16", "fp16"]  # train.precision; auto: training.step.resolve_precision
 
@@ -57,6 +58,10 @@ class CorpusSpec:
     tgt_sha256: str | None = None
     max_lines: int | None = None
     tokenized: Literal["moses"] | None = None  # the files are Moses-tokenized: clean detokenizes them
+    # Its pair, where it is not data.src_lang -> data.tgt_lang (a catalog set is read in that direction).
+    # Train sources of several target languages turn target-language tags on (pipeline/data/tags.py).
+    src_lang: str | None = None
+    tgt_lang: str | None = None
 
 
 @dataclass(frozen=True)
@@ -667,6 +672,13 @@ def _check_heldout(d: DataParams) -> None:
 def _check_source(name: str, s: CorpusSpec) -> None:
     key = f"data.sources.{name}"
     _check(bool(SET_NAME.match(name)), key, "a source name uses letters, digits, _ and - only")
+    for side in ("src_lang", "tgt_lang"):
+        lang = getattr(s, side)
+        _check(
+            lang is None or bool(LANG_CODE.fullmatch(lang)),
+            f"{key}.{side}",
+            f"{lang!r} is no language code: use one like ms, id or pt_BR (or null: data.{side})",
+        )
     kinds = [
         k for k, given in (("catalog", s.catalog), ("src/tgt", s.src or s.tgt), ("file", s.file)) if given
     ]

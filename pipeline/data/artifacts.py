@@ -55,6 +55,8 @@ class CorpusRecord(_CorpusRecord, total=False):
     format: str
     tmx_units_skipped: int
     tokenized: str
+    src_lang: str  # with target-language tags: the source's pair
+    tgt_lang: str
     heldout_from: str
     parts: list[dict[str, Any]]
 
@@ -64,6 +66,7 @@ class Manifest(TypedDict, total=False):
 
     src_lang: str
     tgt_lang: str
+    tags: list[str]  # the target-language tags source lines carry, when the train targets are several
     splits: dict[str, list[CorpusRecord]]  # train, val, test
     heldout: dict[str, Any] | None  # how val and test were drawn from train, if they were
 
@@ -85,13 +88,17 @@ class SplitCounts(_SplitCounts, total=False):
     sources: dict[str, dict[str, Any]]  # train: per corpus, lines_in, lines_out and dropped
 
 
-class CleanStats(TypedDict):
-    """data/clean/stats.json."""
-
+class _CleanStats(TypedDict):
     train: SplitCounts
     val: SplitCounts
     test: dict[str, SplitCounts]  # per test set
     unicode_version: str  # NFC and the character categories depend on it
+
+
+class CleanStats(_CleanStats, total=False):
+    """data/clean/stats.json."""
+
+    tags: list[str]  # the manifest's target-language tags, for bpe to make pieces of
 
 
 # --- meta.json ---------------------------------------------------------------------------------

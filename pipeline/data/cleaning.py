@@ -26,6 +26,7 @@ import numpy as np
 
 from pipeline.data.artifacts import Manifest, SplitCounts
 from pipeline.data.detok import detokenize_lines
+from pipeline.data.tags import split_tags
 from pipeline.data.text import SideStats, drop_reason, normalize_lines
 from pipeline.errors import UserError
 from pipeline.files import SIDES
@@ -128,28 +129,34 @@ def clean_lines(
     tokenized: Tokenized = UNTOKENIZED,
 ) -> Cleaned:
     """Detokenize (where `tokenized` says) and normalize a chunk of pairs; for train apply every rule
-    whose answer is the pair's own."""
+    whose answer is the pair's own. A source line's target-language tag is set aside first and put
+    back last: the rules see the text (a tagged line overlaps a test line of the same text)."""
+    src_tags, src = split_tags(src)
     src, tgt, detokenized = _detokenized(src, tgt, tokenized)
     normalized = {side: SideStats() for side in SIDES}
     src = normalize_lines(src, normalized["src"])
     tgt = normalize_lines(tgt, normalized["tgt"])
     if not train:
-        return Cleaned(bytes(len(src)), src, tgt, b"", normalized, detokenized)
+        return Cleaned(bytes(len(src)), _retagged(src_tags, src), tgt, b"", normalized, detokenized)
     codes = bytearray(len(src))
     kept_src, kept_tgt, hashes = [], [], []
     decontaminate = params.decontaminate and (heldout.src or heldout.tgt)
-    for i, (s, t) in enumerate(zip(src, tgt)):
+    for i, (tag, s, t) in enumerate(zip(src_tags, src, tgt)):
         reason = drop_reason(s, t, params)
         if reason is None and decontaminate and heldout.overlaps(s, t):
             reason = "heldout_overlap"
         if reason is not None:
             codes[i] = _CODE[reason]
             continue
-        kept_src.append(s)
+        kept_src.append(tag + s)
         kept_tgt.append(t)
-        if params.dedupe:
-            hashes.append(digest(f"{s}\n{t}"))  # normalized text has no LF: the pair is unambiguous
+        if params.dedupe:  # normalized text has no LF: the pair is unambiguous; another tag, another pair
+            hashes.append(digest(f"{tag}{s}\n{t}"))
     return Cleaned(bytes(codes), kept_src, kept_tgt, b"".join(hashes), normalized, detokenized)
+
+
+def _retagged(src_tags: list[str], src: list[str]) -> list[str]:
+    return [tag + s if s else tag.rstrip() for tag, s in zip(src_tags, src)]
 
 
 def _detokenized(

@@ -8,6 +8,7 @@ shape is wrong is refused with its key.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import re
 from dataclasses import dataclass
@@ -48,6 +49,7 @@ class CorpusPlan:
     columns: tuple[int, int] = (0, 1)
     max_lines: int | None = None
     tokenized: str | None = None  # pipeline.data.detok.TOKENIZERS: clean detokenizes the source
+    langs: tuple[str, str] = ("", "")  # (source, target) language: data.src_lang/tgt_lang or its own
 
 
 def plan_sources(data: DataParams) -> dict[str, list[CorpusPlan]]:
@@ -58,20 +60,49 @@ def plan_sources(data: DataParams) -> dict[str, list[CorpusPlan]]:
                 f"data.sources.{name}: the catalog has a set of that name; rename your source "
                 f"(or use the catalog's with `catalog: {name}`)"
             )
-    return {
+    plan = {
         split: [_resolve(name, f"data.{split}[{i}]", data) for i, name in enumerate(getattr(data, split))]
         for split in SPLITS
     }
+    _check_targets(plan, data)
+    return plan
+
+
+def target_languages(plan: dict[str, list[CorpusPlan]]) -> list[str]:
+    """The languages the train sources translate into, sorted."""
+    return sorted({source.langs[1] for source in plan["train"]})
+
+
+def tagged(plan: dict[str, list[CorpusPlan]]) -> bool:
+    """Whether source lines carry target-language tags: the train sources have several targets."""
+    return len(target_languages(plan)) > 1
+
+
+def _check_targets(plan: dict[str, list[CorpusPlan]], data: DataParams) -> None:
+    """A val or test source must translate into a language the model learns (with tags: has a tag of)."""
+    targets = target_languages(plan)
+    for split in ("val", "test"):
+        for i, source in enumerate(plan[split]):
+            if source.langs[1] not in targets:
+                raise ParamsError(
+                    f"data.{split}[{i}]: {source.name} translates into {source.langs[1]!r}, which no train "
+                    f"source does ({', '.join(targets)}), so the model could not be asked for it; set its "
+                    f"tgt_lang in data.sources, or add a train source into {source.langs[1]!r}"
+                )
 
 
 def _resolve(name: str, key: str, data: DataParams) -> CorpusPlan:
     spec = data.sources.get(name)
     if spec is None:
-        return _from_catalog(name, _lookup(name, key, data), key, data, None)
+        return _from_catalog(name, _lookup(name, key, data), key, data, None, (data.src_lang, data.tgt_lang))
     key = f"data.sources.{name}"
+    langs = (spec.src_lang or data.src_lang, spec.tgt_lang or data.tgt_lang)
+    if langs[0] == langs[1]:
+        raise ParamsError(f"{key}: translates {langs[0]!r} into itself; set its src_lang or tgt_lang")
     if spec.catalog is not None:
-        return _from_catalog(name, _lookup(spec.catalog, f"{key}.catalog", data), key, data, spec.max_lines)
-    return _from_spec(name, spec, key)
+        named = _lookup(spec.catalog, f"{key}.catalog", data)
+        return _from_catalog(name, named, key, data, spec.max_lines, langs)
+    return dataclasses.replace(_from_spec(name, spec, key), langs=langs)
 
 
 def _lookup(name: str, key: str, data: DataParams) -> corpora.NamedSet:
@@ -84,21 +115,28 @@ def _lookup(name: str, key: str, data: DataParams) -> corpora.NamedSet:
 
 
 def _from_catalog(
-    name: str, named: corpora.NamedSet, key: str, data: DataParams, max_lines: int | None
+    name: str,
+    named: corpora.NamedSet,
+    key: str,
+    data: DataParams,
+    max_lines: int | None,
+    langs: tuple[str, str],
 ) -> CorpusPlan:
-    for lang, lang_key in ((data.src_lang, "data.src_lang"), (data.tgt_lang, "data.tgt_lang")):
+    own = key.startswith("data.sources.")
+    for lang, side in zip(langs, ("src_lang", "tgt_lang")):
         if lang not in named.langs:
+            where = f"{key}.{side}" if own and getattr(data.sources[name], side) else f"data.{side}"
             raise ParamsError(
-                f"{key}: catalog set {named.name} has no language {lang!r} ({lang_key}); it has "
+                f"{key}: catalog set {named.name} has no language {lang!r} ({where}); it has "
                 f"{', '.join(named.langs)}; `python -m pipeline corpora --pair "
-                f"{data.src_lang}-{data.tgt_lang}` lists the sets of your pair"
+                f"{langs[0]}-{langs[1]}` lists the sets of that pair"
             )
-    src, tgt = named.oriented(data.src_lang, data.tgt_lang).sides
+    src, tgt = named.oriented(*langs).sides
     # No sum of its own: every catalog URL is in PINNED_SHA256, which fetch() checks.
     refs = tuple(
         FileRef(role, FetchSpec(side.url, key, None), side.member) for role, side in zip(SIDES, (src, tgt))
     )
-    return CorpusPlan(name, True, "text", refs, max_lines=max_lines, tokenized=named.tokenized)
+    return CorpusPlan(name, True, "text", refs, max_lines=max_lines, tokenized=named.tokenized, langs=langs)
 
 
 def _from_spec(name: str, spec: CorpusSpec, key: str) -> CorpusPlan:

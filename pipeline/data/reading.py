@@ -14,7 +14,7 @@ from typing import IO
 
 import click
 
-from pipeline.data import formats
+from pipeline.data import formats, tags
 from pipeline.data.artifacts import CorpusRecord, FileRecord
 from pipeline.data.fetch import Fetched, fetch, verified_by
 from pipeline.data.planning import CorpusPlan, FileRef
@@ -25,9 +25,9 @@ from pipeline.files import PairedWriter
 class Reader:
     """Fetches (each file once, however many members are read from it) and copies sources into splits."""
 
-    def __init__(self, scratch: Path, mirror: Path | None, src_lang: str, tgt_lang: str) -> None:
-        self.scratch, self.mirror = scratch, mirror
-        self.langs = (src_lang, tgt_lang)
+    def __init__(self, scratch: Path, mirror: Path | None, tagged: bool = False) -> None:
+        """`tagged`: each source line goes behind its source's target-language tag (pipeline.data.tags)."""
+        self.scratch, self.mirror, self.tagged = scratch, mirror, tagged
         self._fetched: dict[str, Fetched] = {}
 
     def copy_split(self, sources: list[CorpusPlan], stem: Path) -> list[CorpusRecord]:
@@ -35,8 +35,10 @@ class Reader:
         with PairedWriter(stem) as out:
             return [self.copy(source, out) for source in sources]
 
-    def copy(self, plan: CorpusPlan, out: PairedWriter) -> CorpusRecord:
+    def copy(self, plan: CorpusPlan, out: PairedWriter | _Tagging) -> CorpusRecord:
         """Append the source's pairs (capped at max_lines) to `out`; its manifest record."""
+        if self.tagged and isinstance(out, PairedWriter):
+            out = _Tagging(out, tags.tag(plan.langs[1]) + " ")
         records, skipped = [], 0
         if plan.files[0].role == "both":
             (ref,) = plan.files
@@ -45,7 +47,7 @@ class Reader:
                 fetched_lines, skipped = _copy_pairs(self._pairs(plan, stream, ref.name), out, plan.max_lines)
             if skipped:
                 click.echo(
-                    f"{ref.name}: skipped {skipped} translation units lacking {' or '.join(self.langs)}",
+                    f"{ref.name}: skipped {skipped} translation units lacking {' or '.join(plan.langs)}",
                     err=True,
                 )
         else:
@@ -80,6 +82,8 @@ class Reader:
             record["tmx_units_skipped"] = skipped
         if plan.tokenized:  # only then: a manifest without tokenized sources stays as it was
             record["tokenized"] = plan.tokenized
+        if self.tagged:  # likewise: a one-pair manifest stays as it was
+            record["src_lang"], record["tgt_lang"] = plan.langs
         return record
 
     def _pairs(
@@ -90,9 +94,9 @@ class Reader:
             for src, tgt in formats.tsv_chunks(formats.line_chunks(stream, name), name, plan.columns):
                 yield src, tgt, 0
         elif plan.format == "tmx":
-            yield from formats.tmx_chunks(stream, name, *self.langs)
+            yield from formats.tmx_chunks(stream, name, *plan.langs)
         else:
-            for src, tgt in formats.wmt_xml_chunks(stream, name, *self.langs):
+            for src, tgt in formats.wmt_xml_chunks(stream, name, *plan.langs):
                 yield src, tgt, 0
 
     def _fetch(self, ref: FileRef) -> Fetched:
@@ -124,7 +128,17 @@ class Reader:
                 yield formats.open_decompressed(member, ref.name)
 
 
-def _copy_side(chunks: Iterable[list[str]], out: PairedWriter, side: str, cap: int | None) -> int:
+class _Tagging:
+    """A PairedWriter whose source lines go behind a target-language tag."""
+
+    def __init__(self, out: PairedWriter, prefix: str) -> None:
+        self.out, self.prefix = out, prefix
+
+    def write_lines(self, side: str, lines: list[str]) -> None:
+        self.out.write_lines(side, [self.prefix + line for line in lines] if side == "src" else lines)
+
+
+def _copy_side(chunks: Iterable[list[str]], out: PairedWriter | _Tagging, side: str, cap: int | None) -> int:
     """Write the first `cap` (all if None) lines of `chunks` to one side of `out`; count them all."""
     n = 0
     for lines in chunks:
@@ -134,7 +148,7 @@ def _copy_side(chunks: Iterable[list[str]], out: PairedWriter, side: str, cap: i
 
 
 def _copy_pairs(
-    chunks: Iterable[tuple[list[str], list[str], int]], out: PairedWriter, cap: int | None
+    chunks: Iterable[tuple[list[str], list[str], int]], out: PairedWriter | _Tagging, cap: int | None
 ) -> tuple[int, int]:
     """Write the first `cap` pairs of `chunks` to `out`; count the pairs and the units skipped."""
     n, skipped = 0, 0

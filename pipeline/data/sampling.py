@@ -25,6 +25,7 @@ import numpy as np
 
 from pipeline import files
 from pipeline.data import subwords
+from pipeline.data.tags import tags_in
 from pipeline.data.vocab import Vocab
 from pipeline.errors import UserError
 from pipeline.files import SIDES
@@ -84,6 +85,7 @@ class _Sampler:
         self.longest = max(map(len, self.pieces), default=1)
         encode = vocab.encode_src if side == "src" else vocab.encode_tgt
         self.fallback = lambda text: encode([text])[0]
+        self.atoms = frozenset(tags_in(self.pieces).values())  # target-language tags stay whole
 
     def sample(self, line: str, draws: subwords.Draws) -> list[int]:
         how = self.how
@@ -93,7 +95,7 @@ class _Sampler:
             word_pieces = lambda w: subwords.unigram_sample(w, self.pieces, how.alpha, draws, self.longest)
         else:
             word_pieces = lambda w: subwords.bpe_dropout(w, self.pieces, how.alpha, draws)
-        return subwords.sample_line(line, self.pieces, word_pieces, self.fallback)
+        return subwords.sample_line(line, self.pieces, word_pieces, self.fallback, self.atoms)
 
 
 def sample_epoch(

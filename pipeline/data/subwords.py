@@ -18,7 +18,7 @@ segmented alone; a word holding a character the model lacks falls back to `fallb
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 import numpy as np
 
@@ -51,11 +51,14 @@ def sample_line(
     pieces: Pieces,
     word_pieces: Callable[[str], list[str] | None],
     fallback: Callable[[str], list[int]],
+    atoms: Collection[str] = (),
 ) -> list[int]:
-    """A sentence's ids, each word segmented by `word_pieces` (None: it cannot, so `fallback`)."""
+    """A sentence's ids, each word segmented by `word_pieces` (None: it cannot, so `fallback`). A word
+    of `atoms` (user-defined pieces such as target-language tags) is never split: `fallback` too."""
     out: list[int] = []
     for word in words(line):
-        segmented = word_pieces(word) if all(ch in pieces for ch in word[1:]) else None
+        whole = word[1:] in atoms
+        segmented = word_pieces(word) if not whole and all(ch in pieces for ch in word[1:]) else None
         if segmented is None or any(piece not in pieces for piece in segmented):
             out += fallback(word[1:])
         else:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import io
+import json
 import random
 import re
 import shutil
@@ -77,6 +78,7 @@ def train_bpe(bpe: BpeParams, clean_dir: Path, out_dir: Path) -> Vocab:
             raise UserError(f"{path}: missing; run the clean stage first (`python -m pipeline clean`)")
     corpora = _train_corpora(clean_dir, _count_lines(src), _count_lines(tgt))
     chosen = _resolved(bpe, src, sum(c.lines for c in corpora))
+    tags = _tags(clean_dir)
     with atomic_path(out_dir) as tmp:
         tmp.mkdir()
         if chosen != bpe:
@@ -87,10 +89,10 @@ def train_bpe(bpe: BpeParams, clean_dir: Path, out_dir: Path) -> Vocab:
         bpe = chosen
         if bpe.joint:
             picked = sample_pairs([c.lines for c in corpora], bpe.sample_lines // 2, bpe.seed)
-            _train_one(bpe, [src, tgt], picked, tmp / JOINT_MODEL, "the joint model")
+            _train_one(bpe, [src, tgt], picked, tmp / JOINT_MODEL, "the joint model", tags)
         else:
             picked = sample_pairs([c.lines for c in corpora], bpe.sample_lines, bpe.seed)
-            _train_one(bpe, [src], picked, tmp / SRC_MODEL, "the source model")
+            _train_one(bpe, [src], picked, tmp / SRC_MODEL, "the source model", tags)
             _train_one(bpe, [tgt], picked, tmp / TGT_MODEL, "the target model")
         Vocab.load(tmp)  # checks the special ids before the output lands
     return Vocab.load(out_dir)
@@ -147,10 +149,24 @@ def sample_pairs(sizes: Sequence[int], budget: int, seed: int) -> list[int] | No
     return picked
 
 
+def _tags(clean_dir: Path) -> list[str]:
+    """The target-language tags the source lines carry (clean's stats.json has them from download)."""
+    stats = clean_dir / artifacts.CLEAN_STATS
+    if not stats.is_file():
+        return []
+    return list(json.loads(stats.read_text(encoding="utf-8")).get("tags", []))
+
+
 def _train_one(
-    bpe: BpeParams, inputs: list[Path], picked: list[int] | None, model_path: Path, what: str
+    bpe: BpeParams,
+    inputs: list[Path],
+    picked: list[int] | None,
+    model_path: Path,
+    what: str,
+    tags: Sequence[str] = (),
 ) -> None:
-    """Train one BPE model on the lines `picked` (None: all) of each of `inputs`; write it and its .vocab."""
+    """Train one BPE model on the lines `picked` (None: all) of each of `inputs`; write it and its .vocab.
+    Each of `tags` becomes a piece of its own (a user-defined symbol: it matches in text)."""
     buffer = io.BytesIO()
     try:
         spm.SentencePieceTrainer.train(
@@ -171,6 +187,7 @@ def _train_one(
             # A control symbol keeps id 4 but never matches text: a literal "<sep>" in a
             # sentence stays text, not the decoder-only model's source/target boundary.
             control_symbols=[tokens.SEP_PIECE],
+            user_defined_symbols=list(tags),
             # clean.py has already normalized (NFC, whitespace); sentencepiece's default
             # nmt_nfkc would fold what clean deliberately keeps (ZWNJ, compatibility chars).
             normalization_rule_name="identity",

@@ -38,6 +38,7 @@ from pipeline.data.cleaning import (
 )
 from pipeline.data.lines import skip_lines
 from pipeline.data.pool import ordered_results, resolve_workers
+from pipeline.data.tags import split_tags
 from pipeline.errors import UserError
 from pipeline.files import SIDES, PairedWriter
 from pipeline.params import CleanParams
@@ -75,7 +76,7 @@ def clean(params: CleanParams, raw: Path, out: Path, workers: int = 1) -> artifa
                     split_stats.add_detokenized(chunk.detokenized)
                     split_stats.lines_in += len(chunk.src)
                     output.write_pair(joined(chunk.src), joined(chunk.tgt))
-                    heldout_src.update(digest(line) for line in chunk.src if line)
+                    heldout_src.update(digest(line) for line in split_tags(chunk.src)[1] if line)
                     heldout_tgt.update(digest(line) for line in chunk.tgt if line)
             split_stats.lines_out = split_stats.lines_in
             if stem == "val":
@@ -93,6 +94,8 @@ def clean(params: CleanParams, raw: Path, out: Path, workers: int = 1) -> artifa
             "test": tests,
             "unicode_version": unicodedata.unidata_version,
         }
+        if "tags" in manifest:
+            stats["tags"] = manifest["tags"]
         files.write_json(tmp / artifacts.CLEAN_STATS, stats)
     return stats
 

@@ -22,9 +22,9 @@ from pathlib import Path
 import click
 
 from pipeline import files
-from pipeline.data import artifacts
+from pipeline.data import artifacts, tags
 from pipeline.data.heldout import heldout_record, hold_out
-from pipeline.data.planning import plan_sources
+from pipeline.data.planning import plan_sources, tagged, target_languages
 from pipeline.data.reading import Reader
 from pipeline.params import DataParams
 from pipeline.stages.options import load_params, params_option
@@ -48,7 +48,7 @@ def download(data: DataParams, out: Path) -> artifacts.Manifest:
         files.atomic_path(out) as tmp,
     ):
         (tmp / "test").mkdir(parents=True)
-        reader = Reader(Path(scratch), mirror, data.src_lang, data.tgt_lang)
+        reader = Reader(Path(scratch), mirror, tagged(plan))
         train_stem = Path(scratch) / "train" if any(held.values()) else tmp / "train"
         splits: dict[str, list[artifacts.CorpusRecord]] = {
             "train": reader.copy_split(plan["train"], train_stem)
@@ -68,6 +68,8 @@ def download(data: DataParams, out: Path) -> artifacts.Manifest:
             "splits": splits,
             "heldout": heldout,
         }
+        if tagged(plan):  # only then: a one-target manifest stays as it was
+            manifest["tags"] = [tags.tag(lang) for lang in target_languages(plan)]
         files.write_json(tmp / artifacts.MANIFEST, manifest)
     return manifest
 

@@ -38,3 +38,18 @@ def test_tokenized_ranges_follow_the_manifests_order_of_sources():
     assert cleaning.tokenized_ranges(m, "train") == ((3, 5), (9, 10))
     assert cleaning.tokenized_ranges(m, "test/y") == ((0, 6),)
     assert cleaning.tokenized_ranges(m, "test/x") == cleaning.tokenized_ranges({}, "val") == ()
+
+
+def test_a_target_language_tag_is_kept_but_the_rules_see_the_text_after_it():
+    src = ["<2ms> ein Haus", "<2id> ein Haus", "<2ms> eins zwei drei vier", "<2id> im  Test", "<2ms>  "]
+    tgt = ["sebuah rumah", "sebuah rumah", "satu dua tiga empat", "dalam ujian", "kosong"]
+    heldout = Heldout(frozenset({digest("im Test")}), frozenset())
+    train = clean_lines(src, tgt, RULES, train=True, heldout=heldout)
+    reasons = [cleaning.DROP_REASONS[code - 1] if code else None for code in train.codes]
+    # four words and a tag: not too long; a test line behind a tag still overlaps; a tag alone is empty
+    assert reasons == [None, None, None, "heldout_overlap", "empty"]
+    assert train.src == ["<2ms> ein Haus", "<2id> ein Haus", "<2ms> eins zwei drei vier"]
+    hashes = [train.hashes[i : i + cleaning.HASH_BYTES] for i in range(0, len(train.hashes), 8)]
+    assert hashes[0] != hashes[1]  # the same pair asked of two languages: two pairs, not duplicates
+    val = clean_lines(src, tgt, RULES, train=False, heldout=NO_HELDOUT)
+    assert val.src == [*src[:3], "<2id> im Test", "<2ms>"]  # normalized after the tag; a bare tag

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import signal
 import subprocess
@@ -165,3 +166,25 @@ def test_sampling_is_off_by_default_and_carries_the_train_settings(params):
 def test_block_seeds_differ_by_epoch_side_and_block():
     seeds = {sampling.block_seed(1, e, s, b) for e in range(3) for s in range(2) for b in range(3)}
     assert len(seeds) == 18 and all(0 <= x < 2**32 for x in seeds)
+
+
+@pytest.mark.parametrize("how", [DROPOUT, UNIGRAM], ids=["bpe_dropout", "unigram"])
+def test_a_target_language_tag_is_never_split(how, tmp_path):
+    from pipeline.stages.bpe import train_bpe
+    from tests.support.models import bpe_params
+
+    clean = tmp_path / "clean"
+    clean.mkdir()
+    # "<", "2", "x", "a", ">" are all characters of the text, so a sampler could spell the tag with them
+    lines = [f"<2x{'ab'[i % 2]}> a<b 2x >a{'bc'[i % 3 % 2]} x{i % 7}" for i in range(300)]
+    for side in ("src", "tgt"):
+        (clean / f"train.{side}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (clean / "stats.json").write_text('{"tags": ["<2xa>", "<2xb>"]}', encoding="utf-8")
+    kind = "bpe" if how.kind == "bpe_dropout" else "unigram"
+    train_bpe(bpe_params(vocab_size=22, model_type=kind), clean, tmp_path / "bpe")
+    vocab = Vocab.load(tmp_path / "bpe", threads=1)
+    (src, _) = sample_epoch(vocab, (lines, lines), dataclasses.replace(how, alpha=0.5), 1)
+    segmented = sentences(src)
+    assert sum(s != d for s, d in zip(segmented, vocab.encode_src(lines))) > len(lines) // 4  # it samples
+    for line, ids in zip(lines, segmented):
+        assert vocab.src_pieces(ids)[:2] == ["▁", line[:5]] and vocab.decode_src(ids) == line
