@@ -188,6 +188,7 @@ SEARCH_PARAMS = {
     "top_p": DataType.double,
     "temperature": DataType.double,
     "seed": DataType.long,
+    "tgt_lang": DataType.string,  # for a model of several target languages: which one
 }
 
 

@@ -12,6 +12,7 @@ docs/translate.md; sampling: docs/sampling.md.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from typing import Any
 
 import torch
 
+from pipeline.data.tags import tag, tag_of, tags_in
 from pipeline.data.text import normalize
 from pipeline.data.vocab import Vocab
 from pipeline.decoding.search import Hypothesis, SearchStats, default_workers, translate_ids
@@ -46,6 +48,7 @@ class TextTranslator:
 
     vocab: Vocab
     settings: DecodeParams
+    params: Params  # the params the model was trained with
 
     def search_ids(
         self, seqs: Sequence[Sequence[int]], s: DecodeParams, stats: SearchStats | None = None
@@ -53,12 +56,43 @@ class TextTranslator:
         raise NotImplementedError
 
     def search(
-        self, lines: Sequence[str], s: DecodeParams, stats: SearchStats | None = None
+        self,
+        lines: Sequence[str],
+        s: DecodeParams,
+        stats: SearchStats | None = None,
+        tgt_lang: str | None = None,
     ) -> list[list[Hypothesis]]:
         """Raw lines -> per line its hypotheses; a blank line gets an empty source (and output)."""
-        texts = [normalize(line) for line in lines]
+        texts = self.tagged([normalize(line) for line in lines], tgt_lang)
         ids = [seq if text else [] for text, seq in zip(texts, self.vocab.encode_src(texts))]
         return self.search_ids(ids, s, stats)
+
+    @functools.cached_property
+    def target_languages(self) -> list[str]:
+        """The languages the model translates into: its tags' (several), or its one target."""
+        found = tags_in(self.vocab.pieces("src"))
+        return sorted(found) if found else [self.params.data.tgt_lang]
+
+    def tagged(self, texts: list[str], tgt_lang: str | None) -> list[str]:
+        """The lines each behind the tag of `tgt_lang` where the model has tags (lines that start with a
+        tag keep theirs); a target the model lacks, or none where it has several, is refused."""
+        langs = self.target_languages
+        if tgt_lang is not None and tgt_lang not in langs:
+            raise UserError(
+                f"target language {tgt_lang!r}: this model translates into {', '.join(langs)} only; "
+                "pick one of those"
+            )
+        if len(langs) == 1:
+            return texts
+        if tgt_lang is None:
+            if all(tag_of(text) for text in texts if text):
+                return texts
+            raise UserError(
+                f"this model translates into {', '.join(langs)}: say which (the target language: "
+                f"translate --tgt-lang {langs[0]}, or tgt_lang= in Python and MLflow), or start each line "
+                f"with its tag, {tag(langs[0])}"
+            )
+        return [text if not text or tag_of(text) else f"{tag(tgt_lang)} {text}" for text in texts]
 
     def translate(
         self,
@@ -73,13 +107,16 @@ class TextTranslator:
         temperature: float | None = None,
         seed: int | None = None,
         stats: SearchStats | None = None,
+        tgt_lang: str | None = None,
     ) -> list[str]:
         """One detokenized 1-best translation (or sample) per line; None settings come from
-        self.settings, and `sample=True` without a beam samples with beam 1 (see `settings_with`)."""
+        self.settings, and `sample=True` without a beam samples with beam 1 (see `settings_with`).
+        `tgt_lang`: the language to translate into, for a model of several (`target_languages`)."""
         given = dict(beam=beam, length_penalty=length_penalty, batch_tokens=batch_tokens, n_best=1)
         given |= dict(sample=sample, top_k=top_k, top_p=top_p, temperature=temperature, seed=seed)
         settings = settings_with(self.settings, API_NAMES, given)
-        return [self.vocab.decode_tgt(hyps[0].tokens) for hyps in self.search(lines, settings, stats)]
+        found = self.search(lines, settings, stats, tgt_lang)
+        return [self.vocab.decode_tgt(hyps[0].tokens) for hyps in found]
 
     def translate_nbest(
         self,
@@ -95,6 +132,7 @@ class TextTranslator:
         temperature: float | None = None,
         seed: int | None = None,
         stats: SearchStats | None = None,
+        tgt_lang: str | None = None,
     ) -> list[list[Translation]]:
         """Up to n_best (default: settings.n_best) translations per line, best first, with the
         scores the backend ranked them by; with sampling, n_best samples (they may repeat)."""
@@ -105,11 +143,15 @@ class TextTranslator:
         settings = settings_with(self.settings, API_NAMES, given)
         return [
             [Translation(self.vocab.decode_tgt(h.tokens), h.score) for h in hyps]
-            for hyps in self.search(lines, settings, stats)
+            for hyps in self.search(lines, settings, stats, tgt_lang)
         ]
 
     def translate_corpus(
-        self, lines: Iterable[str], chunk_lines: int = CHUNK_LINES, stats: SearchStats | None = None
+        self,
+        lines: Iterable[str],
+        chunk_lines: int = CHUNK_LINES,
+        stats: SearchStats | None = None,
+        tgt_lang: str | None = None,
     ) -> Iterator[str]:
         """A corpus of any size, `chunk_lines` at a time with self.settings: one 1-best translation
         (or sample) per line, in order, in bounded memory, none holding a line break.
@@ -120,7 +162,7 @@ class TextTranslator:
         """
         it = iter(lines)
         while chunk := list(itertools.islice(it, chunk_lines)):
-            yield from map(one_line, self.translate(chunk, stats=stats))
+            yield from map(one_line, self.translate(chunk, stats=stats, tgt_lang=tgt_lang))
 
 
 # What each override sets: a DecodeParams field, or decode.sampling's (check_decode's keys).

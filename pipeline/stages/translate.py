@@ -90,14 +90,23 @@ class Utf8Lines:
 Render = Callable[[list[str], int], list[str]]  # input lines, number of the first -> output lines
 
 
-def renderer(translator: TextTranslator, n_best: int, beam: int | None, batch_tokens: int | None) -> Render:
+def renderer(
+    translator: TextTranslator,
+    n_best: int,
+    beam: int | None,
+    batch_tokens: int | None,
+    tgt_lang: str | None = None,
+) -> Render:
     """Output lines for a chunk of input: plain translations, or `i ||| hyp ||| score` rows."""
 
     def plain(lines: list[str], first: int) -> list[str]:
-        return [one_line(t) for t in translator.translate(lines, beam=beam, batch_tokens=batch_tokens)]
+        found = translator.translate(lines, beam=beam, batch_tokens=batch_tokens, tgt_lang=tgt_lang)
+        return [one_line(t) for t in found]
 
     def nbest(lines: list[str], first: int) -> list[str]:
-        lists = translator.translate_nbest(lines, n_best, beam=beam, batch_tokens=batch_tokens)
+        lists = translator.translate_nbest(
+            lines, n_best, beam=beam, batch_tokens=batch_tokens, tgt_lang=tgt_lang
+        )
         return [nbest_row(first + i, t) for i, ts in enumerate(lists) for t in ts]
 
     return plain if n_best == 1 else nbest
@@ -222,6 +231,12 @@ def translate_stream(render: Render, source: BinaryIO, out: BinaryIO, *, interac
     "instead of CTranslate2's own.",
 )
 @click.option(
+    "--tgt-lang",
+    default=None,
+    help="The language to translate into, for a model of several target languages (it adds the tag, "
+    "<2xx>, to lines without one).  [default: the model's one target]",
+)
+@click.option(
     "--workers",
     type=click.IntRange(min=1),
     default=None,
@@ -244,6 +259,7 @@ def command(
     backend: str,
     quantization: str | None,
     exact_search: bool,
+    tgt_lang: str | None,
     workers: int | None,
 ) -> None:
     """Translate raw text, one sentence a line (interactive when stdin is a terminal)."""
@@ -264,7 +280,9 @@ def command(
     )
     given |= dict(top_k=top_k, top_p=top_p, temperature=temperature, seed=seed)
     translator.settings = settings_with(translator.settings, OPTIONS, given)
-    render = renderer(translator, n_best, None, None)
+    if tgt_lang is not None:
+        translator.tagged([], tgt_lang)  # a language the model lacks: refused before any input is read
+    render = renderer(translator, n_best, None, None, tgt_lang)
     stdin = sys.stdin.buffer  # bytes: the UTF-8 policy is ours, not the locale's
     interactive = input_file is None and stdin.isatty()
     with open(input_file, "rb") if input_file else contextlib.nullcontext(stdin) as source:

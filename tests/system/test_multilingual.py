@@ -1,0 +1,161 @@
+"""Several target languages in one model, chosen by tag (pipeline/data/tags.py), end to end through the
+stages' functions: two synthetic languages, xa and xb, each a word-for-word rendering of the same
+English-like source words with a lexicon of its own. Only the tag tells the model which to write, so a
+model that translates each test set into its own lexicon has learned to read the tag."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from pipeline import params as P
+from pipeline.data import planning
+from pipeline.data.vocab import Vocab
+from pipeline.decoding.translator import Translator
+from pipeline.errors import ParamsError, UserError
+from pipeline.stages.binarize import binarize
+from pipeline.stages.bpe import train_bpe
+from pipeline.stages.clean import clean
+from pipeline.stages.download import download
+from pipeline.stages.train import train
+from pipeline.training.state import Paths
+from tests.support.models import tiny_raw
+
+pytestmark = pytest.mark.slow
+
+SOURCE = [f"w{c}" for c in "abcdefghijkl"]
+LEXICON = {
+    "xa": dict(zip(SOURCE, ["ka", "ke", "ki", "ko", "ku", "kab", "keb", "kib", "kob", "kub", "kad", "ked"])),
+    "xb": dict(zip(SOURCE, ["zu", "zo", "zi", "ze", "za", "zur", "zor", "zir", "zer", "zar", "zut", "zot"])),
+}
+
+
+def sentences(n: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    return [" ".join(rng.choices(SOURCE, k=rng.randint(2, 6))) for _ in range(n)]
+
+
+def write_pair(root: Path, name: str, lang: str, lines: list[str]) -> dict[str, str]:
+    src, tgt = root / f"{name}.en", root / f"{name}.{lang}"
+    src.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+    rendered = [" ".join(LEXICON[lang][w] for w in line.split()) for line in lines]
+    tgt.write_text("".join(f"{line}\n" for line in rendered), encoding="utf-8")
+    return {"src": str(src), "tgt": str(tgt)}
+
+
+def data_section(root: Path) -> dict:
+    """en -> xa by default; the xb sources say so with tgt_lang."""
+    sources = {}
+    for lang, seed in (("xa", 1), ("xb", 2)):
+        sources[f"train-{lang}"] = write_pair(root, f"train-{lang}", lang, sentences(600, seed))
+        sources[f"test-{lang}"] = write_pair(root, f"test-{lang}", lang, sentences(30, seed + 10))
+    sources["val-xa"] = write_pair(root, "val-xa", "xa", sentences(20, 5))
+    for name in ("train-xb", "test-xb"):
+        sources[name]["tgt_lang"] = "xb"
+    return dict(
+        src_lang="en",
+        tgt_lang="xa",
+        train=["train-xa", "train-xb"],
+        val=["val-xa"],
+        test=["test-xa", "test-xb"],
+        sources=sources,
+        workers=1,
+    )
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> tuple[Path, P.Params]:
+    root = tmp_path_factory.mktemp("multilingual")
+    raw = tiny_raw(
+        dict(d_model=64, n_heads=4, d_ff=128, dropout=0.0),
+        lr=5e-3,
+        warmup_steps=30,
+        max_tokens=256,
+        max_epochs=15,
+        validate_every=0,
+        log_every=20,
+        label_smoothing=0.0,
+    )
+    raw["data"].update(data_section(root))
+    raw["bpe"]["vocab_size"] = 60
+    params = P.from_dict(raw)
+    download(params.data, root / "raw")
+    clean(params.clean, root / "raw", root / "clean")
+    train_bpe(params.bpe, root / "clean", root / "bpe")
+    binarize(root / "clean", root / "bpe", root / "bin")
+    paths = Paths(root / "bin", root / "bpe", root / "model", root / "ckpt", root / "log", root / "clean")
+    train(params, paths, tracking=False)
+    return root, params
+
+
+def test_every_source_line_carries_its_target_languages_tag(run):
+    root, _ = run
+    manifest = json.loads((root / "raw/manifest.json").read_text(encoding="utf-8"))
+    assert manifest["tags"] == ["<2xa>", "<2xb>"]
+    train_src = (root / "clean/train.src").read_text(encoding="utf-8").splitlines()
+    assert {line.split()[0] for line in train_src} == {"<2xa>", "<2xb>"}
+    for lang in ("xa", "xb"):
+        test_src = (root / f"clean/test/test-{lang}.src").read_text(encoding="utf-8").splitlines()
+        assert all(line.startswith(f"<2{lang}> w") for line in test_src)
+        assert f"<2{lang}>" not in (root / f"clean/test/test-{lang}.tgt").read_text(encoding="utf-8")
+    vocab = Vocab.load(root / "bpe")
+    assert vocab.src_pieces(vocab.encode_src(["<2xb> wa wb"])[0])[:2] == ["▁", "<2xb>"]  # one piece
+
+
+def test_the_tag_chooses_the_language_it_writes(run):
+    root, _ = run
+    translator = Translator.from_dir(root / "model", device="cpu", workers=1)
+    assert translator.target_languages == ["xa", "xb"]
+    source = sentences(30, 99)
+    for lang in ("xa", "xb"):
+        out = translator.translate(source, beam=1, tgt_lang=lang)
+        expected = [" ".join(LEXICON[lang][w] for w in line.split()) for line in source]
+        words = [w for line in out for w in line.split()]
+        assert sum(w in LEXICON[lang].values() for w in words) > 0.9 * len(words), (lang, out[:3])
+        assert sum(o == e for o, e in zip(out, expected)) > 0.6 * len(source), (lang, out[:3], expected[:3])
+    # a line's own tag wins over none given
+    tagged = translator.translate(["<2xb> wa wb"], beam=1)
+    assert tagged == translator.translate(["wa wb"], beam=1, tgt_lang="xb")
+
+
+def test_a_missing_or_unknown_target_language_is_refused(run):
+    root, _ = run
+    translator = Translator.from_dir(root / "model", device="cpu", workers=1)
+    with pytest.raises(UserError, match=r"translates into xa, xb: say which .*--tgt-lang xa"):
+        translator.translate(["wa wb"])
+    with pytest.raises(UserError, match=r"'fr'.* translates into xa, xb only"):
+        translator.translate(["wa wb"], tgt_lang="fr")
+
+
+def test_a_test_set_in_a_language_no_train_source_has_is_refused(tmp_path):
+    raw = tiny_raw()
+    raw["data"].update(data_section(tmp_path))
+    raw["data"]["sources"]["test-xb"]["tgt_lang"] = "xc"
+    with pytest.raises(ParamsError, match=r"data.test\[1\]: test-xb translates into 'xc', which no train"):
+        planning.plan_sources(P.from_dict(raw).data)
+    raw["data"]["sources"]["test-xb"]["tgt_lang"] = "x!"
+    with pytest.raises(ParamsError, match=r"data.sources.test-xb.tgt_lang: 'x!' is no language code"):
+        P.from_dict(raw)
+
+
+def test_the_translate_command_takes_the_target_language(run, tmp_path):
+    from click.testing import CliRunner
+
+    from pipeline.stages.translate import command
+
+    root, _ = run
+    source = tmp_path / "in.txt"
+    source.write_text("wa wb wc\n\nwd\n", encoding="utf-8")
+    args = ["--model", str(root / "model"), "--input", str(source), "--beam", "1", "--workers", "1"]
+    done = CliRunner().invoke(command, [*args, "--tgt-lang", "xb"])
+    assert done.exit_code == 0, done.output
+    assert done.output.splitlines() == Translator.from_dir(root / "model", device="cpu", workers=1).translate(
+        ["wa wb wc", "", "wd"], beam=1, tgt_lang="xb"
+    )
+    out = tmp_path / "out.txt"
+    for bad, message in (["--tgt-lang", "fr"], "translates into xa, xb only"), ([], "say which"):
+        done = CliRunner().invoke(command, [*args, *bad, "--output", str(out)])
+        assert done.exit_code != 0 and message in done.output and not out.exists(), done.output
