@@ -28,15 +28,25 @@ HELDOUT_METHOD = (
     "lines with the smallest keys are val, the heldout_test lines with the next smallest are test; "
     "every split keeps corpus order"
 )
+# With train sources of several pairs, only those of data.src_lang -> data.tgt_lang give held-out lines
+# (the pair a multilingual model is selected and tested on); the keys of their lines stay as they are.
+HELDOUT_PAIR = "; only lines of the train sources of the pair data.src_lang -> data.tgt_lang are drawn"
 
 
-def heldout_indices(n_lines: int, n_val: int, n_test: int, seed: int) -> tuple[list[int], list[int]]:
-    """Line numbers (0-based, sorted) held out for val and test, by the method in HELDOUT_METHOD.
+def heldout_indices(
+    n_lines: int, n_val: int, n_test: int, seed: int, eligible: list[tuple[int, int]] | None = None
+) -> tuple[list[int], list[int]]:
+    """Line numbers (0-based, sorted) held out for val and test, by the method in HELDOUT_METHOD,
+    among the lines of the `eligible` ranges [start, end) (None: all).
 
     heapq.nsmallest is sorted()[:k], ties in line order as a stable sort gives them, in memory O(k).
     """
     rng = random.Random(seed)
     keyed = ((rng.random(), i) for i in range(n_lines))
+    if eligible is not None:
+        starts = [a for a, _ in eligible]
+        inside = lambda i: (k := bisect.bisect_right(starts, i) - 1) >= 0 and i < eligible[k][1]
+        keyed = (key for key in keyed if inside(key[1]))
     ranked = [i for _, i in heapq.nsmallest(n_val + n_test, keyed)]
     return sorted(ranked[:n_val]), sorted(ranked[n_val : n_val + n_test])
 
@@ -51,14 +61,21 @@ def hold_out(
     """
     missing = [split for split, n in sizes.items() if n]
     n_train, held = sum(r["lines"] for r in train_records), sum(sizes.values())
-    if n_train - held < held:
-        parts = " + ".join(f"{sizes[s]} (data.heldout_{s})" for s in missing)
-        raise UserError(
-            f"train has {n_train} lines, too few to hold out {parts} = {held} and keep at least as many "
-            f"for training (needs {2 * held}); lower {' / '.join(f'data.heldout_{s}' for s in missing)}, "
-            f"or list sets in data.{missing[0]}"
+    eligible = _main_pair(train_records, data)
+    n_eligible = n_train if eligible is None else sum(b - a for a, b in eligible)
+    if n_eligible - held < held:
+        of_pair = (
+            ""
+            if eligible is None
+            else f" of {data.src_lang}-{data.tgt_lang} (the pair held-out lines come from)"
         )
-    val_idx, test_idx = heldout_indices(n_train, sizes["val"], sizes["test"], data.heldout_seed)
+        parts = " + ".join(f"{sizes[s]} (data.heldout_{s})" for s in missing)
+        keys = " / ".join(f"data.heldout_{s}" for s in missing)
+        raise UserError(
+            f"train has {n_eligible} lines{of_pair}, too few to hold out {parts} = {held} and keep at least "
+            f"as many for training (needs {2 * held}); lower {keys}, or list sets in data.{missing[0]}"
+        )
+    val_idx, test_idx = heldout_indices(n_train, sizes["val"], sizes["test"], data.heldout_seed, eligible)
     where = {**dict.fromkeys(val_idx, "val"), **dict.fromkeys(test_idx, "test")}
     writers = {"train": PairedWriter(out / "train")}
     writers.update({s: PairedWriter(out / ("val" if s == "val" else f"test/{HELDOUT}")) for s in missing})
@@ -75,10 +92,22 @@ def hold_out(
         train_records[k]["lines"] -= 1
         drawn[where[i]][k] += 1
     sized = {split: sizes[split] for split in missing}
-    heldout = {"splits": missing, "seed": data.heldout_seed, **sized, "method": HELDOUT_METHOD}
+    method = HELDOUT_METHOD if eligible is None else HELDOUT_METHOD + HELDOUT_PAIR
+    heldout = {"splits": missing, "seed": data.heldout_seed, **sized, "method": method}
     if any(r.get("tokenized") for r in train_records):
         heldout["parts"] = {split: _parts(train_records, n) for split, n in drawn.items()}
     return heldout
+
+
+def _main_pair(train_records: list[CorpusRecord], data: DataParams) -> list[tuple[int, int]] | None:
+    """The line ranges of the train sources of data.src_lang -> data.tgt_lang, where sources of other
+    pairs are among them (download records a source's pair then); None: every line."""
+    pairs = [(r.get("src_lang", data.src_lang), r.get("tgt_lang", data.tgt_lang)) for r in train_records]
+    main = (data.src_lang, data.tgt_lang)
+    if all(pair == main for pair in pairs):
+        return None
+    starts = [0, *itertools.accumulate(r["lines"] for r in train_records)]
+    return [(starts[k], starts[k + 1]) for k, pair in enumerate(pairs) if pair == main]
 
 
 def _parts(train_records: list[CorpusRecord], drawn: list[int]) -> list[dict[str, Any]]:

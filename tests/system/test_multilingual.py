@@ -159,3 +159,16 @@ def test_the_translate_command_takes_the_target_language(run, tmp_path):
     for bad, message in (["--tgt-lang", "fr"], "translates into xa, xb only"), ([], "say which"):
         done = CliRunner().invoke(command, [*args, *bad, "--output", str(out)])
         assert done.exit_code != 0 and message in done.output and not out.exists(), done.output
+
+
+def test_held_out_lines_come_from_the_main_pair_and_are_those_it_would_hold_out_alone(tmp_path):
+    raw = tiny_raw()
+    raw["data"].update(data_section(tmp_path), val=[], heldout_val=20)
+    both = P.from_dict(raw).data
+    download(both, tmp_path / "both")
+    val = (tmp_path / "both/val.src").read_text(encoding="utf-8").splitlines()
+    assert len(val) == 20 and all(line.startswith("<2xa> ") for line in val)
+    raw["data"].update(train=["train-xa"], test=["test-xa"])
+    download(P.from_dict(raw).data, tmp_path / "alone")
+    alone = (tmp_path / "alone/val.src").read_text(encoding="utf-8").splitlines()
+    assert [line.removeprefix("<2xa> ") for line in val] == alone
