@@ -29,8 +29,11 @@ HELDOUT_METHOD = (
     "every split keeps corpus order"
 )
 # With train sources of several pairs, only those of data.src_lang -> data.tgt_lang give held-out lines
-# (the pair a multilingual model is selected and tested on); the keys of their lines stay as they are.
-HELDOUT_PAIR = "; only lines of the train sources of the pair data.src_lang -> data.tgt_lang are drawn"
+# (the pair a multilingual model is selected and tested on), numbered among themselves: the same lines
+# as a run on that pair's sources alone, wherever the other pairs' sources are listed.
+HELDOUT_PAIR = (
+    "; only the lines of the train sources of data.src_lang -> data.tgt_lang are drawn, i counting them alone"
+)
 
 
 def heldout_indices(
@@ -42,11 +45,8 @@ def heldout_indices(
     heapq.nsmallest is sorted()[:k], ties in line order as a stable sort gives them, in memory O(k).
     """
     rng = random.Random(seed)
-    keyed = ((rng.random(), i) for i in range(n_lines))
-    if eligible is not None:
-        starts = [a for a, _ in eligible]
-        inside = lambda i: (k := bisect.bisect_right(starts, i) - 1) >= 0 and i < eligible[k][1]
-        keyed = (key for key in keyed if inside(key[1]))
+    lines = range(n_lines) if eligible is None else itertools.chain.from_iterable(range(*r) for r in eligible)
+    keyed = ((rng.random(), i) for i in lines)
     ranked = [i for _, i in heapq.nsmallest(n_val + n_test, keyed)]
     return sorted(ranked[:n_val]), sorted(ranked[n_val : n_val + n_test])
 

@@ -164,6 +164,7 @@ def test_the_translate_command_takes_the_target_language(run, tmp_path):
 def test_held_out_lines_come_from_the_main_pair_and_are_those_it_would_hold_out_alone(tmp_path):
     raw = tiny_raw()
     raw["data"].update(data_section(tmp_path), val=[], heldout_val=20)
+    raw["data"]["train"] = ["train-xb", "train-xa"]  # the other pair first: the same lines all the same
     both = P.from_dict(raw).data
     download(both, tmp_path / "both")
     val = (tmp_path / "both/val.src").read_text(encoding="utf-8").splitlines()

@@ -25,12 +25,13 @@ def test_heldout_indices_take_memory_for_the_held_out_lines_not_the_corpus():
 
 
 def test_only_lines_of_the_main_pair_are_held_out_and_they_stay_the_same_lines():
-    rng = random.Random(7)
-    keys = [rng.random() for _ in range(50)]
     eligible = [(0, 20), (35, 40)]  # e.g. en-ms sources around an en-id one
     inside = [i for i in range(50) if i < 20 or 35 <= i < 40]
+    rng = random.Random(7)
+    keys = {i: rng.random() for i in inside}  # the k-th line of the pair gets the k-th draw
     ranked = sorted(inside, key=lambda i: keys[i])
     assert heldout.heldout_indices(50, 4, 3, 7, eligible) == (sorted(ranked[:4]), sorted(ranked[4:7]))
-    # a one-pair train split of the same first 20 lines holds out the same ones
-    alone = heldout.heldout_indices(20, 4, 3, 7)
-    assert heldout.heldout_indices(60, 4, 3, 7, [(0, 20)]) == alone
+    # the same lines as a one-pair train split of those 25 lines, wherever the other pair's lines are
+    val, test = heldout.heldout_indices(25, 4, 3, 7)
+    at = lambda k: inside[k]
+    assert heldout.heldout_indices(50, 4, 3, 7, eligible) == ([at(k) for k in val], [at(k) for k in test])
