@@ -37,8 +37,13 @@ def dvc_binary() -> str:
 
 
 def settings(changes: dict[str, object]) -> list[str]:
-    """A variant's changes as `dvc exp run -S` takes them, spelled as in params.yaml (false, null)."""
-    return [f"{key}={param_text(value)}" for key, value in changes.items()]
+    """A variant's changes as `dvc exp run -S` takes them, spelled as in params.yaml (false, null). A
+    mapping is set with Hydra's `++` (add or override): plain `key=` merges into the mapping
+    params.yaml has and refuses the keys it lacks (data.sources is {} there)."""
+    return [
+        f"{'++' if isinstance(value, dict) else ''}{key}={param_text(value)}"
+        for key, value in changes.items()
+    ]
 
 
 def variant_params(raw: dict[str, Any], changes: dict[str, object]) -> P.Params:

@@ -142,9 +142,13 @@ class Recipe:
     why: str  # and on whose evidence
     changes: dict[str, object]  # over the pair's baseline
     per_pair: dict[str, dict[str, object]] = field(default_factory=dict)  # pair -> further changes
+    only: tuple[str, ...] = ()  # the pairs it is for (none: all)
 
     def for_pair(self, pair: str) -> dict[str, object]:
         return {**self.changes, **self.per_pair.get(pair, {})}
+
+    def applies(self, pair: str) -> bool:
+        return not self.only or pair in self.only
 
 
 LOWRES = {
@@ -176,6 +180,28 @@ RECIPES: dict[str, Recipe] = {
         per_pair={"ru-en": {"train.max_epochs": 12}, "en-ms": {"train.max_epochs": 15}},
     ),
 }
+
+
+# Issue 27's levers over a pair's baseline. en-ms: Indonesian, a close relative of Malay, as a second
+# target language (target-language tags; OPUS-MT's eng->msa trains on both the same way), from the
+# catalog's en-id sets. Held-out val and test stay Malay lines (pipeline/data/heldout.py).
+INDONESIAN = {
+    "tatoeba-enid": {"catalog": "tatoeba-v2021-08-07-enid", "tgt_lang": "id"},
+    "tico19-id": {"catalog": "tico19-enid", "tgt_lang": "id"},
+}
+RECIPES["multilingual"] = Recipe(
+    "a second target language, tagged: en-ms with en-id (Tatoeba, TICO-19)",
+    "Johnson et al. 2017 (one model, target-language tags); Dabre et al. 2019 and OPUS-MT's eng->msa "
+    "(Malay with Indonesian); Zoph et al. 2016 (a related pair's data)",
+    {},
+    per_pair={
+        "en-ms": {
+            "data.train": ["tatoeba-v2021-08-07-enms", "tico19-enms", *INDONESIAN],
+            "data.sources": INDONESIAN,
+        }
+    },
+    only=("en-ms",),
+)
 
 
 def _layers(encoder: int, decoder: int) -> dict[str, object]:
@@ -248,6 +274,8 @@ RANKING_EPOCHS = 10_000
 
 
 def recipe_experiment(pair: str, recipe: str, steps: int | None = None) -> Experiment:
+    if not RECIPES[recipe].applies(pair):
+        raise UserError(f"--recipe {recipe} is for {', '.join(RECIPES[recipe].only)} only, not {pair}")
     changes = {**PAIRS[pair].baseline, **RECIPES[recipe].for_pair(pair)}
     if steps is not None:
         changes |= {"train.max_steps": steps, "train.max_epochs": RANKING_EPOCHS, "train.patience": 0}
@@ -543,7 +571,7 @@ def known_experiments(steps: set[int]) -> dict[str, Experiment]:
     """Every experiment `queue` and `sweep` can name, for the ranking caps `steps` (all recipes, all axes)."""
     out: dict[str, Experiment] = {}
     for pair in PAIRS:
-        for recipe in RECIPES:
+        for recipe in (r for r in RECIPES if RECIPES[r].applies(pair)):
             for cap in (None, *sorted(steps)):
                 center = recipe_experiment(pair, recipe, cap)
                 out[center.name] = center

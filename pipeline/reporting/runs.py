@@ -258,9 +258,11 @@ def param_text(value: Any) -> str:
         return str(value).lower()
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(param_text(v) for v in value) + "]"  # YAML flow style, as -S takes it
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {param_text(v)}" for k, v in value.items()) + "}"
     if isinstance(value, str):
         # MLflow holds str() of the Python value.
-        if value.startswith("[") and value.endswith("]"):
+        if (value[:1], value[-1:]) in (("[", "]"), ("{", "}")):
             with contextlib.suppress(ValueError, SyntaxError):
                 return param_text(ast.literal_eval(value))
         return {"None": "null", "True": "true", "False": "false"}.get(value, value)

@@ -175,12 +175,13 @@ def test_a_sweep_runs_the_axes_or_the_values_it_is_given() -> None:
 
 def test_every_queued_experiment_is_valid_params_and_a_sweep_changes_one_thing() -> None:
     for pair in pairs.PAIRS:
-        for recipe in pairs.RECIPES:
+        for recipe in (r for r in pairs.RECIPES if pairs.RECIPES[r].applies(pair)):
             exp = pairs.recipe_experiment(pair, recipe)
             assert set(exp.changes) >= set(pairs.PAIRS[pair].baseline)
             pairs.check(RAW, exp)
+            sources = exp.changes.get("data.sources", {})
             for name in (*exp.changes["data.train"], *exp.changes["data.test"]):  # type: ignore[misc]
-                assert name in corpora.SETS
+                assert name in corpora.SETS or sources[name]["catalog"] in corpora.SETS  # type: ignore[index]
             result = CliRunner().invoke(
                 pairs.cli,
                 [
@@ -208,6 +209,25 @@ def test_every_queued_experiment_is_valid_params_and_a_sweep_changes_one_thing()
                 assert changed <= set(pairs.GRID[exp.axis][exp.value])  # one axis's change only
                 assert pairs.check(RAW, exp) != center  # never the center again
                 assert exp.changes["train.max_steps"] == 500
+
+
+def test_the_multilingual_recipe_adds_indonesian_as_a_tagged_second_target() -> None:
+    args = ["queue", "--pair", "en-ms", "--recipe", "multilingual", "--dry-run", "--params", str(PARAMS)]
+    result = CliRunner().invoke(pairs.cli, args)
+    assert result.exit_code == 0, result.output
+    settings = shlex.split(result.output)[7::2]
+    # a mapping goes in with Hydra's ++: `data.sources=` would refuse the keys params.yaml's {} lacks
+    assert (
+        "++data.sources={tatoeba-enid: {catalog: tatoeba-v2021-08-07-enid, tgt_lang: id}, " in result.output
+    )
+    assert "data.train=[tatoeba-v2021-08-07-enms, tico19-enms, tatoeba-enid, tico19-id]" in settings
+    params = pairs.check(RAW, pairs.recipe_experiment("en-ms", "multilingual"))
+    assert yaml.safe_load(next(s for s in settings if "data.sources" in s).split("=", 1)[1]) == {
+        name: {k: v for k, v in vars(spec).items() if v is not None and k in ("catalog", "tgt_lang")}
+        for name, spec in params.data.sources.items()
+    }
+    refused = CliRunner().invoke(pairs.cli, ["queue", "--pair", "ru-en", "--recipe", "multilingual"])
+    assert refused.exit_code != 0 and "for en-ms only" in refused.output
 
 
 def test_a_bad_change_is_refused_before_anything_is_queued() -> None:

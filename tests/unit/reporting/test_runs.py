@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
 from pipeline.reporting import runs
 from pipeline.tracking.tracker import Tracker
@@ -261,3 +262,10 @@ def test_seeds_of_other_code_or_unfinished_runs_stay_apart() -> None:
     assert sorted(frame["run"]) == ["c2", "s1", "s3"] and set(frame["n_runs"]) == {1}
     sds = [f"{m}_sd" for m in runs.FIXED_METRICS]
     assert list(runs.group_seeds(runs.table([]))) == [*runs.table([]).columns, *sds, *runs.GROUP_COLUMNS]
+
+
+def test_mapping_params_read_as_yaml_flow_mappings_from_mlflow_and_dvc() -> None:
+    value = {"tico19-id": {"catalog": "tico19-enid", "tgt_lang": "id", "max_lines": None}}
+    text = "{tico19-id: {catalog: tico19-enid, tgt_lang: id, max_lines: null}}"
+    assert runs.param_text(str(value)) == runs.param_text(value) == text
+    assert yaml.safe_load(text) == value  # what `dvc exp run -S data.sources=...` reads back
