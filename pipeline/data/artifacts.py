@@ -129,10 +129,11 @@ class Corpus:
 
     name: str
     lines: int
+    pair: str | None = None  # "en-id": where train sources of several pairs are (target-language tags)
 
     def to_dict(self) -> dict[str, Any]:
         """As meta.json lists it."""
-        return {"name": self.name, "sentences": self.lines}
+        return {"name": self.name, "sentences": self.lines} | ({"pair": self.pair} if self.pair else {})
 
 
 WRITTEN_BY = {MANIFEST: "download", CLEAN_STATS: "clean", BIN_META: "binarize"}
@@ -192,16 +193,17 @@ def train_corpora(record: Path, n_lines: int, lines_file: Path, rerun: str) -> l
 
 def _manifest_corpora(record: dict[str, Any]) -> list[Corpus]:
     train = (record.get("splits") or {}).get("train") or []
-    return [Corpus(str(s["name"]), int(s["lines"])) for s in train]
+    pair = lambda s: f"{s['src_lang']}-{s['tgt_lang']}" if "tgt_lang" in s else None
+    return [Corpus(str(s["name"]), int(s["lines"]), pair(s)) for s in train]
 
 
 def _stats_corpora(record: dict[str, Any]) -> list[Corpus]:
     corpora = (record.get("train") or {}).get("sources") or {}
-    return [Corpus(str(name), int(s["lines_out"])) for name, s in corpora.items()]
+    return [Corpus(str(name), int(s["lines_out"]), s.get("pair")) for name, s in corpora.items()]
 
 
 def _meta_corpora(record: dict[str, Any]) -> list[Corpus]:
-    return [Corpus(str(s["name"]), int(s["sentences"])) for s in record.get("sources") or []]
+    return [Corpus(str(s["name"]), int(s["sentences"]), s.get("pair")) for s in record.get("sources") or []]
 
 
 _LISTINGS = {MANIFEST: _manifest_corpora, CLEAN_STATS: _stats_corpora, BIN_META: _meta_corpora}

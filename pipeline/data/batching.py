@@ -112,15 +112,30 @@ class ParallelData:
 # --- source weights ---------------------------------------------------------------
 
 
-def source_factors(sizes: Sequence[int], weights: Sequence[float], temperature: float) -> list[float]:
+def source_factors(
+    sizes: Sequence[int],
+    weights: Sequence[float],
+    temperature: float,
+    groups: Sequence[str | None] | None = None,
+) -> list[float]:
     """How many times each source's pairs are drawn per epoch (1.0 each: natural proportions).
 
     Temperature first: source k's share of the epoch becomes p_k ∝ (n_k / N)^(1/T) (T=1
     keeps n_k / N; larger T flattens towards equal shares), the epoch keeping N pairs;
     then its weight multiplies what it draws. Factor k = weight_k * N * p_k / n_k.
+    With `groups` (each source's language pair, where there are several), the temperature is
+    over the groups' sizes N_g, as multilingual training samples language pairs, and a group's
+    share goes to its sources by their sizes: p_k = (n_k / N_g) * p_g.
     """
     total = sum(sizes)
-    shares = [(n / total) ** (1.0 / temperature) if n else 0.0 for n in sizes]
+    if groups is None or len(set(groups)) < 2:
+        shares = [(n / total) ** (1.0 / temperature) if n else 0.0 for n in sizes]
+    else:
+        per_group: dict[str | None, int] = {}
+        for n, g in zip(sizes, groups):
+            per_group[g] = per_group.get(g, 0) + n
+        group_share = {g: (m / total) ** (1.0 / temperature) if m else 0.0 for g, m in per_group.items()}
+        shares = [n / per_group[g] * group_share[g] if n else 0.0 for n, g in zip(sizes, groups)]
     norm = sum(shares)
     return [w * total * (p / norm) / n if n else 0.0 for n, w, p in zip(sizes, weights, shares)]
 

@@ -114,6 +114,9 @@ def _clean_train(
     corpora = artifacts.listed_corpora(raw / artifacts.MANIFEST)
     stats = SplitStats(detokenized=dict.fromkeys(SIDES, 0) if tokenized.ranges else None)
     train = TrainFilter(params, [(c.name, c.lines) for c in corpora] or [(artifacts.WHOLE, None)], stats)
+    for corpus in corpora:  # sources of several pairs: each keeps its pair, for train.source_temperature
+        if corpus.pair:
+            stats.sources[corpus.name]["pair"] = corpus.pair
     candidates = scratch / "train.candidates"
     jobs = _jobs(raw, "train", train=True, tokenized=tokenized)
     spilled = dedupe.SpilledHashes(scratch) if params.dedupe else contextlib.nullcontext(None)

@@ -94,7 +94,8 @@ class CorpusDraws:
             )
         sizes = tuple(c.lines for c in listed)
         weights = [t.source_weights.get(name, 1.0) for name in names]
-        factors = tuple(batching.source_factors(sizes, weights, t.source_temperature))
+        pairs = [c.pair for c in listed] if any(c.pair for c in listed) else None
+        factors = tuple(batching.source_factors(sizes, weights, t.source_temperature, pairs))
         return cls(names, sizes, factors)
 
     @property

@@ -101,6 +101,9 @@ def test_every_source_line_carries_its_target_languages_tag(run):
         test_src = (root / f"clean/test/test-{lang}.src").read_text(encoding="utf-8").splitlines()
         assert all(line.startswith(f"<2{lang}> w") for line in test_src)
         assert f"<2{lang}>" not in (root / f"clean/test/test-{lang}.tgt").read_text(encoding="utf-8")
+    meta = json.loads((root / "bin/meta.json").read_text(encoding="utf-8"))
+    # each train source keeps its pair, which train.source_temperature samples over
+    assert [(s["name"], s["pair"]) for s in meta["sources"]] == [("train-xa", "en-xa"), ("train-xb", "en-xb")]
     vocab = Vocab.load(root / "bpe")
     assert vocab.src_pieces(vocab.encode_src(["<2xb> wa wb"])[0])[:2] == ["▁", "<2xb>"]  # one piece
 

@@ -240,3 +240,18 @@ def test_draw_sources_draws_whole_copies_and_a_seeded_rest() -> None:
     assert np.array_equal(ids, draw_sources(sizes, factors, seed=1, epoch=3))  # reproducible
     assert not np.array_equal(ids, draw_sources(sizes, factors, seed=1, epoch=4))  # other epoch, other draws
     assert np.array_equal(draw_sources([4, 3], [1.0, 1.0], 1, 1), np.arange(7))  # natural: every id once
+
+
+def test_with_several_pairs_the_temperature_is_over_the_pairs_and_a_pairs_share_goes_by_size() -> None:
+    sizes, pairs = [200, 100, 100], ["en-ms", "en-ms", "en-id"]
+    # T = 1 keeps natural proportions with or without pairs
+    assert source_factors(sizes, [1.0] * 3, 1.0, pairs) == pytest.approx([1.0, 1.0, 1.0])
+    # T -> large: each pair half of the 400 pairs; en-ms's half split 2:1 between its sources
+    factors = source_factors(sizes, [1.0] * 3, 1e9, pairs)
+    drawn = [f * n for f, n in zip(factors, sizes)]
+    assert drawn == pytest.approx([200 * 2 / 3, 200 / 3, 200])
+    # per source, T -> large would give each source a third instead
+    assert source_factors(sizes, [1.0] * 3, 1e9) == pytest.approx(
+        [400 / 3 / 200, 400 / 3 / 100, 400 / 3 / 100]
+    )
+    assert source_factors(sizes, [1.0] * 3, 1e9, ["en-ms"] * 3) == source_factors(sizes, [1.0] * 3, 1e9)
