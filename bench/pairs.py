@@ -839,7 +839,7 @@ def render(report: Report) -> str:
 
 def full_table(pair: PairResult) -> str:
     header = ["run", "recipe", "commit", "train min", "val BLEU", "val chrF"]
-    header += [f"{name} BLEU (95% CI), Δ, p" for name in pair.tests]
+    header += [f"{name} {label} (95% CI), Δ, p" for name in pair.tests for label in ("BLEU", "chrF")]
     rows = []
     for row in pair.rows:
         cells = [escape_cell(row.name) + (" ★" if row.best_val else ""), row.exp.recipe]
@@ -847,16 +847,20 @@ def full_table(pair: PairResult) -> str:
             rows.append([*cells, escape_cell(row.status), *["–"] * (len(header) - 3)])
             continue
         cells += [(row.record.commit or "?")[:7], _num(row.train_minutes), *_val_cells(row)]
-        cells += [test_cell(row, name, row is pair.baseline) for name in pair.tests]
+        cells += [
+            test_cell(row, name, row is pair.baseline, score)
+            for name in pair.tests
+            for score in ("bleu", "chrf")
+        ]
         rows.append(cells)
     return markdown_table(header, rows, "lll" + "r" * (len(header) - 3), escape=False)
 
 
-def test_cell(row: Row, name: str, is_base: bool) -> str:
-    bleu = row.metric(runs.test_column(name))
-    ci = row.ci95.get(name, {}).get("bleu")
-    text = fmt_score(math.nan if bleu is None else bleu) + (f" ({ci[0]:.1f}–{ci[1]:.1f})" if ci else "")
-    delta, p = row.delta.get(name, {}).get("bleu"), row.p.get(name, {}).get("bleu")
+def test_cell(row: Row, name: str, is_base: bool, score: str = "bleu") -> str:
+    value = row.metric(runs.test_column(name, score))
+    ci = row.ci95.get(name, {}).get(score)
+    text = fmt_score(math.nan if value is None else value) + (f" ({ci[0]:.1f}–{ci[1]:.1f})" if ci else "")
+    delta, p = row.delta.get(name, {}).get(score), row.p.get(name, {}).get(score)
     if is_base or delta is None:
         return text
     return f"{text}, {fmt_delta(delta)}, {fmt_p(math.nan if p is None else p)}"
