@@ -176,3 +176,22 @@ def test_held_out_lines_come_from_the_main_pair_and_are_those_it_would_hold_out_
     download(P.from_dict(raw).data, tmp_path / "alone")
     alone = (tmp_path / "alone/val.src").read_text(encoding="utf-8").splitlines()
     assert [line.removeprefix("<2xa> ") for line in val] == alone
+
+
+def test_the_mlflow_model_takes_the_target_language_as_a_param(run):
+    from types import SimpleNamespace
+
+    from mlflow.exceptions import MlflowException
+
+    from pipeline.decoding import pyfunc
+
+    root, _ = run
+    served = pyfunc.TranslatorModel()
+    served.load_context(SimpleNamespace(artifacts={pyfunc.ARTIFACT: str(root / "model")}))
+    translator = Translator.from_dir(root / "model", device="cpu", workers=1)
+    lines = ["wa wb wc", "wd we"]
+    for lang in ("xa", "xb"):
+        got = served.predict(None, lines, params={"tgt_lang": lang})
+        assert got == translator.translate(lines, tgt_lang=lang)
+    with pytest.raises(MlflowException, match="say which"):  # answered 400 when served
+        served.predict(None, lines, params={})
