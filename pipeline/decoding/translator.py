@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from pipeline.data.tags import tag, tag_of, tags_in
+from pipeline.data.tags import split_tag, tag, tag_of, tags_in
 from pipeline.data.text import normalize
 from pipeline.data.vocab import Vocab
 from pipeline.decoding.search import Hypothesis, SearchStats, default_workers, translate_ids
@@ -64,7 +64,8 @@ class TextTranslator:
     ) -> list[list[Hypothesis]]:
         """Raw lines -> per line its hypotheses; a blank line gets an empty source (and output)."""
         texts = self.tagged([normalize(line) for line in lines], tgt_lang)
-        ids = [seq if text else [] for text, seq in zip(texts, self.vocab.encode_src(texts))]
+        # a blank line, or a tag alone, gets an empty source
+        ids = [seq if split_tag(text)[1] else [] for text, seq in zip(texts, self.vocab.encode_src(texts))]
         return self.search_ids(ids, s, stats)
 
     @functools.cached_property

@@ -122,6 +122,7 @@ def test_the_tag_chooses_the_language_it_writes(run):
     # a line's own tag wins over none given
     tagged = translator.translate(["<2xb> wa wb"], beam=1)
     assert tagged == translator.translate(["wa wb"], beam=1, tgt_lang="xb")
+    assert translator.translate(["<2xb>", "  "], beam=1, tgt_lang="xa") == ["", ""]  # nothing to translate
 
 
 def test_a_missing_or_unknown_target_language_is_refused(run):
