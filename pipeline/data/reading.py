@@ -38,7 +38,7 @@ class Reader:
     def copy(self, plan: CorpusPlan, out: PairedWriter | _Tagging) -> CorpusRecord:
         """Append the source's pairs (capped at max_lines) to `out`; its manifest record."""
         if self.tagged and isinstance(out, PairedWriter):
-            out = _Tagging(out, tags.tag(plan.langs[1]) + " ")
+            out = _Tagging(out, plan.langs[1])
         records, skipped = [], 0
         if plan.files[0].role == "both":
             (ref,) = plan.files
@@ -131,11 +131,11 @@ class Reader:
 class _Tagging:
     """A PairedWriter whose source lines go behind a target-language tag."""
 
-    def __init__(self, out: PairedWriter, prefix: str) -> None:
-        self.out, self.prefix = out, prefix
+    def __init__(self, out: PairedWriter, lang: str) -> None:
+        self.out, self.lang = out, lang
 
     def write_lines(self, side: str, lines: list[str]) -> None:
-        self.out.write_lines(side, [self.prefix + line for line in lines] if side == "src" else lines)
+        self.out.write_lines(side, tags.tagged_lines(lines, self.lang) if side == "src" else lines)
 
 
 def _copy_side(chunks: Iterable[list[str]], out: PairedWriter | _Tagging, side: str, cap: int | None) -> int:

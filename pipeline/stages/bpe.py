@@ -20,7 +20,6 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import io
-import json
 import random
 import re
 import shutil
@@ -151,10 +150,8 @@ def sample_pairs(sizes: Sequence[int], budget: int, seed: int) -> list[int] | No
 
 def _tags(clean_dir: Path) -> list[str]:
     """The target-language tags the source lines carry (clean's stats.json has them from download)."""
-    stats = clean_dir / artifacts.CLEAN_STATS
-    if not stats.is_file():
-        return []
-    return list(json.loads(stats.read_text(encoding="utf-8")).get("tags", []))
+    stats = artifacts.read_record(clean_dir / artifacts.CLEAN_STATS) or {}
+    return list(stats.get("tags", []))
 
 
 def _train_one(
