@@ -48,6 +48,7 @@ Symbols: B sentences, S source length, T target length, D d_model, V vocabulary.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -71,6 +72,7 @@ from bench.common import fmt_times, machine_info, merge_rows, row, write_section
 from bench.options import report_files, rows_option, section_option, seed_option
 from bench.training import (
     BUILDERS,
+    COMPILED,
     SYSTEMS,
     Setup,
     StepFn,
@@ -127,9 +129,10 @@ def throughput(
     batch = synthetic_batch(setup.vocab, setup.batch, setup.length, seed)
     order_rng, rows = random.Random(seed), []
     for precision in precisions:
-        run = with_precision(params, setup.model, precision)
+        run = with_precision(params, setup.model, precision, setup.compiled)
         steps = {name: BUILDERS[name](run, setup.vocab, seed) for name in systems}
-        rates = rates_by_round(steps, batch, setup, order_rng, say, precision)
+        label = f"{precision} compiled" if setup.compiled else precision
+        rates = rates_by_round(steps, batch, setup, order_rng, say, label)
         median = {name: statistics.median(r) for name, r in rates.items()}
         rows += [row(name, setup.task, precision, "tokens_per_s", median[name]) for name in systems]
         peers = [median[name] for name in systems if name != "ours"]
@@ -161,44 +164,55 @@ PEAK = "torch.matmul"  # the system of the measured-peak rows
 
 
 def utilization(
-    setup: Setup, rows: list[dict], precisions: list[str], say: Callable[[str], None]
+    setups: list[Setup], rows: list[dict], precisions: list[str], say: Callable[[str], None]
 ) -> list[dict]:
-    """Each system's model FLOP utilization against the matmul peak measured here at the update's own
-    GEMM shapes, dtype and threads (bench.flops); with the peak and the FLOPs per target token."""
-    if setup.model.arch != "encoder_decoder":
+    """Each system's model FLOP utilization, eager and compiled (one setup each), against the matmul
+    peak measured here once at the update's own GEMM shapes, dtype and threads (bench.flops); with
+    the peak and the FLOPs per target token, under the first setup's task."""
+    first = setups[0]
+    if first.model.arch != "encoder_decoder":
         return []
-    forward = flops.forward_gemms(setup.model, setup.vocab, setup.batch, setup.length, setup.length)
+    forward = flops.forward_gemms(first.model, first.vocab, first.batch, first.length, first.length)
     gemms = flops.update_gemms(forward)
-    per_token = sum(g.flops for g in gemms) / (setup.batch * setup.length)
-    speeds = {(r["system"], r["precision"]): r["value"] for r in rows if r["metric"] == "tokens_per_s"}
+    per_token = sum(g.flops for g in gemms) / (first.batch * first.length)
+    speeds = {
+        (r["system"], r["task"], r["precision"]): r["value"] for r in rows if r["metric"] == "tokens_per_s"
+    }
     out = []
     for precision in precisions:
-        peak = flops.measured_peak(gemms, PRECISION_DTYPES[precision], 0.005 if setup.smoke else 0.05)
+        peak = flops.measured_peak(gemms, PRECISION_DTYPES[precision], 0.005 if first.smoke else 0.05)
         say(f"{precision} matmul peak at the update's shapes: {peak / 1e12:.3f} TFLOP/s")
         out += [
-            row(PEAK, setup.task, precision, "gemm_peak_tflops", peak / 1e12, digits=4),
-            row(PEAK, setup.task, precision, "model_mflop_per_target_token", per_token / 1e6, digits=2),
+            row(PEAK, first.task, precision, "gemm_peak_tflops", peak / 1e12, digits=4),
+            row(PEAK, first.task, precision, "model_mflop_per_target_token", per_token / 1e6, digits=2),
         ]
         out += [
-            row(system, setup.task, precision, "mfu_of_measured_peak", speed * per_token / peak, digits=3)
-            for (system, p), speed in speeds.items()
-            if p == precision
+            row(system, task, precision, "mfu_of_measured_peak", speed * per_token / peak, digits=3)
+            for setup in setups
+            for (system, task, p), speed in speeds.items()
+            if p == precision and task == setup.task
         ]
     return out
 
 
 def utilization_table(v: dict, setup: Setup, precisions: list[str]) -> list[str]:
-    """MFU per system and precision, the measured peak and the FLOPs it is measured with."""
-    get = lambda s, p, m: v.get((s, setup.task, p, m))
-    if get(PEAK, precisions[0], "gemm_peak_tflops") is None:
+    """MFU per system (eager, and compiled where measured) and precision, the measured peak and the
+    FLOPs it is measured with."""
+    peak = lambda p, m: v.get((PEAK, setup.task, p, m))
+    if peak(precisions[0], "gemm_peak_tflops") is None:
         return []
-    per_token = get(PEAK, precisions[0], "model_mflop_per_target_token")
-    rows = [
-        [s, *(fmt(get(s, p, "mfu_of_measured_peak")) for p in precisions)]
-        for s in SYSTEMS
-        if get(s, precisions[0], "mfu_of_measured_peak") is not None
-    ]
-    rows.append([f"{PEAK} peak, TFLOP/s", *(fmt(get(PEAK, p, "gemm_peak_tflops"), 3) for p in precisions)])
+    per_token = peak(precisions[0], "model_mflop_per_target_token")
+    rows = []
+    for mode in (setup, dataclasses.replace(setup, compiled=True)):
+        rows += [
+            [
+                f"{s}, compiled" if mode.compiled else s,
+                *(fmt(v.get((s, mode.task, p, "mfu_of_measured_peak"))) for p in precisions),
+            ]
+            for s in SYSTEMS
+            if v.get((s, mode.task, precisions[0], "mfu_of_measured_peak")) is not None
+        ]
+    rows.append([f"{PEAK} peak, TFLOP/s", *(fmt(peak(p, "gemm_peak_tflops"), 3) for p in precisions)])
     return [
         f"Model FLOP utilization: target tokens/s x {per_token:,.1f} MFLOP per target token (the update's "
         "matrix products, forward and backward: bench/flops.py) over the matmul peak measured in this run "
@@ -245,10 +259,16 @@ def real_batch_speed(
         step = ours(with_precision(params, setup.model, precision), vocab, seed)
         for b in warm or [synthetic]:
             step(b)
-        real_s, synth_s = [], []
+        compiled_step, compile_s = None, 0.0
+        if setup.compiled:  # every timed shape compiled before timing: the cost once, then not again
+            compiled_step = ours(with_precision(params, setup.model, precision, compiled=True), vocab, seed)
+            compile_s = timed_pass(compiled_step, [*warm, *timed])
+        real_s, synth_s, compiled_s = [], [], []
         for _ in range(min(setup.repeats, 2)):  # interleaved, so drift hits both; 2 rounds: a pass is long
             real_s.append(timed_pass(step, timed))
             synth_s.append(timed_pass(step, [synthetic] * n_synthetic))
+            if compiled_step is not None:
+                compiled_s.append(timed_pass(compiled_step, timed))
         real_rate = real_tokens / statistics.median(real_s)
         synth_rate = n_synthetic * synthetic.n_tgt_tokens / statistics.median(synth_s)
         say(
@@ -262,6 +282,19 @@ def real_batch_speed(
             row("ours", task_same, precision, "tokens_per_s", synth_rate),
             row("ours", REAL, precision, "ratio_vs_synthetic", real_rate / synth_rate, digits=3),
         ]
+        if compiled_s:
+            compiled_rate = real_tokens / statistics.median(compiled_s)
+            say(
+                f"{precision} real batches, compiled: {compiled_rate:,.0f} tok/s "
+                f"(first pass, compiling: {compile_s:.0f} s)"
+            )
+            rows += [
+                row("ours", REAL + COMPILED, precision, "tokens_per_s", compiled_rate),
+                row(
+                    "ours", REAL + COMPILED, precision, "ratio_vs_eager", compiled_rate / real_rate, digits=3
+                ),
+                row("ours", REAL + COMPILED, precision, "first_pass_s", compile_s, digits=1),
+            ]
     padded_src = sum(b.src.numel() for b in timed)
     rows += [
         row("ours", REAL, "-", "batches", len(timed)),
@@ -502,6 +535,14 @@ def train_section(rows: list[dict], setup: Setup, info: dict[str, str], command:
         "",
     ]
     out += throughput_tables(v, setup, precisions)
+    compiled = dataclasses.replace(setup, compiled=True)
+    if any(k[1] == compiled.task for k in v):
+        out += [
+            "The same under torch.compile (train.compile: every system's forward and loss compiled "
+            "with the default inductor backend; compilation is in the warm-up, not timed):",
+            "",
+            *throughput_tables(v, compiled, precisions),
+        ]
     out += utilization_table(v, setup, precisions)
     if any(k[1] == REAL for k in v):
         out += real_table(v, setup, precisions)
@@ -578,7 +619,21 @@ def real_table(v: dict, setup: Setup, precisions: list[str]) -> list[str]:
         ]
         for p in precisions
     ]
-    return [*out, markdown_table(header, rows, "lrrrr"), ""]
+    compiled = REAL + COMPILED
+    if not any(k[1] == compiled for k in v):
+        return [*out, markdown_table(header, rows, "lrrrr"), ""]
+    header += ["compiled tok/s", "compiled / eager", "first compiled pass, s"]
+    for p, cells in zip(precisions, rows, strict=True):
+        cells += [
+            fmt_whole(get(p, "tokens_per_s", compiled)),
+            fmt_times(get(p, "ratio_vs_eager", compiled)),
+            fmt(get(p, "first_pass_s", compiled), 1),
+        ]
+    note = (
+        "Compiled: the same batches through train.compile, each shape compiled in a first pass "
+        "(timed apart: recompiling for new shapes is a cost training pays once)."
+    )
+    return [*out, markdown_table(header, rows, "lrrrrrrr"), "", note, ""]
 
 
 def memory_table(v: dict, setup: Setup) -> list[str]:
@@ -655,6 +710,7 @@ def benchmark(
     real_batches: int = 20,
     precisions: tuple[str, ...] = ("fp32", "bf16"),
     memory_check: bool = True,
+    compiled: bool = False,
     seed: int = 1,
     command: str = "",
     say: Callable[[str], None] = print,
@@ -677,6 +733,7 @@ def benchmark(
             real_batches,
             list(precisions),
             memory_check,
+            compiled,
             seed,
             say,
         )
@@ -699,6 +756,7 @@ def measure_all(
     real_batches: int,
     precisions: list[str],
     memory_check: bool,
+    compiled: bool,
     seed: int,
     say: Callable[[str], None],
 ) -> tuple[list[dict], Setup, dict[str, str]]:
@@ -709,10 +767,11 @@ def measure_all(
     say(f"train_speed: systems {', '.join(systems)}; {torch.get_num_threads()} torch threads")
     # Read now, while the thread count is the one measured with.
     info = machine_info("torch threads", torch.get_num_threads(), ["transformers"])
-    rows = throughput(setup, params, precisions, systems, seed, say)
-    rows += utilization(setup, rows, precisions, say)
+    setups = [setup, dataclasses.replace(setup, compiled=True)] if compiled else [setup]
+    rows = [r for s in setups for r in throughput(s, params, precisions, systems, seed, say)]
+    rows += utilization(setups, rows, precisions, say)
     if bin_dir is not None:
-        rows += real_batch_speed(setup, params, bin_dir, precisions, seed, say)
+        rows += real_batch_speed(setups[-1], params, bin_dir, precisions, seed, say)
     if bin_dir is not None and sampled_from is not None:
         rows += sampling_speed(setup, params, (bin_dir, *sampled_from), precisions, seed, say)
     if memory_check:
@@ -771,6 +830,12 @@ def measure_all(
     show_default=True,
     help="Measure the data path's peak RSS on synthetic 1M- and 10k-pair corpora.",
 )
+@click.option(
+    "--compile/--no-compile",
+    "compiled",
+    default=None,
+    help="Measure every system under torch.compile as well (train.compile) [default: on, off with --smoke].",
+)
 @seed_option
 def main(
     smoke: bool,
@@ -785,6 +850,7 @@ def main(
     real_batches: int,
     precisions: str,
     memory_check: bool,
+    compiled: bool | None,
     seed: int,
 ) -> None:
     """Measure training throughput of ours and its peers, real-batch speed, and data-path memory."""
@@ -807,6 +873,7 @@ def main(
         real_batches=real_batches,
         precisions=chosen,
         memory_check=memory_check,
+        compiled=not smoke if compiled is None else compiled,
         seed=seed,
         command=command,
         say=lambda m: click.echo(m, err=True),

@@ -36,6 +36,7 @@ from pipeline.training.step import UpdateStep
 
 SYSTEMS = ("ours", "hf-marian", "torch-nn-transformer")
 SYNTHETIC = "train_synthetic"  # the task of the synthetic batch's rows, with its size: train_synthetic_128x16
+COMPILED = "_compiled"  # in the task of the same systems under torch.compile
 
 StepFn = Callable[[Batch], Any]  # one whole update on a batch
 
@@ -55,10 +56,12 @@ class Setup:
     memory_corpora: tuple[tuple[int, int], ...]  # (pairs, length multiplier) of synthetic corpora
     memory_batches: int
     smoke: bool
+    compiled: bool = False  # every system's forward under torch.compile (train.compile)
 
     @property
     def task(self) -> str:
-        return f"{SYNTHETIC}_{self.batch}x{self.length}"
+        """train_synthetic_128x16, or train_synthetic_compiled_128x16 for the compiled systems."""
+        return f"{SYNTHETIC}{COMPILED if self.compiled else ''}_{self.batch}x{self.length}"
 
 
 def make_setup(params: P.Params, smoke: bool, seconds: float, repeats: int, real_batches: int) -> Setup:
@@ -80,10 +83,13 @@ def make_setup(params: P.Params, smoke: bool, seconds: float, repeats: int, real
     return Setup(tiny, 300, 8, 8, 0.05, 1, 1, 2, ((2_000, 1), (20_000, 1), (20_000, 4)), 100, True)
 
 
-def with_precision(params: P.Params, model: P.ModelParams, precision: str) -> P.Params:
-    """params with this model section and train.precision, validated like params.yaml."""
+def with_precision(
+    params: P.Params, model: P.ModelParams, precision: str, compiled: bool = False
+) -> P.Params:
+    """params with this model section, train.precision and train.compile, validated like params.yaml."""
     raw = dataclasses.replace(params, model=model).to_dict()
     raw["train"]["precision"] = precision
+    raw["train"]["compile"] = compiled
     return P.from_dict(raw)
 
 
@@ -128,7 +134,8 @@ def peer_step(model: nn.Module, forward: Callable, params: P.Params) -> StepFn:
 
     Same loss, normalization, clipping, AdamW settings and decay groups as
     ours, but torch's default implementations (AdamW's for-loop on CPU), not
-    pipeline.training.optim's: a speed-up there counts for ours only.
+    pipeline.training.optim's: a speed-up there counts for ours only. With
+    train.compile the forward and the loss run under torch.compile, as ours do.
     """
     t = params.train
     optimizer = torch.optim.AdamW(
@@ -136,16 +143,21 @@ def peer_step(model: nn.Module, forward: Callable, params: P.Params) -> StepFn:
     )
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda k: inverse_sqrt(k + 1, t.warmup_steps))
 
-    def step(batch: Batch) -> tuple[float, int]:
+    def loss_of(src: torch.Tensor, tgt_in: torch.Tensor, tgt_out: torch.Tensor) -> torch.Tensor:
         with autocast(t.precision):
-            logits = forward(batch.src, batch.tgt_in)  # (B, T, V)
-        loss = F.cross_entropy(
+            logits = forward(src, tgt_in)  # (B, T, V)
+        return F.cross_entropy(
             logits.flatten(0, 1).float(),
-            batch.tgt_out.flatten(),
+            tgt_out.flatten(),
             ignore_index=PAD,
             reduction="sum",
             label_smoothing=t.label_smoothing,
         )
+
+    summed = torch.compile(loss_of) if t.compile else loss_of
+
+    def step(batch: Batch) -> tuple[float, int]:
+        loss = summed(batch.src, batch.tgt_in, batch.tgt_out)
         (loss / batch.n_tgt_tokens).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), t.clip_norm)
         optimizer.step()
