@@ -135,7 +135,9 @@ class ModelParams:
 class TrainParams:
     device: Literal["auto", "cpu", "cuda"]
     precision: Precision
-    compile: bool
+    # torch.compile of the training forward and loss; auto: where it was measured faster
+    # (training.step.resolve_compile: bf16 on a CPU with a C++ compiler, docs/cpu-speed.md).
+    compile: bool | Literal["auto"]
     seed: int
     max_tokens: int
     # A fresh segmentation of every training sentence each epoch (docs/low-resource.md).

@@ -47,7 +47,7 @@ from pipeline.training.state import (
     gather_rng,
     seed_everything,
 )
-from pipeline.training.step import UpdateStep, check_precision, resolve_precision
+from pipeline.training.step import UpdateStep, check_precision, resolve_compile, resolve_precision
 from pipeline.training.validation import ValSplit
 
 STEPS_HEADER = LogRow._fields
@@ -59,9 +59,11 @@ class Trainer:
 
     def __init__(self, params: P.Params, paths: Paths, dist: Dist = ALONE):
         self.device = torch_device(params.train.device, index=dist.local_rank, key="train.device")
-        # train.precision auto becomes the precision used, in the state, the logs and data/model alike
+        # train.precision and compile auto become what is used, in the state, the logs and data/model alike
         precision = resolve_precision(params.train.precision, self.device)
-        params = dataclasses.replace(params, train=dataclasses.replace(params.train, precision=precision))
+        compiled = resolve_compile(params.train.compile, precision, self.device)
+        train = dataclasses.replace(params.train, precision=precision, compile=compiled)
+        params = dataclasses.replace(params, train=train)
         self.params, self.paths, self.dist = params, paths, dist
         t = params.train
         check_precision(t.precision, self.device)
@@ -300,6 +302,7 @@ class Trainer:
             "best_val_loss": best.val_loss if best else None,
             "device": device,
             "precision": self.params.train.precision,
+            "compiled": self.params.train.compile,
             "stopped": p.stopped,
             "steps": p.step,
             "epochs": p.epoch - 1 if p.position == 0 else p.epoch,
@@ -320,6 +323,7 @@ class Trainer:
         tags = {
             "stage": "train",
             "precision": self.params.train.precision,
+            "compiled": self.params.train.compile,
             "device": str(self.device),
             "world_size": self.dist.world_size,
             "n_params": count_parameters(self.model),  # a constant: a tag, not a metric series

@@ -166,6 +166,7 @@ def tiny_raw(model: dict | None = None, **train) -> dict:
     raw["train"].update(
         device="cpu",
         precision="fp32",
+        compile=False,  # inductor takes tens of seconds to build kernels: the tests that want it say so
         max_tokens=64,
         lr=5e-3,
         warmup_steps=10,

@@ -101,9 +101,17 @@ def interrupt_at(monkeypatch, target: object, name: str, when) -> None:
     monkeypatch.setattr(target, name, wrapper)
 
 
-@pytest.mark.parametrize("precision, ema_decay", [("fp32", 0.0), ("bf16", 0.0), ("fp32", 0.9)])
-def test_in_process_interruptions_change_nothing(precision, ema_decay, corpus, tmp_path, monkeypatch):
-    params = P.from_dict(tiny_raw(precision=precision, ema_decay=ema_decay, **SETTINGS))
+@pytest.mark.parametrize(
+    "precision, ema_decay, compiled",
+    [("fp32", 0.0, False), ("bf16", 0.0, False), ("fp32", 0.9, False), ("bf16", 0.0, True)],
+)
+def test_in_process_interruptions_change_nothing(
+    precision, ema_decay, compiled, corpus, tmp_path, monkeypatch
+):
+    """In fp32 and bf16, with a moving average of the weights, and under train.compile (whose
+    kernels are built again after each restart)."""
+    raw = tiny_raw(precision=precision, ema_decay=ema_decay, compile=compiled, **SETTINGS)
+    params = P.from_dict(raw)
     uninterrupted = run_paths(tmp_path / "a", corpus)
     train(params, uninterrupted, tracking=False)
 

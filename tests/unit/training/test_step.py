@@ -213,3 +213,30 @@ def test_explicit_bf16_without_native_support_warns_with_the_fix(monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert step_module.resolve_precision("bf16", CPU) == "bf16"
+
+
+@pytest.mark.parametrize(
+    "precision, device, compiler, expected",
+    [
+        ("bf16", "cpu", True, True),  # measured 1.15-1.2x (bench/train_speed)
+        ("fp32", "cpu", True, False),  # measured 0.9x
+        ("bf16", "cpu", False, False),  # no C++ compiler to build inductor's kernels
+        ("bf16", "cuda", True, False),  # not measured here: bench/gpu_check compares both
+    ],
+)
+def test_auto_compile_is_on_only_where_it_was_measured_faster(
+    monkeypatch, precision, device, compiler, expected
+):
+    monkeypatch.setattr(step_module, "cpp_compiler", lambda: compiler)
+    assert step_module.resolve_compile("auto", precision, torch.device(device)) is expected
+    for explicit in (True, False):
+        assert step_module.resolve_compile(explicit, precision, torch.device(device)) is explicit
+
+
+def test_an_auto_compiled_step_compiles_its_forward(monkeypatch):
+    monkeypatch.setattr(step_module, "native_bf16", lambda device: True)
+    monkeypatch.setattr(step_module, "cpp_compiler", lambda: True)
+    compiled = make_step(precision="auto", compile="auto")
+    assert compiled.cfg.compile is True and compiled.net is not compiled.model
+    eager = make_step(precision="fp32", compile="auto")
+    assert eager.cfg.compile is False and eager.net is eager.model
