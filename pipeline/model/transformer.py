@@ -27,6 +27,7 @@ from torch import nn
 from pipeline.model.attention import KVCache, MultiHeadAttention
 from pipeline.model.dropout import Dropout
 from pipeline.model.linear import Linear, linear
+from pipeline.model.lookup import lookup
 from pipeline.model.loss import projected_loss
 from pipeline.model.masks import causal_padding_mask, padding_mask
 from pipeline.params import ModelParams
@@ -94,7 +95,7 @@ class LearnedPositions(nn.Module):
                 f"(model.max_positions={self.table.num_embeddings}); raise model.max_positions or "
                 "shorten the input"
             )
-        return self.table(positions)
+        return lookup(self.table, positions)
 
 
 class Embedder(nn.Module):
@@ -114,7 +115,7 @@ class Embedder(nn.Module):
 
     def forward(self, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """ids (B, L), positions (B, L) or (L,) -> (B, L, D)."""
-        return self.dropout(self.tokens(ids) * self.scale + self.positions(positions))
+        return self.dropout(lookup(self.tokens, ids) * self.scale + self.positions(positions))
 
 
 # --- layers -----------------------------------------------------------------------

@@ -240,3 +240,23 @@ def test_an_auto_compiled_step_compiles_its_forward(monkeypatch):
     assert compiled.cfg.compile is True and compiled.net is not compiled.model
     eager = make_step(precision="fp32", compile="auto")
     assert eager.cfg.compile is False and eager.net is eager.model
+
+
+def test_compiled_updates_on_two_threads_are_the_same_every_run():
+    """Inductor's CPU embedding backward sums repeated rows with atomic adds across threads, in an
+    order that changes run to run; pipeline.model.lookup keeps aten's deterministic one."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        batches = [make_batch(random_rows(64, seed) * 4) for seed in range(3)]  # ids repeat often
+        runs = []
+        for _ in range(2):
+            step = make_step(model=dict(d_model=64, d_ff=128), precision="bf16", compile=True, threads=2)
+            for batch in batches:
+                step.update([batch])
+            runs.append(weights(step))
+    finally:
+        torch.set_num_threads(threads)
+    assert all(torch.equal(runs[0][k], runs[1][k]) for k in runs[0]), [
+        k for k in runs[0] if not torch.equal(runs[0][k], runs[1][k])
+    ]
