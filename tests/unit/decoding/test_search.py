@@ -9,6 +9,7 @@ import logging
 import random
 import threading
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -23,6 +24,7 @@ from pipeline.decoding.search import (
     fit_to_model,
     length_batches,
     length_penalty,
+    spread_batches,
     step_log_probs,
     top_candidates,
     translate_ids,
@@ -245,6 +247,35 @@ def test_length_batches_respect_the_budget_and_cover_every_input() -> None:
     for batch in batches:
         widest = max(lengths[i] for i in batch) + 1
         assert len(batch) == 1 or len(batch) * 2 * widest <= 60
+
+
+def cost(batch: list[int], lengths: list[int]) -> int:
+    """B x the widest source (+ EOS): what a batch's budget bounds."""
+    return len(batch) * (max(lengths[i] for i in batch) + 1)
+
+
+@pytest.mark.parametrize("n, workers", [(32, 2), (64, 2), (256, 2), (300, 3)])
+def test_spread_batches_give_every_worker_an_equal_share(n: int, workers: int) -> None:
+    """A multiple of `workers` batches, none over the budget, the widest no wider than
+    length_batches' widest, and the last round as full as the others: no worker idles."""
+    rng = np.random.default_rng(n)
+    lengths = [int(x) for x in rng.integers(5, 26, size=n)] + [0]
+    packed, spread = length_batches(lengths, 5, 4096), spread_batches(lengths, 5, 4096, workers)
+    assert sorted(i for b in spread for i in b) == list(range(n))  # the empty one skipped, as before
+    assert len(spread) % workers == 0 and len(spread) >= len(packed)
+    assert all(5 * cost(b, lengths) <= 4096 for b in spread)
+    costs = [cost(b, lengths) for b in spread]
+    assert max(costs) <= max(cost(b, lengths) for b in packed)
+    assert min(costs) >= 0.5 * max(costs), costs  # length_batches' last batch: often a third
+
+
+def test_one_worker_or_too_few_sentences_keep_length_batches() -> None:
+    lengths = [9, 4, 12, 7]
+    assert spread_batches(lengths, 5, 4096, 1) == length_batches(lengths, 5, 4096)
+    assert spread_batches([9, 0], 5, 4096, 2) == [[0]]
+    few = [9, 4] * 15  # 30 sentences: two batches of 15 would be slower than one of 30
+    assert spread_batches(few, 5, 4096, 2) == length_batches(few, 5, 4096)
+    assert len(length_batches(few, 5, 4096)) == 1
 
 
 def test_decoding_restores_the_training_mode() -> None:
