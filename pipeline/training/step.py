@@ -66,8 +66,9 @@ def cpp_compiler() -> bool:
 
 def resolve_compile(setting: bool | str, precision: P.Precision, device: torch.device) -> bool:
     """train.compile as the run uses it: auto -> on where it was measured faster, bf16 on a CPU
-    (1.15-1.2x on an AMD EPYC Zen 4, bench/train_speed; fp32 is 0.9x there) when a C++ compiler is
-    there to build the kernels; off elsewhere, GPUs included until bench/gpu_check measures them."""
+    (1.2x on real batches on an AMD EPYC Zen 4, bench/train_speed; fp32 0.9-1.0x there) when a C++
+    compiler is there to build the kernels; off elsewhere, GPUs included until bench/gpu_check
+    measures them."""
     if setting != "auto":
         return bool(setting)
     return device.type == "cpu" and precision == "bf16" and cpp_compiler()
