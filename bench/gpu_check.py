@@ -493,6 +493,7 @@ def pipeline_train(check: Check, timeout: float, env: dict[str, str]) -> dict[st
     raw["train"].update(
         device="cuda" if check.device.type == "cuda" else "cpu",
         precision="bf16",
+        compile=False,  # a probe of torchrun and DDP for a few updates; the train section times compile
         max_tokens=256 if check.dry_run else 2048,
         max_steps=check.sizes.torchrun_steps,
         max_epochs=100,
