@@ -21,6 +21,7 @@ table of the top operators. The kinds:
 from __future__ import annotations
 
 import collections
+from pathlib import Path
 
 import click
 import torch
@@ -60,7 +61,7 @@ def kind_of(name: str) -> str:
 @click.option("--top", type=click.IntRange(min=0), default=15, show_default=True, help="Operators listed.")
 def main(precision: str, with_compiled: bool, updates: int, top: int) -> None:
     """Profile our update step and say where its time goes."""
-    params = P.load("params.yaml")
+    params = P.load(Path(__file__).resolve().parents[1] / "params.yaml")
     setup = make_setup(params, smoke=False, seconds=1.0, repeats=1, real_batches=0)
     batch = synthetic_batch(setup.vocab, setup.batch, setup.length, seed=1)
     click.echo(f"{torch.get_num_threads()} torch threads, {setup.batch} x {setup.length} batch, {precision}")

@@ -21,11 +21,16 @@ Not a test: it measures, in one run,
    Each system warms up; then, per precision, --repeats rounds in which the
    systems take turns one update at a time (shuffled every turn) until each
    has run --seconds / --repeats; the median round is reported, and the
-   ratio within single rounds (lowest, highest) beside it.
+   ratio within single rounds (lowest, highest) beside it. With --compile
+   (the default outside --smoke) all of it again with every system's forward
+   and loss under torch.compile, and each system's model FLOP utilization,
+   eager and compiled, against the matmul peak measured once (bench/flops.py).
 2. real batches (with --bin): our train step on the first --real-batches
    token-budget batches of the train split (max_tokens from params.yaml,
    shuffled, seed), real target tokens/s and the padding fraction, against
-   the fixed synthetic batch for the same number of target tokens, interleaved.
+   the fixed synthetic batch for the same number of target tokens, interleaved;
+   with --compile, our compiled step on the same batches after a first pass
+   that compiles their shapes (timed apart).
 3. subword sampling (with --bin, --bpe and --clean): our step on the first --real-batches
    batches of epoch 1 cut from data/bin's segmentation and from a sampled one (train.subword_*
    as params.yaml sets them, else BPE-dropout 0.1 or unigram 0.1 as the model is), interleaved,
@@ -237,10 +242,12 @@ def real_batch_speed(
     params: P.Params,
     bin_dir: Path,
     precisions: list[str],
+    compiled: bool,
     seed: int,
     say: Callable[[str], None],
 ) -> list[dict]:
-    """Our step on the corpus's own token-budget batches, against the fixed synthetic batch."""
+    """Our step on the corpus's own token-budget batches, against the fixed synthetic batch; with
+    `compiled`, our compiled step on the same batches too."""
     data = ParallelData.load(bin_dir, "train")
     vocab = corpus_vocab(bin_dir, setup.vocab)
     t = params.train
@@ -260,7 +267,7 @@ def real_batch_speed(
         for b in warm or [synthetic]:
             step(b)
         compiled_step, compile_s = None, 0.0
-        if setup.compiled:  # every timed shape compiled before timing: the cost once, then not again
+        if compiled:  # every timed shape compiled before timing: the cost once, then not again
             compiled_step = ours(with_precision(params, setup.model, precision, compiled=True), vocab, seed)
             compile_s = timed_pass(compiled_step, [*warm, *timed])
         real_s, synth_s, compiled_s = [], [], []
@@ -771,7 +778,7 @@ def measure_all(
     rows = [r for s in setups for r in throughput(s, params, precisions, systems, seed, say)]
     rows += utilization(setups, rows, precisions, say)
     if bin_dir is not None:
-        rows += real_batch_speed(setups[-1], params, bin_dir, precisions, seed, say)
+        rows += real_batch_speed(setup, params, bin_dir, precisions, compiled, seed, say)
     if bin_dir is not None and sampled_from is not None:
         rows += sampling_speed(setup, params, (bin_dir, *sampled_from), precisions, seed, say)
     if memory_check:

@@ -69,9 +69,14 @@ def resolve_compile(setting: bool | str, precision: P.Precision, device: torch.d
     (1.2x on real batches on an AMD EPYC Zen 4, bench/train_speed; fp32 0.9-1.0x there) when a C++
     compiler is there to build the kernels; off elsewhere, GPUs included until bench/gpu_check
     measures them."""
-    if setting != "auto":
-        return bool(setting)
-    return device.type == "cpu" and precision == "bf16" and cpp_compiler()
+    if setting == "auto":
+        return device.type == "cpu" and precision == "bf16" and cpp_compiler()
+    if setting and device.type == "cpu" and not cpp_compiler():
+        raise UserError(
+            "train.compile: true needs a C++ compiler (g++ or clang++) to build torch.compile's CPU "
+            "kernels, and none was found; install one (apt install g++) or set train.compile: auto"
+        )
+    return bool(setting)
 
 
 def check_precision(precision: str, device: torch.device) -> None:

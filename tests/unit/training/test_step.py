@@ -229,8 +229,16 @@ def test_auto_compile_is_on_only_where_it_was_measured_faster(
 ):
     monkeypatch.setattr(step_module, "cpp_compiler", lambda: compiler)
     assert step_module.resolve_compile("auto", precision, torch.device(device)) is expected
-    for explicit in (True, False):
-        assert step_module.resolve_compile(explicit, precision, torch.device(device)) is explicit
+    assert step_module.resolve_compile(False, precision, torch.device(device)) is False
+    if compiler or device == "cuda":
+        assert step_module.resolve_compile(True, precision, torch.device(device)) is True
+
+
+def test_compile_true_without_a_cpp_compiler_names_the_fix(monkeypatch):
+    """Refused before training starts, not by inductor at the first update."""
+    monkeypatch.setattr(step_module, "cpp_compiler", lambda: False)
+    with pytest.raises(UserError, match=r"train.compile: true needs a C\+\+ compiler.*apt install g\+\+"):
+        step_module.resolve_compile(True, "fp32", CPU)
 
 
 def test_an_auto_compiled_step_compiles_its_forward(monkeypatch):
@@ -251,7 +259,7 @@ def test_compiled_updates_on_two_threads_are_the_same_every_run():
         batches = [make_batch(random_rows(64, seed) * 4) for seed in range(3)]  # ids repeat often
         runs = []
         for _ in range(2):
-            step = make_step(model=dict(d_model=64, d_ff=128), precision="bf16", compile=True, threads=2)
+            step = make_step(model=dict(d_model=64, d_ff=128), precision="bf16", compile=True)
             for batch in batches:
                 step.update([batch])
             runs.append(weights(step))
