@@ -16,6 +16,8 @@ COMMANDS = {
     "clean": "clean",
     "bpe": "bpe",
     "binarize": "binarize",
+    "reverse": "reverse",
+    "backtranslate": "backtranslate",
     "train": "train",
     "decode": "decode",
     "score": "score",

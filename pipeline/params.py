@@ -203,6 +203,30 @@ class TrackingParams:
 
 
 @dataclass(frozen=True)
+class ReverseParams:
+    """backtranslation.reverse: the reverse model's own vocabulary, architecture and training, so that
+    changing the forward model's (bpe, model, train) retrains nothing of it."""
+
+    bpe: BpeParams
+    model: ModelParams
+    train: TrainParams
+
+
+@dataclass(frozen=True)
+class BacktranslationParams:
+    """Synthetic training pairs from target-language text, translated by a reverse model (Sennrich et
+    al. 2016), tagged as synthetic (Caswell et al. 2019); docs/backtranslation.md."""
+
+    enabled: bool
+    mono: tuple[str, ...]  # catalog sets or data.sources keys: their data.tgt_lang side is read
+    max_lines: int | None  # at most this many monolingual lines: a seeded sample
+    seed: int
+    tag: bool  # each synthetic source begins with BT_TAG, a piece of the vocabulary
+    decode: DecodeParams  # how the reverse model translates: beam, or sampling (Edunov et al. 2018)
+    reverse: ReverseParams
+
+
+@dataclass(frozen=True)
 class Params:
     data: DataParams
     clean: CleanParams
@@ -211,6 +235,7 @@ class Params:
     train: TrainParams
     decode: DecodeParams
     tracking: TrackingParams
+    backtranslation: BacktranslationParams
 
     def to_dict(self) -> dict[str, Any]:
         return _to_plain(dataclasses.asdict(self))
@@ -259,6 +284,8 @@ _ADDED = {
     ("tracking", "serve_backend"): "torch",
     ("decode", "sampling"): {"enabled": False, "top_k": 0, "top_p": 1.0, "temperature": 1.0, "seed": 1},
 }
+# Sections added since: a saved params without one had it off.
+_ADDED_SECTIONS = {"backtranslation"}
 
 
 def from_saved(raw: Any) -> Params:
@@ -271,6 +298,8 @@ def from_saved(raw: Any) -> Params:
     if not isinstance(raw, dict):
         return from_dict(raw)
     raw = copy.deepcopy(raw)
+    for section in _ADDED_SECTIONS - set(raw):
+        raw[section] = backtranslation_off(raw)
     for (section, key), value in _ADDED.items():
         if isinstance(raw.get(section), dict):
             raw[section].setdefault(key, copy.deepcopy(value))
@@ -278,6 +307,27 @@ def from_saved(raw: Any) -> Params:
         raw["data"] = _data_before_sources(raw["data"])
     _drop_ignored(raw)
     return from_dict(raw)
+
+
+def backtranslation_off(raw: dict[str, Any]) -> dict[str, Any]:
+    """A backtranslation section that is off, for params saved before it existed: the reverse
+    model's sections are the forward's (unread while off) and decoding greedy."""
+    sections = {name: copy.deepcopy(raw.get(name)) for name in ("bpe", "model", "train")}
+    decode = {
+        "beam": 1,
+        "length_penalty": 1.0,
+        "max_len_a": 1.2,
+        "max_len_b": 10,
+        "batch_tokens": 4096,
+        "n_best": 1,
+        "sampling": copy.deepcopy(_ADDED[("decode", "sampling")]),
+    }
+    for (section, key), value in _ADDED.items():
+        found = sections.get(section)
+        if isinstance(found, dict):
+            found.setdefault(key, copy.deepcopy(value))
+    off = {"enabled": False, "mono": [], "max_lines": None, "seed": 1, "tag": True, "decode": decode}
+    return {**off, "reverse": sections}
 
 
 def _drop_ignored(raw: dict[str, Any]) -> None:
@@ -423,9 +473,55 @@ def validate(p: Params) -> None:
     validate_clean(p.clean)
     validate_bpe(p.bpe)
     validate_model(p.model, p.bpe)
-    validate_train(p.train, p.data, p.bpe)
+    # with back-translation on, its synthetic pairs are one more train source (weights may name it)
+    trained = (*p.data.train, BT_SOURCE) if p.backtranslation.enabled else p.data.train
+    validate_train(p.train, dataclasses.replace(p.data, train=trained), p.bpe)
     check_decode(p.decode)
     check_sampling_takes_effect(p.decode.sampling)
+    validate_backtranslation(p.backtranslation, p.data)
+
+
+BT = "backtranslation"
+BT_SOURCE = "backtranslated"  # the train source the synthetic pairs are (train.source_weights names it)
+
+
+def validate_backtranslation(b: BacktranslationParams, d: DataParams) -> None:
+    """Back-translation's switch and sources, how the reverse model translates, and the reverse
+    model's own sections, checked by the forward's validators and named by their own keys."""
+    _check(
+        b.enabled == bool(b.mono),
+        f"{BT}.enabled" if b.enabled else f"{BT}.mono",
+        "true needs target-language text to translate: list sources in backtranslation.mono"
+        if b.enabled
+        else "is only read with backtranslation.enabled: true; set that, or empty this list",
+    )
+    _check(
+        not b.enabled or BT_SOURCE not in d.train,
+        "data.train",
+        f"{BT_SOURCE!r} names the synthetic pairs of back-translation; rename that source",
+    )
+    for i, name in enumerate(b.mono):
+        _check(name not in b.mono[:i], f"{BT}.mono", f"{name} is listed twice")
+        _check(
+            name not in (*d.val, *d.test),
+            f"{BT}.mono",
+            f"{name} is a val or test set (data.val, data.test); its text cannot become training data",
+        )
+    _check(b.max_lines is None or b.max_lines >= 1, f"{BT}.max_lines", "must be null (all) or at least 1")
+    check_decode(b.decode, {name: f"{BT}.{key}" for name, key in DECODE_KEYS.items()})
+    r = b.reverse
+    reverse_data = dataclasses.replace(d, src_lang=d.tgt_lang, tgt_lang=d.src_lang)
+    try:
+        validate_bpe(r.bpe)
+        validate_model(r.model, r.bpe)
+        validate_train(r.train, reverse_data, r.bpe)
+    except ParamsError as e:  # "model.d_model: ..." is backtranslation.reverse.model.d_model here
+        raise ParamsError(f"{BT}.reverse.{e}") from None
+    _check(
+        r.train.init_from is None,
+        f"{BT}.reverse.train.init_from",
+        "must be null: the reverse model trains from scratch",
+    )
 
 
 def validate_clean(c: CleanParams) -> None:
@@ -587,6 +683,15 @@ def validate_data(d: DataParams) -> None:
     for name, spec in d.sources.items():
         _check_source(name, spec)
     _check_heldout(d)
+    for split in ("train", "val", "test"):
+        for name in getattr(d, split):
+            one = d.sources.get(name)
+            _check(
+                one is None or not (bool(one.src) ^ bool(one.tgt)),
+                f"data.sources.{name}",
+                f"has only {'src' if one and one.src else 'tgt'}: one side is monolingual text, for "
+                f"backtranslation.mono; give both src and tgt to use it in data.{split}",
+            )
     _check(d.workers >= 0, "data.workers", "must be 0 (every core) or a number of processes")
 
 
@@ -690,8 +795,7 @@ def _check_source(name: str, s: CorpusSpec) -> None:
         f"give exactly one of: catalog (a set name), src and tgt (a file per side), file (both sides in one "
         f"TSV, TMX or XML file); got {' and '.join(kinds) or 'none'}",
     )
-    if s.src or s.tgt:
-        _check(bool(s.src and s.tgt), key, "give both src and tgt")
+    if s.src or s.tgt:  # one of them alone: monolingual text, for backtranslation.mono (validate_split_sides)
         _check(
             s.format not in ("tsv", "tmx", "xml"), f"{key}.format", f"{s.format} holds both sides: use file"
         )

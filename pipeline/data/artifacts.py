@@ -22,6 +22,7 @@ from pipeline.errors import UserError
 MANIFEST = "manifest.json"  # download's, in data/raw
 CLEAN_STATS = "stats.json"  # clean's, in data/clean
 BIN_META = "meta.json"  # binarize's, in data/bin
+REVERSE_OFF = "off.json"  # the reverse stage's whole output while back-translation is off
 WHOLE = "train"  # the one corpus of a split whose record lists none
 
 

@@ -91,6 +91,41 @@ def _check_targets(plan: dict[str, list[CorpusPlan]], data: DataParams) -> None:
                 )
 
 
+def plan_monolingual(name: str, key: str, data: DataParams) -> tuple[CorpusPlan, str]:
+    """A source of target-language text (backtranslation.mono): its plan and the side ("src" or
+    "tgt") that is in data.tgt_lang. A catalog set or data.sources entry with no such side is refused."""
+    want = data.tgt_lang
+    spec = data.sources.get(name)
+    if spec is None or spec.catalog is not None:
+        named = _lookup(name if spec is None else spec.catalog, key, data)  # type: ignore[arg-type]
+        if want not in named.langs:
+            raise ParamsError(
+                f"{key}: {named.name} is {'-'.join(named.langs)}, with no {want!r} side; back-translation "
+                f"reads text in data.tgt_lang ({want}): `python -m pipeline corpora` lists the sets with one"
+            )
+        other = next(lang for lang in named.langs if lang != want)
+        max_lines = None if spec is None else spec.max_lines
+        return _from_catalog(name, named, key, data, max_lines, (other, want)), "tgt"
+    langs = (spec.src_lang or data.src_lang, spec.tgt_lang or data.tgt_lang)
+    if want not in langs:
+        raise ParamsError(
+            f"{key}: data.sources.{name} is {langs[0]}-{langs[1]}, with no {want!r} side; back-translation "
+            f"reads text in data.tgt_lang ({want}): set the entry's src_lang or tgt_lang to say which is"
+        )
+    side = "tgt" if langs[1] == want else "src"
+    one = getattr(spec, side)
+    if bool(spec.src) ^ bool(spec.tgt):  # text of one side only: read it as both, keep one
+        if not one:
+            raise ParamsError(
+                f"{key}: data.sources.{name} has only its {'tgt' if spec.tgt else 'src'} side, and that is "
+                f"not in data.tgt_lang ({want}); give the file as `{side}:`, or set the entry's {side}_lang"
+            )
+        sha = getattr(spec, f"{side}_sha256")
+        spec = dataclasses.replace(spec, src=one, tgt=one, src_sha256=sha, tgt_sha256=sha)
+    plan = dataclasses.replace(_from_spec(name, spec, f"data.sources.{name}"), langs=langs)
+    return plan, side
+
+
 def _resolve(name: str, key: str, data: DataParams) -> CorpusPlan:
     spec = data.sources.get(name)
     if spec is None:

@@ -8,6 +8,7 @@ decoding: docs/corpus-decoding.md. Each source's manifest record comes back.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO
@@ -20,6 +21,13 @@ from pipeline.data.fetch import Fetched, fetch, verified_by
 from pipeline.data.planning import CorpusPlan, FileRef
 from pipeline.errors import UserError
 from pipeline.files import PairedWriter
+from pipeline.params import DataParams
+
+
+def resolve_mirror(data: DataParams) -> Path | None:
+    """The mirror root: env CORPUS_MIRROR if set, else data.mirror (relative to the cwd), else None."""
+    root = os.environ.get("CORPUS_MIRROR") or data.mirror
+    return Path(root) if root else None
 
 
 class Reader:

@@ -25,7 +25,7 @@ import numpy as np
 
 from pipeline import files
 from pipeline.data import subwords
-from pipeline.data.tags import tags_in
+from pipeline.data.tags import BT_TAG, tags_in
 from pipeline.data.vocab import Vocab
 from pipeline.errors import UserError
 from pipeline.files import SIDES
@@ -85,7 +85,8 @@ class _Sampler:
         self.longest = max(map(len, self.pieces), default=1)
         encode = vocab.encode_src if side == "src" else vocab.encode_tgt
         self.fallback = lambda text: encode([text])[0]
-        self.atoms = frozenset(tags_in(self.pieces).values())  # target-language tags stay whole
+        # target-language tags and the back-translation tag stay whole
+        self.atoms = frozenset(tags_in(self.pieces).values()) | ({BT_TAG} & self.pieces.keys())
 
     def sample(self, line: str, draws: subwords.Draws) -> list[int]:
         how = self.how

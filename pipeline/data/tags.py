@@ -7,6 +7,10 @@ download writes each source line as "<2xx> text", every split alike, and the tag
 from there on: held-out lines keep the tag of the source they came from, clean filters and
 decontaminates the text after it, bpe makes each tag one piece (a user-defined symbol), and
 `translate --tgt-lang` adds it to lines that lack one.
+
+Back-translated sources carry one more tag after it, BT_TAG (Caswell et al. 2019: the model learns
+to tell synthetic sources apart, so their noise does not pass for real data); bpe makes it a piece
+the same way, and a real source never has it.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
+BT_TAG = "<BT>"
 _TAGGED = re.compile(r"<2([A-Za-z0-9_-]+)> ?")
 
 

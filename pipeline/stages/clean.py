@@ -45,11 +45,15 @@ from pipeline.params import CleanParams
 from pipeline.stages.options import load_params, params_option
 
 
-def clean(params: CleanParams, raw: Path, out: Path, workers: int = 1) -> artifacts.CleanStats:
+def clean(
+    params: CleanParams, raw: Path, out: Path, workers: int = 1, extra: Path | None = None
+) -> artifacts.CleanStats:
     """Clean raw/{train,val}.{src,tgt} and raw/test/*.{src,tgt} into `out` (atomically) with stats.json.
 
     The val and test sets are cleaned here first (their hashes are decontamination's); the train
-    split then goes through `workers` processes.
+    split then goes through `workers` processes. `extra`: more train sources after raw's, as a
+    download-like directory (train.{src,tgt} and the manifest listing them): the backtranslate
+    stage's synthetic pairs, filtered, deduplicated and decontaminated like the rest.
     """
     raw = Path(raw)
     for stem in ("train", "val"):
@@ -85,7 +89,7 @@ def clean(params: CleanParams, raw: Path, out: Path, workers: int = 1) -> artifa
                 tests[stem.removeprefix("test/")] = split_stats.to_dict()
         heldout = Heldout(frozenset(heldout_src), frozenset(heldout_tgt))
         tokenized = Tokenized(tokenized_ranges(manifest, "train"), langs)
-        train = _clean_train(params, raw, tmp / "train", heldout, workers, tmp.parent, tokenized)
+        train = _clean_train(params, raw, tmp / "train", heldout, workers, tmp.parent, tokenized, extra)
         assert val is not None  # evals[0]
         # unicode_version: NFC and the categories depend on it
         stats: artifacts.CleanStats = {
@@ -94,8 +98,9 @@ def clean(params: CleanParams, raw: Path, out: Path, workers: int = 1) -> artifa
             "test": tests,
             "unicode_version": unicodedata.unidata_version,
         }
-        if "tags" in manifest:
-            stats["tags"] = manifest["tags"]
+        tags = [*manifest.get("tags", []), *(artifacts.manifest(extra).get("tags", []) if extra else [])]
+        if tags:
+            stats["tags"] = list(dict.fromkeys(tags))
         files.write_json(tmp / artifacts.CLEAN_STATS, stats)
     return stats
 
@@ -108,10 +113,18 @@ def _clean_train(
     workers: int,
     scratch: Path,
     tokenized: Tokenized = UNTOKENIZED,
+    extra: Path | None = None,
 ) -> artifacts.SplitCounts:
-    """Clean the train split into out.{src,tgt}: the candidates (every rule but dedupe) go to
-    `scratch` with their hashes spilled beside them, then a pass in order drops the duplicates."""
+    """Clean the train split (raw's, then extra's) into out.{src,tgt}: the candidates (every rule
+    but dedupe) go to `scratch` with their hashes spilled beside them, then a pass in order drops
+    the duplicates."""
     corpora = artifacts.listed_corpora(raw / artifacts.MANIFEST)
+    more = artifacts.listed_corpora(extra / artifacts.MANIFEST) if extra is not None else []
+    if more and not corpora:
+        raise UserError(
+            f"{raw}: no {artifacts.MANIFEST} listing its train sources, so {extra}'s cannot follow"
+        )
+    corpora += more
     stats = SplitStats(detokenized=dict.fromkeys(SIDES, 0) if tokenized.ranges else None)
     train = TrainFilter(params, [(c.name, c.lines) for c in corpora] or [(artifacts.WHOLE, None)], stats)
     for corpus in corpora:  # sources of several pairs: each keeps its pair, for train.source_temperature
@@ -119,6 +132,10 @@ def _clean_train(
             stats.sources[corpus.name]["pair"] = corpus.pair
     candidates = scratch / "train.candidates"
     jobs = _jobs(raw, "train", train=True, tokenized=tokenized)
+    if more:
+        assert extra is not None
+        _check_exists(extra, "train")
+        jobs = itertools.chain(jobs, _jobs(extra, "train", train=True))
     spilled = dedupe.SpilledHashes(scratch) if params.dedupe else contextlib.nullcontext(None)
     with spilled as hashes:
         with (
@@ -231,9 +248,15 @@ def _test_names(raw: Path) -> list[str]:
     show_default=True,
     help="Output directory: {train,val}.{src,tgt}, test/<name>.{src,tgt} and stats.json.",
 )
-def command(params_file: Path, raw: Path, out: Path) -> None:
-    """Normalize the corpus in RAW and filter its training pairs into OUT."""
+@click.option(
+    "--extra",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="More train sources, after RAW's: the backtranslate stage's output (data/bt).",
+)
+def command(params_file: Path, raw: Path, out: Path, extra: Path | None) -> None:
+    """Normalize the corpus in RAW (and EXTRA's train sources) and filter its training pairs into OUT."""
     params = load_params(params_file)
-    stats = clean(params.clean, raw, out, resolve_workers(params.data.workers))
+    stats = clean(params.clean, raw, out, resolve_workers(params.data.workers), extra)
     train = stats["train"]
     click.echo(f"wrote {out}: train {train['lines_out']} of {train['lines_in']} pairs kept")

@@ -15,7 +15,6 @@ pipeline/data/fetch.py; decoding: docs/corpus-decoding.md; sources: docs/corpora
 
 from __future__ import annotations
 
-import os
 import tempfile
 from pathlib import Path
 
@@ -25,7 +24,7 @@ from pipeline import files
 from pipeline.data import artifacts, tags
 from pipeline.data.heldout import heldout_record, hold_out
 from pipeline.data.planning import plan_sources, tagged, target_languages
-from pipeline.data.reading import Reader
+from pipeline.data.reading import Reader, resolve_mirror
 from pipeline.params import DataParams
 from pipeline.stages.options import load_params, params_option
 
@@ -72,12 +71,6 @@ def download(data: DataParams, out: Path) -> artifacts.Manifest:
             manifest["tags"] = [tags.tag(lang) for lang in target_languages(plan)]
         files.write_json(tmp / artifacts.MANIFEST, manifest)
     return manifest
-
-
-def resolve_mirror(data: DataParams) -> Path | None:
-    """The mirror root: env CORPUS_MIRROR if set, else data.mirror (relative to the cwd), else None."""
-    root = os.environ.get("CORPUS_MIRROR") or data.mirror
-    return Path(root) if root else None
 
 
 @click.command("download")

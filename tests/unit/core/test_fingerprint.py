@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from importlib import import_module
 from pathlib import Path
 
 import pytest
@@ -54,7 +55,9 @@ def test_every_stage_depends_on_exactly_the_code_it_imports():
     stages = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
     assert {"download", "clean", "bpe", "binarize", "train", "decode", "score", "report"} <= set(stages)
     for name, stage in stages.items():
-        needed = {p.relative_to(REPO).as_posix() for p in module_closure(_stage_module(stage["cmd"]))}
+        module = _stage_module(stage["cmd"])
+        runs = [module, *(f"pipeline.stages.{s}" for s in getattr(import_module(module), "RUNS", ()))]
+        needed = {p.relative_to(REPO).as_posix() for m in runs for p in module_closure(m)}
         listed = _expand([d for d in stage["deps"] if isinstance(d, str)])
         assert needed <= listed, f"dvc.yaml stage {name} lacks deps {sorted(needed - listed)}"
         assert listed <= needed, (

@@ -350,7 +350,10 @@ def test_a_source_spec_may_leave_out_keys_and_round_trips(raw):
         ({"test": ["heldout"]}, "data.test: 'heldout' cannot name a test set"),
         ({"sources": {"x": {}}}, "data.sources.x: give exactly one of: catalog"),
         ({"sources": {"x": {"src": "a", "file": "b.tsv"}}}, "got src/tgt and file"),
-        ({"sources": {"x": {"src": "a"}}}, "data.sources.x: give both src and tgt"),
+        (
+            {"sources": {"x": {"src": "a"}}, "train": ["x"]},
+            "data.sources.x: has only src: one side is monolingual",
+        ),
         ({"sources": {"x": {"file": "a", "format": "text"}}}, "data.sources.x.format: text holds one side"),
         (
             {"sources": {"x": {"src": "a", "tgt": "b", "format": "tmx"}}},
@@ -450,3 +453,73 @@ def test_a_sampling_value_with_sampling_off_is_refused_as_having_no_effect(raw, 
     raw["decode"]["beam"] = 1
     raw["decode"]["sampling"]["enabled"] = True
     assert getattr(P.from_dict(raw).decode.sampling, key) == value
+
+
+# --- backtranslation: its switch, sources and the reverse model's sections ---------------------
+
+
+@pytest.fixture
+def bt_raw() -> dict:
+    raw = yaml.safe_load((REPO / "params.yaml").read_text())
+    raw["backtranslation"].update(enabled=True, mono=["news"])
+    raw["data"]["sources"] = {"news": {"tgt": "news.en"}}
+    return raw
+
+
+def test_back_translation_is_off_by_default():
+    bt = P.load(REPO / "params.yaml").backtranslation
+    assert not bt.enabled and bt.mono == ()
+
+
+def test_on_with_a_monolingual_source_loads_and_may_weigh_the_synthetic_pairs(bt_raw):
+    bt_raw["train"]["source_weights"] = {"backtranslated": 0.5}
+    p = P.from_dict(bt_raw)
+    assert p.backtranslation.mono == ("news",) and p.train.source_weights == {"backtranslated": 0.5}
+    bt_raw["backtranslation"].update(enabled=False, mono=[])
+    assert "train.source_weights.backtranslated" in refused(bt_raw)  # off: no such source
+
+
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        ({"mono": []}, "backtranslation.enabled: true needs target-language text"),
+        ({"enabled": False}, "backtranslation.mono: is only read with backtranslation.enabled: true"),
+        ({"mono": ["news", "news"]}, "backtranslation.mono: news is listed twice"),
+        ({"mono": ["multi30k-val"]}, "backtranslation.mono: multi30k-val is a val or test set"),
+        ({"max_lines": 0}, "backtranslation.max_lines: must be null (all) or at least 1"),
+    ],
+)
+def test_bad_switch_or_sources_are_refused(bt_raw, change, expected):
+    bt_raw["backtranslation"].update(change)
+    assert refused(bt_raw).startswith(expected)
+
+
+def test_sampling_with_a_beam_names_the_back_translation_key(bt_raw):
+    bt_raw["backtranslation"]["decode"]["beam"] = 5
+    assert refused(bt_raw).startswith("backtranslation.decode.sampling.enabled: sampling draws one token")
+
+
+@pytest.mark.parametrize(
+    "section, key, value, expected",
+    [
+        ("model", "n_heads", 3, "backtranslation.reverse.model.d_model: 256 is not divisible"),
+        ("train", "lr", 0, "backtranslation.reverse.train.lr: must be positive"),
+        ("bpe", "vocab_size", 3, "backtranslation.reverse.bpe.vocab_size: must exceed"),
+        ("train", "init_from", "data/model", "backtranslation.reverse.train.init_from: must be null"),
+    ],
+)
+def test_the_reverse_models_settings_are_checked_under_their_own_keys(bt_raw, section, key, value, expected):
+    bt_raw["backtranslation"]["reverse"][section][key] = value
+    assert refused(bt_raw).startswith(expected)
+
+
+def test_a_source_of_one_side_is_for_back_translation_only(bt_raw):
+    bt_raw["data"]["train"] = ["news"]
+    assert refused(bt_raw).startswith("data.sources.news: has only tgt: one side is monolingual text")
+
+
+def test_a_model_saved_before_back_translation_loads_with_it_off(params):
+    old = params.to_dict()
+    del old["backtranslation"]
+    loaded = P.from_saved(old)
+    assert not loaded.backtranslation.enabled and loaded.model == params.model

@@ -188,3 +188,26 @@ def test_a_target_language_tag_is_never_split(how, tmp_path):
     assert sum(s != d for s, d in zip(segmented, vocab.encode_src(lines))) > len(lines) // 4  # it samples
     for line, ids in zip(lines, segmented):
         assert vocab.src_pieces(ids)[:2] == ["▁", line[:5]] and vocab.decode_src(ids) == line
+
+
+@pytest.mark.parametrize("how", [DROPOUT, UNIGRAM], ids=["bpe_dropout", "unigram"])
+def test_the_backtranslation_tag_is_never_split(how, tmp_path):
+    from pipeline.stages.bpe import train_bpe
+    from tests.support.models import bpe_params
+
+    clean = tmp_path / "clean"
+    clean.mkdir()
+    # "<", "B", "T", ">" are all characters of the text, so a sampler could spell the tag with them
+    lines = [f"<BT> a<B T>a{'bc'[i % 3 % 2]} x{i % 7}" if i % 2 else f"a<B T>b x{i % 5}" for i in range(300)]
+    for side in ("src", "tgt"):
+        (clean / f"train.{side}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (clean / "stats.json").write_text('{"tags": ["<BT>"]}', encoding="utf-8")
+    kind = "bpe" if how.kind == "bpe_dropout" else "unigram"
+    train_bpe(bpe_params(vocab_size=23, model_type=kind), clean, tmp_path / "bpe")
+    vocab = Vocab.load(tmp_path / "bpe", threads=1)
+    (src, _) = sample_epoch(vocab, (lines, lines), dataclasses.replace(how, alpha=0.5), 1)
+    segmented = sentences(src)
+    assert sum(s != d for s, d in zip(segmented, vocab.encode_src(lines))) > len(lines) // 10  # it samples
+    for line, ids in zip(lines, segmented):
+        pieces = vocab.src_pieces(ids)
+        assert ("<BT>" in pieces) == line.startswith("<BT>") and vocab.decode_src(ids) == line
