@@ -182,6 +182,9 @@ def test_every_queued_experiment_is_valid_params_and_a_sweep_changes_one_thing()
             sources = exp.changes.get("data.sources", {})
             for name in (*exp.changes["data.train"], *exp.changes["data.test"]):  # type: ignore[misc]
                 assert name in corpora.SETS or sources[name]["catalog"] in corpora.SETS  # type: ignore[index]
+            tgt_lang = exp.changes["data.tgt_lang"]
+            for name in exp.changes.get("backtranslation.mono", []):  # type: ignore[attr-defined]
+                assert tgt_lang in corpora.SETS[name].langs  # text in the target language
             result = CliRunner().invoke(
                 pairs.cli,
                 [
