@@ -7,6 +7,7 @@ appends them to the bitext as the source `backtranslated`. Then: a second `dvc r
 nothing, and a change to the forward model's settings leaves the reverse model alone.
 """
 
+import hashlib
 import json
 import shutil
 import subprocess
@@ -111,3 +112,18 @@ def test_a_forward_model_change_leaves_the_reverse_model_alone(repo):
         assert "backtranslate" in changed and "reverse" not in changed
     finally:
         run(["git", "checkout", "params.yaml"], repo)
+
+
+def test_a_rerun_of_reverse_keeps_its_corpus_and_trains_no_further(repo):
+    """What `dvc repro` does after a kill: the swapped corpus is kept (the resumed training needs it
+    identical) and a finished training only rebuilds its model directory."""
+    model = repo / "data/reverse/model.pt"
+    meta = repo / "data/reverse-work/bin/meta.json"
+    before = (hashlib.sha256(model.read_bytes()).hexdigest(), meta.stat().st_mtime_ns)
+    args = ["--params", "params.yaml", "--raw", "data/raw", "--work", "data/reverse-work"]
+    done = run(
+        ["python", "-m", "pipeline", "reverse", *args, "--out", "data/reverse", "--log", "reports/reverse"],
+        repo,
+    )
+    assert "the swapped corpus in data/reverse-work is up to date" in done.stderr
+    assert (hashlib.sha256(model.read_bytes()).hexdigest(), meta.stat().st_mtime_ns) == before
