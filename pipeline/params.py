@@ -298,20 +298,21 @@ def from_saved(raw: Any) -> Params:
     if not isinstance(raw, dict):
         return from_dict(raw)
     raw = copy.deepcopy(raw)
-    for section in _ADDED_SECTIONS - set(raw):
-        raw[section] = backtranslation_off(raw)
     for (section, key), value in _ADDED.items():
         if isinstance(raw.get(section), dict):
             raw[section].setdefault(key, copy.deepcopy(value))
     if isinstance(raw.get("data"), dict) and "corpus" in raw["data"]:
         raw["data"] = _data_before_sources(raw["data"])
     _drop_ignored(raw)
+    for section in _ADDED_SECTIONS - set(raw):  # after the above: it copies the sections as fixed
+        raw[section] = backtranslation_off(raw)
     return from_dict(raw)
 
 
 def backtranslation_off(raw: dict[str, Any]) -> dict[str, Any]:
     """A backtranslation section that is off, for params saved before it existed: the reverse
-    model's sections are the forward's (unread while off) and decoding greedy."""
+    model's sections are the forward's (unread while off; `raw` already has every key) and
+    decoding greedy."""
     sections = {name: copy.deepcopy(raw.get(name)) for name in ("bpe", "model", "train")}
     decode = {
         "beam": 1,
@@ -322,10 +323,8 @@ def backtranslation_off(raw: dict[str, Any]) -> dict[str, Any]:
         "n_best": 1,
         "sampling": copy.deepcopy(_ADDED[("decode", "sampling")]),
     }
-    for (section, key), value in _ADDED.items():
-        found = sections.get(section)
-        if isinstance(found, dict):
-            found.setdefault(key, copy.deepcopy(value))
+    if isinstance(sections["train"], dict):
+        sections["train"]["init_from"] = None  # the reverse model's own: it trains from scratch
     off = {"enabled": False, "mono": [], "max_lines": None, "seed": 1, "tag": True, "decode": decode}
     return {**off, "reverse": sections}
 
@@ -478,14 +477,14 @@ def validate(p: Params) -> None:
     validate_train(p.train, dataclasses.replace(p.data, train=trained), p.bpe)
     check_decode(p.decode)
     check_sampling_takes_effect(p.decode.sampling)
-    validate_backtranslation(p.backtranslation, p.data)
+    validate_backtranslation(p.backtranslation, p.data, p.train.init_from)
 
 
 BT = "backtranslation"
 BT_SOURCE = "backtranslated"  # the train source the synthetic pairs are (train.source_weights names it)
 
 
-def validate_backtranslation(b: BacktranslationParams, d: DataParams) -> None:
+def validate_backtranslation(b: BacktranslationParams, d: DataParams, init_from: str | None) -> None:
     """Back-translation's switch and sources, how the reverse model translates, and the reverse
     model's own sections, checked by the forward's validators and named by their own keys."""
     _check(
@@ -494,6 +493,12 @@ def validate_backtranslation(b: BacktranslationParams, d: DataParams) -> None:
         "true needs target-language text to translate: list sources in backtranslation.mono"
         if b.enabled
         else "is only read with backtranslation.enabled: true; set that, or empty this list",
+    )
+    _check(
+        not (b.enabled and b.tag and init_from is not None),
+        f"{BT}.tag",
+        "marks synthetic sources with <BT>, a piece a parent's vocabulary (train.init_from) lacks; "
+        "set backtranslation.tag: false to fine-tune a parent on back-translated pairs",
     )
     _check(
         not b.enabled or BT_SOURCE not in d.train,
@@ -509,6 +514,10 @@ def validate_backtranslation(b: BacktranslationParams, d: DataParams) -> None:
         )
     _check(b.max_lines is None or b.max_lines >= 1, f"{BT}.max_lines", "must be null (all) or at least 1")
     check_decode(b.decode, {name: f"{BT}.{key}" for name, key in DECODE_KEYS.items()})
+    try:
+        check_sampling_takes_effect(b.decode.sampling)
+    except ParamsError as e:  # "decode.sampling.top_k: ..." is backtranslation.decode.sampling.top_k here
+        raise ParamsError(f"{BT}.{e}") from None
     r = b.reverse
     reverse_data = dataclasses.replace(d, src_lang=d.tgt_lang, tgt_lang=d.src_lang)
     try:
@@ -744,7 +753,10 @@ def check_source_draws(t: TrainParams, train: tuple[str, ...]) -> None:
         _check(
             name in train,
             key,
-            f"no train source of that name, so it has no effect; the train sources (data.train) are "
+            "the back-translated pairs, a train source only with backtranslation.enabled: true; set that, "
+            "or drop this weight"
+            if name == BT_SOURCE
+            else f"no train source of that name, so it has no effect; the train sources (data.train) are "
             f"{', '.join(train)}",
         )
     _check(t.source_temperature > 0, "train.source_temperature", "must be positive (1: natural proportions)")
@@ -795,7 +807,7 @@ def _check_source(name: str, s: CorpusSpec) -> None:
         f"give exactly one of: catalog (a set name), src and tgt (a file per side), file (both sides in one "
         f"TSV, TMX or XML file); got {' and '.join(kinds) or 'none'}",
     )
-    if s.src or s.tgt:  # one of them alone: monolingual text, for backtranslation.mono (validate_split_sides)
+    if s.src or s.tgt:  # one of them alone: monolingual text, for backtranslation.mono (validate_data)
         _check(
             s.format not in ("tsv", "tmx", "xml"), f"{key}.format", f"{s.format} holds both sides: use file"
         )

@@ -116,9 +116,11 @@ def plan_monolingual(name: str, key: str, data: DataParams) -> tuple[CorpusPlan,
     one = getattr(spec, side)
     if bool(spec.src) ^ bool(spec.tgt):  # text of one side only: read it as both, keep one
         if not one:
+            given = "tgt" if spec.tgt else "src"
+            lang = langs[SIDES.index(given)]
             raise ParamsError(
-                f"{key}: data.sources.{name} has only its {'tgt' if spec.tgt else 'src'} side, and that is "
-                f"not in data.tgt_lang ({want}); give the file as `{side}:`, or set the entry's {side}_lang"
+                f"{key}: data.sources.{name} gives only its {given} side, text in {lang}, not in "
+                f"data.tgt_lang ({want}); give target-language text as `tgt:`"
             )
         sha = getattr(spec, f"{side}_sha256")
         spec = dataclasses.replace(spec, src=one, tgt=one, src_sha256=sha, tgt_sha256=sha)

@@ -18,6 +18,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
+from pipeline.errors import UserError
+
 BT_TAG = "<BT>"
 _TAGGED = re.compile(r"<2([A-Za-z0-9_-]+)> ?")
 
@@ -61,3 +63,17 @@ def tags_in(pieces: Iterable[str]) -> dict[str, str]:
         if found:
             out[found.group(1)] = piece
     return out
+
+
+def synthetic_prefix(tags: Sequence[str], tgt_lang: str, bt_tag: bool) -> str:
+    """What a back-translated source begins with: `tgt_lang`'s tag where the sources carry
+    target-language tags (`tags`, download's), then BT_TAG if `bt_tag`. A tag the vocabulary will
+    not have (no train source into `tgt_lang`) is a UserError."""
+    lead = [tag(tgt_lang)] if tags else []
+    if lead and lead[0] not in tags:
+        raise UserError(
+            f"back-translation: the train sources' target-language tags are {', '.join(tags)}, and "
+            f"data.tgt_lang ({tgt_lang}) has none; the synthetic pairs would carry a tag the "
+            "vocabulary lacks: add a train source into it"
+        )
+    return "".join(f"{p} " for p in [*lead, *([BT_TAG] if bt_tag else [])])

@@ -25,7 +25,7 @@ import click
 from pipeline import files
 from pipeline import params as P
 from pipeline.data import artifacts
-from pipeline.data.tags import BT_TAG, tag
+from pipeline.data.tags import BT_TAG, synthetic_prefix
 from pipeline.devices import DEVICES
 from pipeline.errors import UserError
 from pipeline.stages.options import directory, load_params, out_dir_option, params_option
@@ -34,11 +34,9 @@ SOURCE = P.BT_SOURCE  # the train source's name: train.source_weights.backtransl
 
 
 def prefix(params: P.Params, raw: Path) -> str:
-    """What each synthetic source begins with: the target-language tag where the forward model's
-    sources carry one (several target languages), then <BT> with backtranslation.tag."""
-    tagged = bool(artifacts.manifest(raw).get("tags"))
-    parts = ([tag(params.data.tgt_lang)] if tagged else []) + ([BT_TAG] if params.backtranslation.tag else [])
-    return "".join(f"{p} " for p in parts)
+    """What each synthetic source begins with (pipeline.data.tags.synthetic_prefix)."""
+    tags = artifacts.manifest(raw).get("tags", [])
+    return synthetic_prefix(tags, params.data.tgt_lang, params.backtranslation.tag)
 
 
 def backtranslate(
@@ -62,6 +60,7 @@ def backtranslate(
     from pipeline.data.reading import resolve_mirror
     from pipeline.decoding.translator import Translator
 
+    lead = prefix(params, raw)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix=f".{out.name}.mono.", dir=out.parent) as scratch:
         mono = read_mono(params, resolve_mirror(params.data), Path(scratch))
@@ -71,17 +70,13 @@ def backtranslate(
             "duplicates); check the sources"
         )
     translator = Translator.from_dir(reverse_dir, device, settings=bt.decode)
-    lead = prefix(params, raw)
+    tagged = bool(artifacts.manifest(raw).get("tags"))
     with files.atomic_path(out) as tmp:
         tmp.mkdir()
-        with files.PairedWriter(tmp / "train") as w:
-            done = 0
-            for translated in _chunks(translator.translate_corpus(mono.lines), 4096):
-                w.write_lines("src", [lead + line for line in translated])
-                w.write_lines("tgt", mono.lines[done : done + len(translated)])
-                done += len(translated)
-                click.echo(f"backtranslate: {done:,} of {len(mono.lines):,} lines", err=True)
-        record = {"name": SOURCE, "catalog": False, "lines": len(mono.lines), "synthetic": True}
+        pairs, empty = _write_pairs(translator, mono.lines, lead, tmp / "train")
+        record: dict[str, Any] = {"name": SOURCE, "catalog": False, "lines": pairs, "synthetic": True}
+        if tagged:  # sources of several pairs: this one is data.src_lang-data.tgt_lang's
+            record["src_lang"], record["tgt_lang"] = params.data.src_lang, params.data.tgt_lang
         manifest: dict[str, Any] = {"splits": {"train": [record]}}
         if bt.tag:
             manifest["tags"] = [BT_TAG]
@@ -89,13 +84,29 @@ def backtranslate(
         stats = {
             "enabled": True,
             "mono": mono.stats,
-            "pairs": len(mono.lines),
+            "pairs": pairs,
+            "empty_translations": empty,  # dropped: the reverse model wrote nothing for the line
             "prefix": lead,
             "decode": dataclasses.asdict(bt.decode),
             "seconds": round(time.perf_counter() - start, 1),
         }
         files.write_json(tmp / "stats.json", stats)
     return stats
+
+
+def _write_pairs(translator: Any, lines: list[str], lead: str, stem: Path) -> tuple[int, int]:
+    """stem.{src,tgt}: each line's translation behind `lead`, and the line; -> (pairs written, lines
+    dropped because the reverse model wrote nothing for them)."""
+    pairs = empty = done = 0
+    with files.PairedWriter(stem) as w:
+        for translated in _chunks(translator.translate_corpus(lines), 4096):
+            kept = [(s, t) for s, t in zip(translated, lines[done : done + len(translated)]) if s.strip()]
+            w.write_lines("src", [lead + s for s, _ in kept])
+            w.write_lines("tgt", [t for _, t in kept])
+            done += len(translated)
+            pairs, empty = pairs + len(kept), empty + len(translated) - len(kept)
+            click.echo(f"backtranslate: {done:,} of {len(lines):,} lines", err=True)
+    return pairs, empty
 
 
 def _chunks(lines: Any, n: int) -> Any:

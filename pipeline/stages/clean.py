@@ -119,15 +119,12 @@ def _clean_train(
     but dedupe) go to `scratch` with their hashes spilled beside them, then a pass in order drops
     the duplicates."""
     corpora = artifacts.listed_corpora(raw / artifacts.MANIFEST)
-    more = artifacts.listed_corpora(extra / artifacts.MANIFEST) if extra is not None else []
-    if more and not corpora:
-        raise UserError(
-            f"{raw}: no {artifacts.MANIFEST} listing its train sources, so {extra}'s cannot follow"
-        )
-    corpora += more
+    more, n_more = _extra_corpora(extra, bool(corpora))
     stats = SplitStats(detokenized=dict.fromkeys(SIDES, 0) if tokenized.ranges else None)
-    train = TrainFilter(params, [(c.name, c.lines) for c in corpora] or [(artifacts.WHOLE, None)], stats)
-    for corpus in corpora:  # sources of several pairs: each keeps its pair, for train.source_temperature
+    sources: list[tuple[str, int | None]] = [(c.name, c.lines) for c in corpora + more]
+    train = TrainFilter(params, sources or [(artifacts.WHOLE, None)], stats)
+    # sources of several pairs: each keeps its pair, for train.source_temperature
+    for corpus in corpora + more:
         if corpus.pair:
             stats.sources[corpus.name]["pair"] = corpus.pair
     candidates = scratch / "train.candidates"
@@ -150,7 +147,7 @@ def _clean_train(
                 if hashes is not None:
                     hashes.add(np.frombuffer(chunk.hashes, dtype=np.uint64))
         artifacts.check_lines(
-            raw / artifacts.MANIFEST, corpora, stats.lines_in, raw / "train.src", "download"
+            raw / artifacts.MANIFEST, corpora, stats.lines_in - n_more, raw / "train.src", "download"
         )
         if not stats.lines_out:
             dropped = ", ".join(f"{k} {v}" for k, v in stats.dropped.items())
@@ -161,6 +158,20 @@ def _clean_train(
         duplicates = hashes.duplicates() if hashes is not None else None
     _drop_duplicates(train, duplicates, candidates, out)
     return stats.to_dict()
+
+
+def _extra_corpora(extra: Path | None, after: bool) -> tuple[list[artifacts.Corpus], int]:
+    """extra's train sources and its number of pairs, counted on their own (a mismatch names the
+    backtranslate stage); `after`: whether raw lists sources for them to follow."""
+    more = artifacts.listed_corpora(extra / artifacts.MANIFEST) if extra is not None else []
+    if not more:
+        return [], 0
+    assert extra is not None
+    if not after:
+        raise UserError(f"the raw directory lists no train sources, so {extra}'s cannot follow them")
+    n_more = sum(len(lines) for lines in files.line_chunks(extra / "train.src"))
+    artifacts.check_lines(extra / artifacts.MANIFEST, more, n_more, extra / "train.src", "backtranslate")
+    return more, n_more
 
 
 def _drop_duplicates(train: TrainFilter, duplicates: np.ndarray | None, candidates: Path, out: Path) -> None:

@@ -31,9 +31,11 @@ import yaml
 from pipeline import files
 from pipeline import params as P
 from pipeline.data import artifacts
-from pipeline.data.tags import split_tags
+from pipeline.data.planning import plan_monolingual
+from pipeline.data.tags import split_tags, synthetic_prefix
 from pipeline.errors import UserError
 from pipeline.files import SIDES
+from pipeline.fingerprint import fingerprint
 from pipeline.stages.options import directory, load_params, params_option
 
 # The stage commands it runs, in children: dvc.yaml lists their code among its deps (a test checks).
@@ -83,33 +85,59 @@ def swap_raw(raw: Path, out: Path) -> None:
 
 def data_key(params: P.Params, raw: Path) -> dict[str, Any]:
     """What the reverse model's data steps depend on: the bitext (its manifest and file sizes), the
-    clean settings and the reverse vocabulary's."""
+    clean settings, the reverse vocabulary's, and the code of this stage and of those it runs on
+    the data (a fix to clean's rules remakes the corpus; train's own code is its fingerprint's)."""
     sizes = {str(p.relative_to(raw)): p.stat().st_size for p in sorted(raw.rglob("*")) if p.is_file()}
     manifest = hashlib.sha256((raw / artifacts.MANIFEST).read_bytes()).hexdigest()
     clean, bpe = (dataclasses.asdict(s) for s in (params.clean, params.backtranslation.reverse.bpe))
-    return {"manifest_sha256": manifest, "sizes": sizes, "clean": clean, "bpe": bpe}
+    code = {m: fingerprint(f"pipeline.stages.{m}") for m in ("reverse", "clean", "bpe", "binarize")}
+    return {"manifest_sha256": manifest, "sizes": sizes, "clean": clean, "bpe": bpe, "code": code}
+
+
+def check_sources(params: P.Params, raw: Path) -> None:
+    """Refuse, before anything trains, what back-translation could not use: a backtranslation.mono
+    entry that names nothing or has no side in data.tgt_lang, a bitext from several source
+    languages (the reverse model would translate into all of them, untold which), and a tag the
+    synthetic sources would need and the vocabulary will lack."""
+    for i, name in enumerate(params.backtranslation.mono):
+        plan_monolingual(name, f"backtranslation.mono[{i}]", params.data)
+    d = params.data
+    sources = sorted({(d.sources[n].src_lang if n in d.sources else None) or d.src_lang for n in d.train})
+    if len(sources) > 1:
+        raise UserError(
+            f"back-translation: the train sources translate from {', '.join(sources)}; its reverse model "
+            f"needs one language to translate into: list sources from {params.data.src_lang} only"
+        )
+    synthetic_prefix(artifacts.manifest(raw).get("tags", []), d.tgt_lang, params.backtranslation.tag)
 
 
 def run_stage(command: str, *args: str | Path) -> None:
     """One stage's command, as dvc.yaml runs it, in a child process; its failure is this stage's.
 
-    While it runs, Ctrl-C reaches it from the terminal and a SIGTERM (`dvc queue kill`, a scheduler)
-    is passed on to it, so a training stops between updates with whole checkpoints, as it does alone."""
+    While it runs, Ctrl-C reaches it from the terminal (both are in its process group; this one
+    waits) and a SIGTERM (`dvc queue kill`, a scheduler) is passed on to it, so a training stops
+    between updates with whole checkpoints, as it does alone."""
     assert command in RUNS
-    child = subprocess.Popen([sys.executable, "-m", "pipeline", command, *map(str, args)])
+    child: subprocess.Popen[bytes] | None = None
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, lambda *_: child.send_signal(signal.SIGTERM))
+
+    def on_term(*_: Any) -> None:
+        if child is None:  # before the child started: stop here
+            raise SystemExit(128 + signal.SIGTERM)
+        child.send_signal(signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, on_term)
     try:
+        child = subprocess.Popen([sys.executable, "-m", "pipeline", command, *map(str, args)])
         code = child.wait()
     finally:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
     if code:
-        click.echo(
-            f"reverse: `python -m pipeline {args[0]}` on the swapped corpus failed (exit {code})", err=True
-        )
-        raise SystemExit(code)
+        what = f"`python -m pipeline {command}` on the swapped corpus"
+        click.echo(f"reverse: {what} failed (exit {code})", err=True)
+        raise SystemExit(code if code > 0 else 128 - code)  # killed by signal n: 128 + n, as a shell says
 
 
 def prepare(params: P.Params, raw: Path, work: Path) -> None:
@@ -140,6 +168,7 @@ def reverse(params: P.Params, raw: Path, work: Path, out: Path, log: Path) -> di
         files.write_json(log / "summary.json", note)
         work.mkdir(parents=True, exist_ok=True)
         return note
+    check_sources(params, raw)
     work.mkdir(parents=True, exist_ok=True)
     (work / PARAMS).write_text(yaml.safe_dump(reverse_params(params).to_dict(), sort_keys=False))
     prepare(params, raw, work)

@@ -513,6 +513,19 @@ def test_the_reverse_models_settings_are_checked_under_their_own_keys(bt_raw, se
     assert refused(bt_raw).startswith(expected)
 
 
+def test_tagged_back_translation_cannot_fine_tune_a_parent_whose_vocabulary_lacks_the_tag(bt_raw):
+    bt_raw["train"]["init_from"] = "data/parent"
+    assert refused(bt_raw).startswith("backtranslation.tag: marks synthetic sources with <BT>")
+    bt_raw["backtranslation"]["tag"] = False
+    assert P.from_dict(bt_raw).train.init_from == "data/parent"
+
+
+def test_a_back_translation_sampling_value_that_cannot_take_effect_is_refused(bt_raw):
+    bt_raw["backtranslation"]["decode"]["sampling"].update(enabled=False, top_k=5)
+    bt_raw["backtranslation"]["decode"]["beam"] = 5
+    assert refused(bt_raw).startswith("backtranslation.decode.sampling.top_k: 5 has no effect")
+
+
 def test_a_source_of_one_side_is_for_back_translation_only(bt_raw):
     bt_raw["data"]["train"] = ["news"]
     assert refused(bt_raw).startswith("data.sources.news: has only tgt: one side is monolingual text")
@@ -523,3 +536,8 @@ def test_a_model_saved_before_back_translation_loads_with_it_off(params):
     del old["backtranslation"]
     loaded = P.from_saved(old)
     assert not loaded.backtranslation.enabled and loaded.model == params.model
+    # a fine-tuned child, with the depths an older version saved: its reverse copy must load too
+    old["train"]["init_from"] = "data/parent"
+    old["model"].update(n_layers=3, encoder_layers=3, decoder_layers=3)
+    loaded = P.from_saved(old)
+    assert loaded.train.init_from == "data/parent" and loaded.backtranslation.reverse.train.init_from is None

@@ -24,7 +24,9 @@ def test_a_catalog_set_gives_its_side_in_the_target_language_or_is_refused():
 
 def test_a_file_of_one_side_must_be_in_the_target_language():
     english = dataclasses.replace(BASE.data, sources={"news": P.CorpusSpec(src="news.de")})
-    with pytest.raises(ParamsError, match=r"has only its src side, and that is not in data.tgt_lang \(en\)"):
+    with pytest.raises(
+        ParamsError, match=r"gives only its src side, text in de, not in data.tgt_lang \(en\)"
+    ):
         plan_monolingual("news", "backtranslation.mono[0]", english)
 
 
