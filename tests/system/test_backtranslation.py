@@ -9,8 +9,6 @@ nothing, and a change to the forward model's settings leaves the reverse model a
 
 import hashlib
 import json
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -18,8 +16,14 @@ import sentencepiece as spm
 import yaml
 
 from pipeline import files
-from tests.support.repo import REPO
-from tests.system.test_dvc_pipeline import dvc_status, make_test_sets, run, tiny_params, write_corpus
+from tests.system.test_dvc_pipeline import (
+    dvc_status,
+    make_test_sets,
+    reproduced_copy,
+    run,
+    tiny_params,
+    write_corpus,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -45,24 +49,12 @@ def bt_params(src: Path, tgt: Path, tests: dict, mono: Path) -> dict:
 def repo(tmp_path_factory) -> Path:
     """A git + DVC copy of the project with tiny params and back-translation on, after `dvc repro`."""
     root = tmp_path_factory.mktemp("bt") / "repo"
-    tracked = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True).stdout.split()
-    for name in set(tracked) | {str(p.relative_to(REPO)) for p in (REPO / "pipeline").rglob("*.py")}:
-        if (REPO / name).is_file():
-            (root / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO / name, root / name)
     src, tgt = write_corpus(root.parent / "corpus", n=600, seed=0)
     tests = make_test_sets(root.parent / "tests")
     _, mono = write_corpus(root.parent / "mono", n=200, seed=7)
     leaked = files.read_lines(tests["plain"]["tgt"])[:LEAKED]
     mono.write_text(mono.read_text() + "".join(f"{line}\n" for line in leaked))
-    (root / "params.yaml").write_text(yaml.safe_dump(bt_params(src, tgt, tests, mono), sort_keys=False))
-    (root / "dvc.lock").unlink(missing_ok=True)
-    shutil.rmtree(root / "reports", ignore_errors=True)
-    run(["git", "init", "-q"], root)
-    run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "add", "-A"], root)
-    run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "tiny"], root)
-    run(["dvc", "repro"], root)
-    return root
+    return reproduced_copy(root, bt_params(src, tgt, tests, mono))
 
 
 def test_the_reverse_model_translates_the_other_way(repo):

@@ -86,18 +86,22 @@ def run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
 def repo(tmp_path_factory) -> Path:
     """A git + DVC copy of the project with tiny params, after `dvc repro`."""
     root = tmp_path_factory.mktemp("repo")
+    src, tgt = write_corpus(root.parent / "corpus", n=600, seed=0)
+    tests = make_test_sets(root.parent / "tests")
+    return reproduced_copy(root, tiny_params(src, tgt, tests))
+
+
+def reproduced_copy(root: Path, params: dict) -> Path:
+    """The project's files (git's and the package's) copied to `root` with `params` as params.yaml,
+    without dvc.lock and reports/, committed to a new git repository, after `dvc repro`."""
     tracked = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True).stdout.split()
     for name in set(tracked) | {str(p.relative_to(REPO)) for p in (REPO / "pipeline").rglob("*.py")}:
         if (REPO / name).is_file():
             (root / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(REPO / name, root / name)
-    src, tgt = write_corpus(root.parent / "corpus", n=600, seed=0)
-    tests = make_test_sets(root.parent / "tests")
-    (root / "params.yaml").write_text(yaml.safe_dump(tiny_params(src, tgt, tests), sort_keys=False))
-    for stale in ("dvc.lock", "reports"):
-        shutil.rmtree(root / stale, ignore_errors=True) if (root / stale).is_dir() else (root / stale).unlink(
-            missing_ok=True
-        )
+    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    (root / "dvc.lock").unlink(missing_ok=True)
+    shutil.rmtree(root / "reports", ignore_errors=True)
     run(["git", "init", "-q"], root)
     run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "add", "-A"], root)
     run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "tiny"], root)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import signal
 import subprocess
 import sys
@@ -168,23 +169,29 @@ def test_block_seeds_differ_by_epoch_side_and_block():
     assert len(seeds) == 18 and all(0 <= x < 2**32 for x in seeds)
 
 
-@pytest.mark.parametrize("how", [DROPOUT, UNIGRAM], ids=["bpe_dropout", "unigram"])
-def test_a_target_language_tag_is_never_split(how, tmp_path):
+def sampled_with_tags(how, tmp_path, lines: list[str], tags: list[str], vocab_size: int):
+    """A vocabulary trained on `lines` (both sides) with `tags` as pieces, and epoch 1's sampled
+    source segmentation of them, alpha 0.5."""
     from pipeline.stages.bpe import train_bpe
     from tests.support.models import bpe_params
 
     clean = tmp_path / "clean"
     clean.mkdir()
-    # "<", "2", "x", "a", ">" are all characters of the text, so a sampler could spell the tag with them
-    lines = [f"<2x{'ab'[i % 2]}> a<b 2x >a{'bc'[i % 3 % 2]} x{i % 7}" for i in range(300)]
     for side in ("src", "tgt"):
         (clean / f"train.{side}").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    (clean / "stats.json").write_text('{"tags": ["<2xa>", "<2xb>"]}', encoding="utf-8")
+    (clean / "stats.json").write_text(json.dumps({"tags": tags}), encoding="utf-8")
     kind = "bpe" if how.kind == "bpe_dropout" else "unigram"
-    train_bpe(bpe_params(vocab_size=22, model_type=kind), clean, tmp_path / "bpe")
+    train_bpe(bpe_params(vocab_size=vocab_size, model_type=kind), clean, tmp_path / "bpe")
     vocab = Vocab.load(tmp_path / "bpe", threads=1)
     (src, _) = sample_epoch(vocab, (lines, lines), dataclasses.replace(how, alpha=0.5), 1)
-    segmented = sentences(src)
+    return vocab, sentences(src)
+
+
+@pytest.mark.parametrize("how", [DROPOUT, UNIGRAM], ids=["bpe_dropout", "unigram"])
+def test_a_target_language_tag_is_never_split(how, tmp_path):
+    # "<", "2", "x", "a", ">" are all characters of the text, so a sampler could spell the tag with them
+    lines = [f"<2x{'ab'[i % 2]}> a<b 2x >a{'bc'[i % 3 % 2]} x{i % 7}" for i in range(300)]
+    vocab, segmented = sampled_with_tags(how, tmp_path, lines, ["<2xa>", "<2xb>"], 22)
     assert sum(s != d for s, d in zip(segmented, vocab.encode_src(lines))) > len(lines) // 4  # it samples
     for line, ids in zip(lines, segmented):
         assert vocab.src_pieces(ids)[:2] == ["▁", line[:5]] and vocab.decode_src(ids) == line
@@ -192,21 +199,9 @@ def test_a_target_language_tag_is_never_split(how, tmp_path):
 
 @pytest.mark.parametrize("how", [DROPOUT, UNIGRAM], ids=["bpe_dropout", "unigram"])
 def test_the_backtranslation_tag_is_never_split(how, tmp_path):
-    from pipeline.stages.bpe import train_bpe
-    from tests.support.models import bpe_params
-
-    clean = tmp_path / "clean"
-    clean.mkdir()
     # "<", "B", "T", ">" are all characters of the text, so a sampler could spell the tag with them
     lines = [f"<BT> a<B T>a{'bc'[i % 3 % 2]} x{i % 7}" if i % 2 else f"a<B T>b x{i % 5}" for i in range(300)]
-    for side in ("src", "tgt"):
-        (clean / f"train.{side}").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    (clean / "stats.json").write_text('{"tags": ["<BT>"]}', encoding="utf-8")
-    kind = "bpe" if how.kind == "bpe_dropout" else "unigram"
-    train_bpe(bpe_params(vocab_size=23, model_type=kind), clean, tmp_path / "bpe")
-    vocab = Vocab.load(tmp_path / "bpe", threads=1)
-    (src, _) = sample_epoch(vocab, (lines, lines), dataclasses.replace(how, alpha=0.5), 1)
-    segmented = sentences(src)
+    vocab, segmented = sampled_with_tags(how, tmp_path, lines, ["<BT>"], 23)
     assert sum(s != d for s, d in zip(segmented, vocab.encode_src(lines))) > len(lines) // 10  # it samples
     for line, ids in zip(lines, segmented):
         pieces = vocab.src_pieces(ids)
