@@ -156,7 +156,7 @@ def test_a_ranking_run_is_capped_and_named_by_its_steps() -> None:
     # exactly 2,000 updates: the recipe's epoch cap (15 for en-ms) and early stopping would end it first
     assert {"train.max_epochs=10000", "train.max_steps=2000", "train.patience=0"} <= set(settings)
     assert "train.max_epochs=15" not in settings
-    assert "bpe.vocab_size=auto" in settings and "train.subword_sampling=unigram" in settings
+    assert "bpe.vocab_size=1000" in settings and "train.subword_sampling=unigram" in settings
     assert "model.encoder_layers=10" in settings  # the en-ms baseline's settings stay
 
 

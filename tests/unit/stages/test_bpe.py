@@ -228,9 +228,9 @@ def test_model_type_unigram_trains_a_unigram_model_with_the_same_special_ids(tmp
 
 
 def test_the_auto_rule_grows_with_the_corpus_as_its_table_says():
-    sizes = [bpe_stage.auto_vocab_size(n) for n in (1, 9_999, 10_000, 49_999, 50_000, 200_000, 999_999)]
-    assert sizes == [1_000, 1_000, 2_000, 2_000, 4_000, 8_000, 8_000]
-    assert bpe_stage.auto_vocab_size(1_000_000) == bpe_stage.auto_vocab_size(10**8) == 16_000
+    sizes = [bpe_stage.auto_vocab_size(n) for n in (1, 9_999, 10_000, 199_999, 200_000, 999_999)]
+    assert sizes == [4_000, 4_000, 8_000, 8_000, 16_000, 16_000]
+    assert bpe_stage.auto_vocab_size(1_000_000) == bpe_stage.auto_vocab_size(10**8) == 32_000
 
 
 def test_vocab_size_auto_is_chosen_from_the_training_pairs_and_recorded(tmp_path: Path, monkeypatch) -> None:
