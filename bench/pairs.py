@@ -3,6 +3,7 @@
     python -m bench.pairs queue --pair ru-en --recipe baseline      # the README's command on the new data
     python -m bench.pairs queue --pair ru-en --recipe lowres        # the literature's starting point
     python -m bench.pairs sweep --pair ru-en --from lowres --steps 3000   # one change at a time, capped
+    python -m bench.pairs queue --pair en-ms --recipe parent        # fine-tunes en-ms-multilingual's model
     dvc queue start -j 1                                            # one at a time (dvc queue status)
     python -m bench.pairs table     # reports/pairs.{json,md} from the runs in MLflow and reports/pairs/runs
 
@@ -24,6 +25,7 @@ reports/pairs/runs/<experiment>.json (bench.run_archive) and reads those back ne
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import shlex
@@ -143,6 +145,7 @@ class Recipe:
     changes: dict[str, object]  # over the pair's baseline
     per_pair: dict[str, dict[str, object]] = field(default_factory=dict)  # pair -> further changes
     only: tuple[str, ...] = ()  # the pairs it is for (none: all)
+    parent: dict[str, str] = field(default_factory=dict)  # pair -> the experiment it starts from (init_from)
 
     def for_pair(self, pair: str) -> dict[str, object]:
         return {**self.changes, **self.per_pair.get(pair, {})}
@@ -230,6 +233,28 @@ RECIPES["back-translation"] = Recipe(
 )
 
 
+# A parent model (issue 27 item 4): a finished experiment's model, fetched from the DVC cache into
+# data/parents/<experiment> when the child is queued (fetch_parent), then fine-tuned. en-ms: the
+# multilingual run (en->ms with en->id), trained on en-ms alone (Dabre et al.'s second stage). ru-en:
+# the pair's run, trained on its news sets alone, the domain of every test set (continued training on
+# in-domain data, Luong & Manning 2015). Both at a fine-tuning learning rate with a short warmup;
+# early stopping on val ends them.
+RU_EN_NEWS = [*(f"newstest{year}-ruen" for year in range(2012, 2017)), "newstest2020-enru"]
+FINE_TUNE: dict[str, object] = {"train.lr": 0.0003, "train.warmup_steps": 100}
+RECIPES["parent"] = Recipe(
+    "a parent's weights and vocabulary fine-tuned: en-ms from the multilingual run on en-ms alone, "
+    "ru-en from its run on the news sets alone; lr 3e-4, 100 warmup steps",
+    "Zoph et al. 2016 (transfer from a parent model), Dabre et al. 2019 (a multilingual model, then the "
+    "pair alone), Luong & Manning 2015 (continued training on in-domain data)",
+    FINE_TUNE,
+    per_pair={
+        "en-ms": {"train.max_epochs": 20},
+        "ru-en": {"data.train": RU_EN_NEWS, "train.max_epochs": 8},
+    },
+    parent={"en-ms": "en-ms-multilingual", "ru-en": "ru-en-baseline"},
+)
+
+
 def _layers(encoder: int, decoder: int) -> dict[str, object]:
     if encoder == decoder:
         return {"model.n_layers": encoder, "model.encoder_layers": None, "model.decoder_layers": None}
@@ -303,6 +328,8 @@ def recipe_experiment(pair: str, recipe: str, steps: int | None = None) -> Exper
     if not RECIPES[recipe].applies(pair):
         raise UserError(f"--recipe {recipe} is for {', '.join(RECIPES[recipe].only)} only, not {pair}")
     changes = {**PAIRS[pair].baseline, **RECIPES[recipe].for_pair(pair)}
+    if pair in RECIPES[recipe].parent:
+        changes["train.init_from"] = str(parent_dir(RECIPES[recipe].parent[pair]))
     if steps is not None:
         changes |= {"train.max_steps": steps, "train.max_epochs": RANKING_EPOCHS, "train.patience": 0}
     return Experiment(full_name(pair, recipe, steps), pair, recipe, changes, steps)
@@ -372,10 +399,78 @@ def dvc_command(exp: Experiment) -> list[str]:
     return args
 
 
+PARENTS = Path("data/parents")  # the parents' models, fetched out of the DVC cache (git ignores data/)
+
+
+def parent_dir(experiment: str) -> Path:
+    """Where fetch_parent puts an experiment's model: an absolute path, since a queued run works in a copy
+    of the repository (under .dvc/tmp/exps) that holds only what git tracks."""
+    return (PARENTS / experiment).resolve()
+
+
+def experiment_rev(experiment: str) -> str | None:
+    """The commit of the newest finished DVC experiment of that name in this repository, or None."""
+    listed = subprocess.run(
+        ["git", "for-each-ref", "--sort=-committerdate", "--format=%(objectname) %(refname)", "refs/exps"],
+        capture_output=True,
+        text=True,
+    )
+    for line in listed.stdout.splitlines() if listed.returncode == 0 else []:
+        rev, _, ref = line.partition(" ")
+        if ref.rsplit("/", 1)[-1] == experiment:
+            return rev
+    return None
+
+
+FETCHED = "fetched.json"  # in a fetched parent: the experiment and commit it came from
+
+
+def fetch_parent(experiment: str, hint: str) -> Path:
+    """The newest run of `experiment`'s data/model, in parent_dir(experiment) (fetched again only when a
+    newer run of it has finished); `hint` says how to make one where there is none."""
+    out = parent_dir(experiment)
+    rev = experiment_rev(experiment)
+    if rev is None:
+        raise UserError(f"no finished DVC experiment {experiment} in this repository to start from: {hint}")
+    if (out / FETCHED).is_file() and json.loads((out / FETCHED).read_text()).get("commit") == rev:
+        return out
+    part = out.with_name(out.name + ".part")
+    shutil.rmtree(part, ignore_errors=True)
+    get = [dvc_binary(), "get", ".", "data/model", "--rev", rev, "-o", str(part)]
+    got = subprocess.run(get, capture_output=True, text=True)
+    if got.returncode != 0:
+        why = (got.stderr.strip().splitlines() or ["no output"])[-1]
+        raise UserError(f"{experiment}: its model (data/model at {rev[:7]}) is not in the DVC cache: {why}")
+    files.write_json(part / FETCHED, {"experiment": experiment, "commit": rev})
+    shutil.rmtree(out, ignore_errors=True)
+    part.rename(out)
+    return out
+
+
+def fetch_parents(experiments: list[Experiment], raw: dict[str, Any]) -> None:
+    """Fetch each parent recipe's parent and check that the child's architecture is the parent's."""
+    from pipeline import lineage
+
+    for exp in experiments:
+        parent = RECIPES[exp.recipe].parent.get(exp.pair) if exp.recipe in RECIPES else None
+        if parent is None:
+            continue
+        recipe = next((r for r in RECIPES if full_name(exp.pair, r) == parent), None)
+        how = f"--recipe {recipe}" if recipe else f"... --name {parent}"
+        where = str(fetch_parent(parent, f"run `python -m bench.pairs queue --pair {exp.pair} {how}` first"))
+        try:
+            lineage.check_architecture(check(raw, exp), lineage.read(where)[1], where)
+        except ParamsError as e:
+            raise UserError(f"{exp.name}: {e}") from None
+
+
 def enqueue(experiments: list[Experiment], raw: dict[str, Any], dry_run: bool) -> None:
-    """Validate every experiment, then queue each (or print its command, quoted for a shell)."""
+    """Validate every experiment, fetch the parents they start from, then queue each (or print its
+    command, quoted for a shell; a dry run fetches nothing)."""
     for exp in experiments:
         check(raw, exp)
+    if not dry_run:
+        fetch_parents(experiments, raw)
     names = [e.name for e in experiments]
     if len(set(names)) != len(names):
         raise UserError(f"two experiments of one name among {names}")

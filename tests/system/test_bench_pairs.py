@@ -355,3 +355,46 @@ def test_a_damaged_archive_entry_is_named_with_its_fix(tmp_path: Path) -> None:
     (tmp_path / "ru-en-lowres.json").write_text("{not json", encoding="utf-8")
     with pytest.raises(UserError, match=r"ru-en-lowres\.json: not an archived run .*git checkout"):
         run_archive.load_all(tmp_path)
+
+
+def test_the_parent_recipe_starts_from_a_fetched_parent_at_a_fine_tuning_rate() -> None:
+    for pair, parent in (("en-ms", "en-ms-multilingual"), ("ru-en", "ru-en-baseline")):
+        args = ["queue", "--pair", pair, "--recipe", "parent", "--dry-run", "--params", str(PARAMS)]
+        result = CliRunner().invoke(pairs.cli, args)
+        assert result.exit_code == 0, result.output
+        settings = shlex.split(result.output)[7::2]
+        # absolute: a queued run works in a copy of the repository without the git-ignored data/
+        assert f"train.init_from={Path.cwd() / 'data' / 'parents' / parent}" in settings
+        assert {"train.lr=0.0003", "train.warmup_steps=100"} <= set(settings)
+    news = pairs.recipe_experiment("ru-en", "parent").changes["data.train"]
+    assert news == [*(f"newstest{y}-ruen" for y in range(2012, 2017)), "newstest2020-enru"]
+
+
+def test_a_parent_that_has_not_run_or_does_not_fit_is_refused_before_queueing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # no git repository: no experiments
+    run = pairs.subprocess.run
+
+    def never_queue(args: list[str], **kw: Any) -> Any:
+        assert "exp" not in args, "queued"
+        return run(args, **kw)
+
+    monkeypatch.setattr(pairs.subprocess, "run", never_queue)
+    args = ["queue", "--pair", "en-ms", "--recipe", "parent", "--params", str(PARAMS)]
+    result = CliRunner().invoke(pairs.cli, args)
+    assert result.exit_code != 0
+    assert "no finished DVC experiment en-ms-multilingual" in result.output
+    assert "python -m bench.pairs queue --pair en-ms --recipe multilingual" in result.output
+
+    # fetched before, from the newest run of it: the child's 10+2 layers against a 3+3 parent
+    rev = "b" * 40
+    monkeypatch.setattr(pairs, "experiment_rev", lambda name: rev)
+    parent = pairs.parent_dir("en-ms-multilingual")
+    parent.mkdir(parents=True)
+    files.write_json(parent / pairs.FETCHED, {"experiment": "en-ms-multilingual", "commit": rev})
+    (parent / "model.pt").write_bytes(b"weights")
+    (parent / "params.yaml").write_text(yaml.safe_dump(RAW), encoding="utf-8")
+    result = CliRunner().invoke(pairs.cli, args)
+    assert result.exit_code != 0  # and never_queue saw no `dvc exp run`
+    assert "en-ms-parent: train.init_from" in result.output and "model.encoder_layers" in result.output
