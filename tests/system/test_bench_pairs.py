@@ -229,8 +229,17 @@ def test_the_multilingual_recipe_adds_indonesian_as_a_tagged_second_target() -> 
         name: {k: v for k, v in vars(spec).items() if v is not None and k in ("catalog", "tgt_lang")}
         for name, spec in params.data.sources.items()
     }
-    refused = CliRunner().invoke(pairs.cli, ["queue", "--pair", "ru-en", "--recipe", "multilingual"])
-    assert refused.exit_code != 0 and "for en-ms only" in refused.output
+    refused = CliRunner().invoke(pairs.cli, ["queue", "--pair", "en-ms", "--recipe", "back-translation"])
+    assert refused.exit_code != 0 and "for ru-en only" in refused.output  # no Malay text to translate
+
+
+def test_the_multilingual_recipe_adds_german_news_into_the_same_english_for_ru_en() -> None:
+    params = pairs.check(RAW, exp := pairs.recipe_experiment("ru-en", "multilingual"))
+    german = {name: s for name, s in params.data.sources.items() if s.src_lang == "de"}
+    assert sorted(s.catalog for s in german.values()) == sorted(pairs.NEWS_EN)
+    assert set(german) < set(params.data.train) and params.data.tgt_lang == "en"
+    assert {s.tgt_lang for s in params.data.sources.values()} <= {None, "en"}  # one target: no tags
+    assert exp.changes["train.max_epochs"] == 8
 
 
 def test_a_bad_change_is_refused_before_anything_is_queued() -> None:
