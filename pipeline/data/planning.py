@@ -73,9 +73,23 @@ def target_languages(plan: dict[str, list[CorpusPlan]]) -> list[str]:
     return sorted({source.langs[1] for source in plan["train"]})
 
 
-def tagged(plan: dict[str, list[CorpusPlan]]) -> bool:
-    """Whether source lines carry target-language tags: the train sources have several targets."""
-    return len(target_languages(plan)) > 1
+def tag_languages(
+    plan: dict[str, list[CorpusPlan]], parent_tags: list[str], init_from: str | None
+) -> list[str]:
+    """The target languages whose tags the source lines carry, sorted; [] for none. The train sources'
+    targets where there are several; with a parent (train.init_from) whose vocabulary has tags
+    (`parent_tags`), every target, even one alone: the child reads its input as its parent learned to."""
+    targets = target_languages(plan)
+    if not parent_tags:
+        return targets if len(targets) > 1 else []
+    missing = [lang for lang in targets if lang not in parent_tags]
+    if missing:
+        raise ParamsError(
+            f"train.init_from: {init_from} translates into {', '.join(parent_tags)} (its vocabulary's "
+            f"tags), and data's train sources into {', '.join(missing)} too, which it has no tag for; "
+            "train on its languages, or start from a parent that has them"
+        )
+    return targets
 
 
 def _check_targets(plan: dict[str, list[CorpusPlan]], data: DataParams) -> None:

@@ -2,7 +2,8 @@
 
 As in Google's multilingual NMT (Johnson et al. 2017) and OPUS-MT's multi-target models, every
 source sentence starts with a token naming the language wanted, `<2ms>` or `<2id>`. Tags are on
-when the train sources translate into more than one language (data.sources.NAME.tgt_lang); then
+when the train sources translate into more than one language (data.sources.NAME.tgt_lang), or the
+parent model (train.init_from) has tags, which its child keeps, for one target too; then
 download writes each source line as "<2xx> text", every split alike, and the tag stays in the text
 from there on: held-out lines keep the tag of the source they came from, clean filters and
 decontaminates the text after it, bpe makes each tag one piece (a user-defined symbol), and

@@ -20,17 +20,22 @@ from pathlib import Path
 
 import click
 
-from pipeline import files
+from pipeline import files, lineage
 from pipeline.data import artifacts, tags
 from pipeline.data.heldout import heldout_record, hold_out
-from pipeline.data.planning import plan_sources, tagged, target_languages
+from pipeline.data.planning import plan_sources, tag_languages
 from pipeline.data.reading import Reader, resolve_mirror
+from pipeline.data.vocab import Vocab
+from pipeline.errors import ParamsError, UserError
 from pipeline.params import DataParams
 from pipeline.stages.options import load_params, params_option
 
 
-def download(data: DataParams, out: Path) -> artifacts.Manifest:
+def download(data: DataParams, out: Path, init_from: str | None = None) -> artifacts.Manifest:
     """Fetch, verify and decode every source `data` names; write `out` atomically; return the manifest.
+
+    Source lines carry target-language tags where the train sources have several targets, or where
+    the parent model `init_from` (train.init_from) has tags (planning.tag_languages).
 
     Streamed: each file goes a chunk at a time from its (decompressed) source to its split's file.
     A held-out draw needs the train split's length first, so train then goes to a scratch file
@@ -39,6 +44,8 @@ def download(data: DataParams, out: Path) -> artifacts.Manifest:
     out = Path(out)
     mirror = resolve_mirror(data)
     plan = plan_sources(data)  # refuses bad names and sources before anything is fetched
+    parent_tags = target_tags(init_from) if init_from is not None else []
+    langs = tag_languages(plan, parent_tags, init_from)
     out.parent.mkdir(parents=True, exist_ok=True)
     # params.validate: a split with no sets has its held-out count, one with sets has none.
     held = {"val": data.heldout_val or 0, "test": data.heldout_test or 0}
@@ -47,7 +54,7 @@ def download(data: DataParams, out: Path) -> artifacts.Manifest:
         files.atomic_path(out) as tmp,
     ):
         (tmp / "test").mkdir(parents=True)
-        reader = Reader(Path(scratch), mirror, tagged(plan))
+        reader = Reader(Path(scratch), mirror, bool(langs))
         train_stem = Path(scratch) / "train" if any(held.values()) else tmp / "train"
         splits: dict[str, list[artifacts.CorpusRecord]] = {
             "train": reader.copy_split(plan["train"], train_stem)
@@ -67,10 +74,23 @@ def download(data: DataParams, out: Path) -> artifacts.Manifest:
             "splits": splits,
             "heldout": heldout,
         }
-        if tagged(plan):  # only then: a one-target manifest stays as it was
-            manifest["tags"] = [tags.tag(lang) for lang in target_languages(plan)]
+        if langs:  # only then: an untagged manifest stays as it was
+            manifest["tags"] = [tags.tag(lang) for lang in langs]
         files.write_json(tmp / artifacts.MANIFEST, manifest)
     return manifest
+
+
+def target_tags(init_from: str) -> list[str]:
+    """The languages the parent's vocabulary has target-language tags for (<2ms>: ms), sorted; [] where
+    it has none. A child keeps them: its source lines go behind its target's tag, as the parent's did."""
+    lineage.read(init_from)  # a model directory, or the one-line refusal
+    try:
+        vocab = Vocab.load(init_from)
+    except UserError as e:
+        raise ParamsError(
+            f"train.init_from: {init_from} holds no vocabulary of this pipeline ({e.message})"
+        ) from e
+    return sorted(tags.tags_in(vocab.pieces("src")))
 
 
 @click.command("download")
@@ -84,7 +104,8 @@ def download(data: DataParams, out: Path) -> artifacts.Manifest:
 )
 def command(params_file: Path, out: Path) -> None:
     """Fetch and verify every source the `data` params name into OUT."""
-    manifest = download(load_params(params_file).data, out)
+    params = load_params(params_file)
+    manifest = download(params.data, out, params.train.init_from)
     counts = [
         f"{split} {sum(s['lines'] for s in manifest['splits'][split])}" for split in ("train", "val")
     ] + [f"test {s['name']} {s['lines']}" for s in manifest["splits"]["test"]]

@@ -196,3 +196,38 @@ def test_the_mlflow_model_takes_the_target_language_as_a_param(run):
         assert got == translator.translate(lines, tgt_lang=lang)
     with pytest.raises(MlflowException, match="say which"):  # answered 400 when served
         served.predict(None, lines, params={})
+
+
+def test_a_child_of_a_tagged_parent_keeps_its_tags_for_its_one_target(run, tmp_path):
+    from pipeline.stages.bpe import copy_parent
+
+    root, params = run
+    init_from = str(root / "model")
+    raw = params.to_dict()
+    raw["data"].update(tgt_lang="xb", train=["train-xb"], val=[], heldout_val=20, test=["test-xb"])
+    raw["train"].update(init_from=init_from, max_epochs=1)
+    child = P.from_dict(raw)
+    manifest = download(child.data, tmp_path / "raw", init_from)
+    assert manifest["tags"] == ["<2xb>"]  # one target, tagged as its parent learned it
+    for split in ("train", "val", "test/test-xb"):
+        lines = (tmp_path / f"raw/{split}.src").read_text(encoding="utf-8").splitlines()
+        assert lines and all(line.startswith("<2xb> w") for line in lines)
+    clean(child.clean, tmp_path / "raw", tmp_path / "clean")
+    copy_parent(child, tmp_path / "bpe")
+    binarize(tmp_path / "clean", tmp_path / "bpe", tmp_path / "bin")
+    paths = Paths(*(tmp_path / n for n in ("bin", "bpe", "model", "ckpt", "log", "clean")))
+    train(child, paths, tracking=False)
+    translator = Translator.from_dir(tmp_path / "model", device="cpu", workers=1)
+    source = (tmp_path / "clean/test/test-xb.src").read_text(encoding="utf-8").splitlines()
+    out = translator.translate(source, beam=1)  # tagged lines, as the decode stage reads them
+    expected = (tmp_path / "clean/test/test-xb.tgt").read_text(encoding="utf-8").splitlines()
+    assert sum(o == e for o, e in zip(out, expected)) > 0.6 * len(source), (out[:3], expected[:3])
+
+    # a target the parent has no tag for is refused before anything is written
+    for name in ("train-xb", "test-xb"):
+        raw["data"]["sources"][name]["tgt_lang"] = "xc"
+    raw["data"]["tgt_lang"] = "xc"
+    refused = r"xa, xb \(its vocabulary's tags\).*into xc too, which it has no tag"
+    with pytest.raises(ParamsError, match=refused):
+        download(P.from_dict(raw).data, tmp_path / "raw-xc", init_from)
+    assert not (tmp_path / "raw-xc").exists()

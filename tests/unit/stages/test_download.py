@@ -359,6 +359,22 @@ def test_command_writes_the_output_and_refuses_a_bad_sum_in_one_line(tmp_path):
     assert not (tmp_path / "raw2").exists()
 
 
+def test_a_parent_that_is_no_model_directory_stops_the_command_in_one_line(tmp_path):
+    """train.init_from is read here already: a tagged parent's child keeps its tags (test_multilingual)."""
+    params = dataclasses.replace(
+        BASE,
+        data=user_data(numbered(tmp_path / "in", 40), heldout_val=5, heldout_test=5),
+        train=dataclasses.replace(BASE.train, init_from=str(tmp_path / "nowhere")),
+    )
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(params.to_dict()), encoding="utf-8")
+    result = CliRunner().invoke(download.command, ["--params", str(path), "--out", str(tmp_path / "raw")])
+    assert result.exit_code == 2 and "Traceback" not in result.output  # a settings error, as ParamsError's
+    errors = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and f"train.init_from: {tmp_path / 'nowhere'}: no such directory" in errors[0]
+    assert not (tmp_path / "raw").exists()
+
+
 # --- the real corpora, from the offline mirror (conftest's `mirror` skips without it) ---
 
 
