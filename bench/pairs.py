@@ -448,19 +448,23 @@ def fetch_parent(experiment: str, hint: str) -> Path:
     get = [dvc_binary(), "get", ".", "data/model", "--rev", rev, "-o", str(part)]
     got = subprocess.run(get, capture_output=True, text=True)
     if got.returncode != 0:
+        shutil.rmtree(part, ignore_errors=True)
         why = (got.stderr.strip().splitlines() or ["no output"])[-1]
-        raise UserError(f"{experiment}: its model (data/model at {rev[:7]}) is not in the DVC cache: {why}")
+        raise UserError(
+            f"{experiment}: its model (data/model at {rev[:7]}) is not in the DVC cache ({why}); {hint}"
+        )
     files.write_json(part / FETCHED, {"experiment": experiment, "commit": rev})
     shutil.rmtree(out, ignore_errors=True)
     part.rename(out)
     return out
 
 
-def fetch_parents(experiments: list[Experiment], raw: dict[str, Any]) -> None:
-    """Fetch each parent recipe's parent and check that the child's architecture is the parent's."""
+def fetch_parents(experiments: list[Experiment], checked: list[P.Params]) -> None:
+    """Fetch each parent recipe's parent and check that the child's architecture (`checked`: each
+    experiment's params) is the parent's."""
     from pipeline import lineage
 
-    for exp in experiments:
+    for exp, params in zip(experiments, checked, strict=True):
         parent = RECIPES[exp.recipe].parent.get(exp.pair) if exp.recipe in RECIPES else None
         if parent is None:
             continue
@@ -468,7 +472,7 @@ def fetch_parents(experiments: list[Experiment], raw: dict[str, Any]) -> None:
         how = f"--recipe {recipe}" if recipe else f"... --name {parent}"
         where = str(fetch_parent(parent, f"run `python -m bench.pairs queue --pair {exp.pair} {how}` first"))
         try:
-            lineage.check_architecture(check(raw, exp), lineage.read(where)[1], where)
+            lineage.check_architecture(params, lineage.read(where)[1], where)
         except ParamsError as e:
             raise UserError(f"{exp.name}: {e}") from None
 
@@ -476,10 +480,9 @@ def fetch_parents(experiments: list[Experiment], raw: dict[str, Any]) -> None:
 def enqueue(experiments: list[Experiment], raw: dict[str, Any], dry_run: bool) -> None:
     """Validate every experiment, fetch the parents they start from, then queue each (or print its
     command, quoted for a shell; a dry run fetches nothing)."""
-    for exp in experiments:
-        check(raw, exp)
+    checked = [check(raw, exp) for exp in experiments]
     if not dry_run:
-        fetch_parents(experiments, raw)
+        fetch_parents(experiments, checked)
     names = [e.name for e in experiments]
     if len(set(names)) != len(names):
         raise UserError(f"two experiments of one name among {names}")

@@ -85,8 +85,8 @@ class Parent:
         return tags
 
 
-def read(init_from: str) -> tuple[Parent, P.Params]:
-    """The parent directory's record and params (its params.yaml); refuses what is no model directory."""
+def model_dir(init_from: str) -> Path:
+    """init_from as a directory with a model and its params, or the one-line refusal of what it is not."""
     where = Path(init_from)
     if not where.is_dir():
         raise ParamsError(
@@ -99,6 +99,12 @@ def read(init_from: str) -> tuple[Parent, P.Params]:
             f"train.init_from: {init_from} is not a model directory (it has no {missing[0]}); give one "
             "that the train stage or import-hf wrote"
         )
+    return where
+
+
+def read(init_from: str) -> tuple[Parent, P.Params]:
+    """The parent directory's record and params (its params.yaml); refuses what is no model directory."""
+    where = model_dir(init_from)
     params = _saved_params(where / PARAMS_FILE)
     run = _optional_json(where / RUN_FILE)
     imported = _optional_json(where / IMPORT_FILE).get("source")

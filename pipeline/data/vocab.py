@@ -16,7 +16,7 @@ import sentencepiece as spm
 from sentencepiece import sentencepiece_model_pb2
 
 from pipeline import tokens
-from pipeline.errors import UserError
+from pipeline.errors import ParamsError, UserError
 
 JOINT_MODEL = "spm.model"
 SRC_MODEL, TGT_MODEL = "src.model", "tgt.model"
@@ -82,6 +82,16 @@ class Vocab:
             f"{bpe_dir}: no sentencepiece model found; expected {JOINT_MODEL} (bpe.joint: true) "
             f"or {SRC_MODEL} and {TGT_MODEL} (bpe.joint: false); run `python -m pipeline bpe` first"
         )
+
+    @classmethod
+    def load_parent(cls, init_from: str) -> Vocab:
+        """train.init_from's vocabulary (a model directory's), or a ParamsError naming the key."""
+        try:
+            return cls.load(init_from)
+        except UserError as e:
+            raise ParamsError(
+                f"train.init_from: {init_from} holds no vocabulary of this pipeline ({e.message})"
+            ) from e
 
     @property
     def joint(self) -> bool:

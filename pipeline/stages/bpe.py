@@ -35,7 +35,7 @@ from pipeline import params as P
 from pipeline.data import artifacts
 from pipeline.data.pool import cores
 from pipeline.data.vocab import JOINT_MODEL, SRC_MODEL, TGT_MODEL, Vocab
-from pipeline.errors import ParamsError, UserError
+from pipeline.errors import UserError
 from pipeline.files import atomic_path
 from pipeline.params import BpeParams
 from pipeline.stages.options import clean_option, directory, load_params, params_option
@@ -110,12 +110,7 @@ def copy_parent(params: P.Params, out_dir: Path) -> Vocab:
     parent, parent_params = lineage.read(init_from)
     lineage.check_vocabulary(params, parent_params, init_from)
     lineage.check_architecture(params, parent_params, init_from)
-    try:
-        vocab = Vocab.load(init_from)
-    except UserError as e:
-        raise ParamsError(
-            f"train.init_from: {init_from} holds no vocabulary of this pipeline ({e.message})"
-        ) from e
+    vocab = Vocab.load_parent(init_from)
     with atomic_path(out_dir) as tmp:
         tmp.mkdir()
         for model_file in vocab.model_files():

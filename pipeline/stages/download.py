@@ -26,7 +26,6 @@ from pipeline.data.heldout import heldout_record, hold_out
 from pipeline.data.planning import plan_sources, tag_languages
 from pipeline.data.reading import Reader, resolve_mirror
 from pipeline.data.vocab import Vocab
-from pipeline.errors import ParamsError, UserError
 from pipeline.params import DataParams
 from pipeline.stages.options import load_params, params_option
 
@@ -83,14 +82,8 @@ def download(data: DataParams, out: Path, init_from: str | None = None) -> artif
 def target_tags(init_from: str) -> list[str]:
     """The languages the parent's vocabulary has target-language tags for (<2ms>: ms), sorted; [] where
     it has none. A child keeps them: its source lines go behind its target's tag, as the parent's did."""
-    lineage.read(init_from)  # a model directory, or the one-line refusal
-    try:
-        vocab = Vocab.load(init_from)
-    except UserError as e:
-        raise ParamsError(
-            f"train.init_from: {init_from} holds no vocabulary of this pipeline ({e.message})"
-        ) from e
-    return sorted(tags.tags_in(vocab.pieces("src")))
+    lineage.model_dir(init_from)  # a model directory, or the one-line refusal
+    return sorted(tags.tags_in(Vocab.load_parent(init_from).pieces("src")))
 
 
 @click.command("download")

@@ -396,6 +396,15 @@ def test_a_parent_that_has_not_run_or_does_not_fit_is_refused_before_queueing(
     assert "no finished DVC experiment en-ms-multilingual" in result.output
     assert "python -m bench.pairs queue --pair en-ms --recipe multilingual" in result.output
 
+    # a run of it whose model is not in the DVC cache: said so, with the way to make one; nothing kept
+    monkeypatch.setattr(pairs, "experiment_rev", lambda name: "c" * 40)
+    result = CliRunner().invoke(pairs.cli, args)
+    assert result.exit_code != 0 and "is not in the DVC cache" in result.output
+    assert "--recipe multilingual` first" in result.output
+    assert not pairs.parent_dir("en-ms-multilingual").parent.exists() or not any(
+        pairs.parent_dir("en-ms-multilingual").parent.iterdir()
+    )
+
     # fetched before, from the newest run of it: the child's 10+2 layers against a 3+3 parent
     rev = "b" * 40
     monkeypatch.setattr(pairs, "experiment_rev", lambda name: rev)
