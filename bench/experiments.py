@@ -50,8 +50,11 @@ def variant_params(raw: dict[str, Any], changes: dict[str, object]) -> P.Params:
     """params.yaml's raw mapping with `changes` applied, validated (ParamsError names a bad one)."""
     raw = json.loads(json.dumps(raw))  # a deep copy
     for key, value in changes.items():
-        section, name = key.split(".", 1)
-        raw[section][name] = value
+        *path, name = key.split(".")
+        node = raw
+        for part in path:  # a key params.yaml lacks is left for from_dict to name
+            node = node.setdefault(part, {})
+        node[name] = value
     return P.from_dict(raw)
 
 

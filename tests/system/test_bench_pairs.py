@@ -242,6 +242,16 @@ def test_the_multilingual_recipe_adds_german_news_into_the_same_english_for_ru_e
     assert exp.changes["train.max_epochs"] == 8
 
 
+def test_the_back_translation_recipe_sets_the_reverse_models_settings_apart() -> None:
+    params = pairs.check(RAW, exp := pairs.recipe_experiment("ru-en", "back-translation"))
+    assert params.backtranslation.enabled and list(params.backtranslation.mono) == pairs.NEWS_EN
+    assert params.backtranslation.reverse.train.max_epochs == 8 and params.train.max_epochs == 9
+    assert "backtranslation.reverse.train.max_epochs=8" in pairs.settings(exp.changes)
+    typo = pairs.Experiment("x", "ru-en", pairs.CUSTOM, {"backtranslation.reverse.train.max_epoch": 8})
+    with pytest.raises(UserError, match=r"backtranslation\.reverse\.train\.max_epoch: unknown key"):
+        pairs.check(RAW, typo)
+
+
 def test_a_bad_change_is_refused_before_anything_is_queued() -> None:
     args = ["queue", "--pair", "en-ms", "--set", "model.dropout=1.5", "--name", "en-ms-x", "--dry-run"]
     result = CliRunner().invoke(pairs.cli, [*args, "--params", str(PARAMS)])
