@@ -79,19 +79,37 @@ def newest(records: list[RunRecord]) -> RunRecord:
     return max(records, key=lambda r: r.started or pd.Timestamp.min)
 
 
-def experiment_baselines() -> dict[str, set[str]]:
-    """Each finished DVC experiment of this repository (the working directory's) and its baseline commit(s).
+@dataclass(frozen=True)
+class ExperimentRef:
+    """A finished DVC experiment: refs/exps/<baseline[:2]>/<baseline[2:]>/<name> -> its commit."""
 
-    DVC keeps one as refs/exps/<baseline[:2]>/<baseline[2:]>/<name>; none outside a git checkout.
-    """
+    name: str
+    baseline: str
+    commit: str
+
+
+def experiment_refs() -> list[ExperimentRef]:
+    """The finished DVC experiments of this repository (the working directory's), newest first; none
+    outside a git checkout."""
     listed = subprocess.run(
-        ["git", "for-each-ref", "--format=%(refname)", "refs/exps"], capture_output=True, text=True
+        ["git", "for-each-ref", "--sort=-committerdate", "--format=%(objectname) %(refname)", "refs/exps"],
+        capture_output=True,
+        text=True,
     )
-    out: dict[str, set[str]] = {}
-    for ref in listed.stdout.split() if listed.returncode == 0 else []:
+    out = []
+    for line in listed.stdout.splitlines() if listed.returncode == 0 else []:
+        commit, _, ref = line.partition(" ")
         parts = ref.split("/")
         if len(parts) == 5 and len(parts[2]) == 2 and len(parts[3]) == 38:
-            out.setdefault(parts[4], set()).add(parts[2] + parts[3])
+            out.append(ExperimentRef(parts[4], parts[2] + parts[3], commit))
+    return out
+
+
+def experiment_baselines() -> dict[str, set[str]]:
+    """Each finished DVC experiment's name and its baseline commit(s)."""
+    out: dict[str, set[str]] = {}
+    for ref in experiment_refs():
+        out.setdefault(ref.name, set()).add(ref.baseline)
     return out
 
 

@@ -47,6 +47,7 @@ from bench.experiments import (
     dvc_binary,
     experiment_baselines,
     experiment_commit,
+    experiment_refs,
     newest,
     number,
     read_run,
@@ -421,16 +422,7 @@ def parent_dir(experiment: str) -> Path:
 
 def experiment_rev(experiment: str) -> str | None:
     """The commit of the newest finished DVC experiment of that name in this repository, or None."""
-    listed = subprocess.run(
-        ["git", "for-each-ref", "--sort=-committerdate", "--format=%(objectname) %(refname)", "refs/exps"],
-        capture_output=True,
-        text=True,
-    )
-    for line in listed.stdout.splitlines() if listed.returncode == 0 else []:
-        rev, _, ref = line.partition(" ")
-        if ref.rsplit("/", 1)[-1] == experiment:
-            return rev
-    return None
+    return next((ref.commit for ref in experiment_refs() if ref.name == experiment), None)
 
 
 FETCHED = "fetched.json"  # in a fetched parent: the experiment and commit it came from

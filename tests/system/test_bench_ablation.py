@@ -20,7 +20,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from bench import ablation
+from bench import ablation, pairs
 from pipeline import files
 from pipeline.errors import ParamsError, UserError
 from pipeline.reporting.metrics import paired_test
@@ -293,8 +293,15 @@ def test_dvc_experiments_are_read_from_the_repositorys_refs(
     for ref in (f"{a[:2]}/{a[2:]}/abl-10-2", f"{a[:2]}/{a[2:]}/abl-untied", f"{b[:2]}/{b[2:]}/abl-untied"):
         git("update-ref", f"refs/exps/{ref}", "HEAD")
     git("update-ref", "refs/exps/celery/stash", "HEAD")  # DVC's queue, not an experiment
+    first = git("rev-parse", "HEAD")
+    monkeypatch.setenv("GIT_COMMITTER_DATE", "2030-01-01T00:00:00")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "y")
+    newer = git("rev-parse", "HEAD")
+    git("update-ref", f"refs/exps/{b[:2]}/{b[2:]}/abl-untied", newer)  # a later run of it
     monkeypatch.chdir(tmp_path)
     assert ablation.experiment_baselines() == {"abl-10-2": {a}, "abl-untied": {a, b}}
+    assert pairs.experiment_rev("abl-untied") == newer and pairs.experiment_rev("abl-10-2") == first
+    assert pairs.experiment_rev("abl-none") is None
     monkeypatch.chdir(tmp_path.parent)  # not a checkout: none
     assert ablation.experiment_baselines() == {}
 
