@@ -4,6 +4,7 @@
     python -m bench.pairs queue --pair ru-en --recipe lowres        # the literature's starting point
     python -m bench.pairs sweep --pair ru-en --from lowres --steps 3000   # one change at a time, capped
     python -m bench.pairs queue --pair en-ms --recipe parent        # fine-tunes en-ms-multilingual's model
+    python -m bench.pairs queue --pair ru-en --recipe parent --parent ru-en-back-translation   # another's
     dvc queue start -j 1                                            # one at a time (dvc queue status)
     python -m bench.pairs table     # reports/pairs.{json,md} from the runs in MLflow and reports/pairs/runs
 
@@ -320,6 +321,7 @@ class Experiment:
     steps: int | None = None  # the train.max_steps cap of a ranking run
     axis: str | None = None  # a sweep variant's axis and value
     value: str | None = None
+    parent: str | None = None  # the experiment whose model it starts from (fetch_parent)
 
     @property
     def ranking(self) -> bool:
@@ -336,15 +338,28 @@ def full_name(pair: str, recipe: str, steps: int | None = None) -> str:
 RANKING_EPOCHS = 10_000
 
 
-def recipe_experiment(pair: str, recipe: str, steps: int | None = None) -> Experiment:
+def recipe_experiment(
+    pair: str, recipe: str, steps: int | None = None, parent: str | None = None
+) -> Experiment:
+    """The pair's baseline with `recipe`'s changes; a recipe with a parent starts from `parent` where given
+    (another finished experiment of the pair, named in the experiment's name), else from its own."""
     if not RECIPES[recipe].applies(pair):
         raise UserError(f"--recipe {recipe} is for {', '.join(RECIPES[recipe].only)} only, not {pair}")
+    name = full_name(pair, recipe, steps)
+    default = RECIPES[recipe].parent.get(pair)
+    if parent is not None and default is None:
+        raise UserError(f"--parent: --recipe {recipe} starts from no parent; --recipe parent does")
+    if parent is not None and parent != default:
+        if not parent.startswith(f"{pair}-"):
+            raise UserError(f"--parent {parent}: not an experiment of {pair} (its name starts with {pair}-)")
+        name += "-" + parent.removeprefix(f"{pair}-")
+    parent = parent or default
     changes = {**PAIRS[pair].baseline, **RECIPES[recipe].for_pair(pair)}
-    if pair in RECIPES[recipe].parent:
-        changes["train.init_from"] = str(parent_dir(RECIPES[recipe].parent[pair]))
+    if parent is not None:
+        changes["train.init_from"] = str(parent_dir(parent))
     if steps is not None:
         changes |= {"train.max_steps": steps, "train.max_epochs": RANKING_EPOCHS, "train.patience": 0}
-    return Experiment(full_name(pair, recipe, steps), pair, recipe, changes, steps)
+    return Experiment(name, pair, recipe, changes, steps, parent=parent)
 
 
 def sweep_experiments(
@@ -459,7 +474,7 @@ def fetch_parents(experiments: list[Experiment], checked: list[P.Params]) -> Non
     from pipeline import lineage
 
     for exp, params in zip(experiments, checked, strict=True):
-        parent = RECIPES[exp.recipe].parent.get(exp.pair) if exp.recipe in RECIPES else None
+        parent = exp.parent
         if parent is None:
             continue
         recipe = next((r for r in RECIPES if full_name(exp.pair, r) == parent), None)
@@ -518,6 +533,12 @@ def cli() -> None:
 @click.option("--steps", type=click.IntRange(min=1), default=None, help="A ranking run: train.max_steps=N.")
 @click.option("--set", "extra", multiple=True, help="A further section.key=value (repeatable); needs --name.")
 @click.option("--name", default=None, help="The experiment's name (with --set); it must start with PAIR-.")
+@click.option(
+    "--parent",
+    default=None,
+    metavar="EXPERIMENT",
+    help="With --recipe parent: start from this finished experiment of the pair instead of the recipe's.",
+)
 @PARAMS_OPTION
 @click.option("--dry-run", is_flag=True, help="Print the command instead of queueing it.")
 def queue(
@@ -526,18 +547,19 @@ def queue(
     steps: int | None,
     extra: tuple[str, ...],
     name: str | None,
+    parent: str | None,
     params_file: Path,
     dry_run: bool,
 ) -> None:
     """Queue one full-pipeline experiment: the pair's baseline plus a recipe (plus --set changes)."""
-    exp = recipe_experiment(pair, recipe, steps)
+    exp = recipe_experiment(pair, recipe, steps, parent)
     if extra or name:
         if not (extra and name):
             raise click.UsageError("--set and --name go together: a changed recipe needs a name of its own")
         if not name.startswith(f"{pair}-") or _EXP_NAME.fullmatch(name) is None:
             raise click.UsageError(f"--name {name!r}: letters, digits, '.', '-' only, starting with {pair}-")
         changes = {**exp.changes, **dict(_name_value(x) for x in extra)}
-        exp = Experiment(name, pair, CUSTOM, changes, steps)
+        exp = Experiment(name, pair, CUSTOM, changes, steps, parent=exp.parent)
     enqueue([exp], _raw(params_file), dry_run)
 
 

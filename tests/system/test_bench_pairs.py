@@ -389,6 +389,28 @@ def test_the_parent_recipe_starts_from_a_fetched_parent_at_a_fine_tuning_rate() 
     assert news == [*(f"newstest{y}-ruen" for y in range(2012, 2017)), "newstest2020-enru"]
 
 
+def test_the_parent_recipe_starts_from_another_experiment_named_by_parent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    base = ["queue", "--pair", "ru-en", "--params", str(PARAMS)]
+    args = [*base, "--recipe", "parent", "--parent", "ru-en-back-translation"]
+    result = CliRunner().invoke(pairs.cli, [*args, "--dry-run"])
+    assert result.exit_code == 0, result.output
+    command = shlex.split(result.output)
+    assert command[5] == "ru-en-parent-back-translation"  # the name says what it started from
+    assert f"train.init_from={pairs.parent_dir('ru-en-back-translation')}" in command[7::2]
+    for bad, why in (
+        (["--recipe", "lowres", "--parent", "ru-en-baseline"], "--recipe lowres starts from no parent"),
+        (["--recipe", "parent", "--parent", "en-ms-baseline"], "not an experiment of ru-en"),
+    ):
+        result = CliRunner().invoke(pairs.cli, [*base, *bad, "--dry-run"])
+        assert result.exit_code != 0 and why in result.output
+    # a changed recipe (--set, --name) still starts from, and fetches, its parent
+    monkeypatch.chdir(tmp_path)  # no git repository: no experiments, so nothing to fetch
+    result = CliRunner().invoke(pairs.cli, [*args, "--set", "train.lr=0.0001", "--name", "ru-en-x"])
+    assert result.exit_code != 0 and "no finished DVC experiment ru-en-back-translation" in result.output
+
+
 def test_a_parent_that_has_not_run_or_does_not_fit_is_refused_before_queueing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
