@@ -23,7 +23,7 @@ import pandas as pd
 
 from pipeline import files
 from pipeline import params as P
-from pipeline.errors import UserError
+from pipeline.errors import ParamsError, UserError
 from pipeline.reporting import hypotheses
 from pipeline.reporting.hypotheses import RunHypotheses, key_of
 from pipeline.reporting.runs import RunRecord, param_text
@@ -54,6 +54,8 @@ def variant_params(raw: dict[str, Any], changes: dict[str, object]) -> P.Params:
         node = raw
         for part in path:  # a key params.yaml lacks is left for from_dict to name
             node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ParamsError(f"{key}: {part} is a setting, not a section of settings")
         node[name] = value
     return P.from_dict(raw)
 

@@ -558,8 +558,9 @@ def queue(
             raise click.UsageError("--set and --name go together: a changed recipe needs a name of its own")
         if not name.startswith(f"{pair}-") or _EXP_NAME.fullmatch(name) is None:
             raise click.UsageError(f"--name {name!r}: letters, digits, '.', '-' only, starting with {pair}-")
-        changes = {**exp.changes, **dict(_name_value(x) for x in extra)}
-        exp = Experiment(name, pair, CUSTOM, changes, steps, parent=exp.parent)
+        given = dict(_name_value(x) for x in extra)
+        parent = None if "train.init_from" in given else exp.parent  # a parent of its own: not fetched
+        exp = Experiment(name, pair, CUSTOM, {**exp.changes, **given}, steps, parent=parent)
     enqueue([exp], _raw(params_file), dry_run)
 
 

@@ -250,6 +250,9 @@ def test_the_back_translation_recipe_sets_the_reverse_models_settings_apart() ->
     typo = pairs.Experiment("x", "ru-en", pairs.CUSTOM, {"backtranslation.reverse.train.max_epoch": 8})
     with pytest.raises(UserError, match=r"backtranslation\.reverse\.train\.max_epoch: unknown key"):
         pairs.check(RAW, typo)
+    deeper = pairs.Experiment("x", "ru-en", pairs.CUSTOM, {"train.max_epochs.x": 8})
+    with pytest.raises(UserError, match=r"train\.max_epochs\.x: max_epochs is a setting, not a section"):
+        pairs.check(RAW, deeper)
 
 
 def test_a_bad_change_is_refused_before_anything_is_queued() -> None:
@@ -409,6 +412,9 @@ def test_the_parent_recipe_starts_from_another_experiment_named_by_parent(
     monkeypatch.chdir(tmp_path)  # no git repository: no experiments, so nothing to fetch
     result = CliRunner().invoke(pairs.cli, [*args, "--set", "train.lr=0.0001", "--name", "ru-en-x"])
     assert result.exit_code != 0 and "no finished DVC experiment ru-en-back-translation" in result.output
+    own = [*args, "--set", f"train.init_from={tmp_path}", "--name", "ru-en-x", "--dry-run"]
+    result = CliRunner().invoke(pairs.cli, own)  # a parent of its own: nothing fetched
+    assert result.exit_code == 0 and f"train.init_from={tmp_path}" in result.output
 
 
 def test_a_parent_that_has_not_run_or_does_not_fit_is_refused_before_queueing(
