@@ -33,7 +33,7 @@ import shlex
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -373,15 +373,8 @@ def sweep_experiments(
     for axis, values in grid_values(only).items():
         for value in values:
             change = GRID[axis][value]
-            exp = Experiment(
-                f"{center.name}-{axis}-{value}",
-                pair,
-                recipe,
-                {**center.changes, **change},
-                steps,
-                axis,
-                value,
-            )
+            name = f"{center.name}-{axis}-{value}"  # the recipe's parent too (replace)
+            exp = replace(center, name=name, changes={**center.changes, **change}, axis=axis, value=value)
             if check(raw, exp) != at_center:
                 out.append(exp)
     return out
@@ -731,7 +724,7 @@ def known_experiments(steps: set[int]) -> dict[str, Experiment]:
                     for value, change in values.items():
                         name = f"{center.name}-{axis}-{value}"
                         changes = {**center.changes, **change}
-                        out[name] = Experiment(name, pair, recipe, changes, cap, axis, value)
+                        out[name] = replace(center, name=name, changes=changes, axis=axis, value=value)
     return out
 
 

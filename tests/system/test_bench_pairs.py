@@ -412,6 +412,8 @@ def test_the_parent_recipe_starts_from_another_experiment_named_by_parent(
     monkeypatch.chdir(tmp_path)  # no git repository: no experiments, so nothing to fetch
     result = CliRunner().invoke(pairs.cli, [*args, "--set", "train.lr=0.0001", "--name", "ru-en-x"])
     assert result.exit_code != 0 and "no finished DVC experiment ru-en-back-translation" in result.output
+    swept = pairs.sweep_experiments(RAW, "en-ms", "parent", 300, ("dropout",))
+    assert len(swept) > 1 and {e.parent for e in swept} == {"en-ms-multilingual"}  # each variant fetches it
     own = [*args, "--set", f"train.init_from={tmp_path}", "--name", "ru-en-x", "--dry-run"]
     result = CliRunner().invoke(pairs.cli, own)  # a parent of its own: nothing fetched
     assert result.exit_code == 0 and f"train.init_from={tmp_path}" in result.output
