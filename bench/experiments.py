@@ -107,6 +107,16 @@ def experiment_refs() -> list[ExperimentRef]:
     return out
 
 
+def experiment_file(name: str, path: str) -> str | None:
+    """File `path` as the newest finished DVC experiment `name` committed it (an output DVC does not cache,
+    e.g. reports/reverse/summary.json); None where there is no such experiment or file."""
+    ref = next((r for r in experiment_refs() if r.name == name), None)
+    if ref is None:
+        return None
+    shown = subprocess.run(["git", "show", f"{ref.commit}:{path}"], capture_output=True, text=True)
+    return shown.stdout if shown.returncode == 0 else None
+
+
 def experiment_baselines() -> dict[str, set[str]]:
     """Each finished DVC experiment's name and its baseline commit(s)."""
     out: dict[str, set[str]] = {}

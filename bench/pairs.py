@@ -48,6 +48,7 @@ from bench.experiments import (
     dvc_binary,
     experiment_baselines,
     experiment_commit,
+    experiment_file,
     experiment_refs,
     newest,
     number,
@@ -624,7 +625,7 @@ def table(
 def archive_new_runs(report: Report, archive: Path) -> None:
     """Save each finished run read from MLflow (not already archived) for the next table to read."""
     for row in (r for pair in report.pairs for r in [*pair.rows, *pair.sweep]):
-        if row.status == "finished" and not row.archived:
+        if row.status == "finished" and (not row.archived or row.amended):
             run = run_archive.ArchivedRun(row.record, row.tags, row.summary, row.hyps)
             run_archive.save(archive, row.name, run)
 
@@ -646,6 +647,8 @@ class Row:
     p: dict[str, dict[str, float | None]] = field(default_factory=dict)
     best_val: bool = False
     archived: bool = False  # read from the archive, not from MLflow
+    amended: bool = False  # its summary gained what the archive lacked: archived again
+    upstream: dict[str, float] = field(default_factory=dict)  # minutes of the models it needed first
 
     @property
     def name(self) -> str:
@@ -662,6 +665,12 @@ class Row:
     def train_minutes(self) -> float | None:
         seconds = self.metric("train_seconds")
         return None if seconds is None else round(seconds / 60, 1)
+
+    @property
+    def total_minutes(self) -> float | None:
+        """Its training and that of every model it needed (reverse model, parents)."""
+        mine = self.train_minutes
+        return None if mine is None else round(mine + sum(self.upstream.values()), 1)
 
 
 @dataclass
@@ -788,10 +797,12 @@ def collect(params_file: Path, given_refs: dict[str, Path], archive: Path) -> Re
                 continue
             if (old := from_archive.get(str(row.record.id))) is not None:
                 row.tags, row.summary, row.hyps = old.tags, old.summary, old.hyps
-                continue
-            found = read_run(str(row.record.id), uri, row.name, tests)
-            row.tags, row.summary, row.hyps = found.tags, found.summary, found.hyps
-            notes += [f"{row.name}: {found.problem}"] if found.problem else []
+            else:
+                found = read_run(str(row.record.id), uri, row.name, tests)
+                row.tags, row.summary, row.hyps = found.tags, found.summary, found.hyps
+                notes += [f"{row.name}: {found.problem}"] if found.problem else []
+            row.amended = add_reverse(row)
+        link_upstream(full + ranking, full)
         base = next((r for r in full if r.exp.recipe == BASELINE and r.status == "finished"), None)
         refs_dir, where, refs_notes = references(
             pair, params_file, given_refs.get(pair), bool(full), scratch / pair
@@ -802,15 +813,54 @@ def collect(params_file: Path, given_refs: dict[str, Path], archive: Path) -> Re
         mark_best(full)
         mark_best(ranking)
         notes += [
-            f"{r.name}: trained {r.train_minutes} minutes, over the {BUDGET_MINUTES:.0f}-minute budget"
+            f"{r.name}: {what} trained {minutes} minutes, over the {BUDGET_MINUTES:.0f}-minute budget"
             for r in full + ranking
-            if (r.train_minutes or 0) > BUDGET_MINUTES
+            for what, minutes in [("its model", r.train_minutes), *r.upstream.items()]
+            if (minutes or 0) > BUDGET_MINUTES and not what.startswith("parent ")  # a parent has its row
         ]
         out.append(PairResult(pair, tests, full, ranking, base, where))
     shutil.rmtree(scratch, ignore_errors=True)
     import torch  # here, not at the top: `queue` needs no torch
 
     return Report(out, notes, machine_info("torch threads", torch.get_num_threads()))
+
+
+REVERSE_SUMMARY = "reports/reverse/summary.json"  # the reverse stage's, committed with its experiment
+
+
+def add_reverse(row: Row) -> bool:
+    """Give a back-translation run's summary its reverse model's (train seconds, val BLEU), from the
+    experiment's commit, where it lacks it; whether it was added."""
+    if row.record.params.get("backtranslation.enabled") != "true" or "reverse" in row.summary:
+        return False
+    text = experiment_file(row.name, REVERSE_SUMMARY)
+    if text is None:
+        return False
+    found = json.loads(text)
+    row.summary["reverse"] = {k: found.get(k) for k in ("train_seconds", "best_val_bleu", "steps", "epochs")}
+    return True
+
+
+def link_upstream(rows: list[Row], parents: list[Row]) -> None:
+    """Each row's upstream minutes: its reverse model's, and its parent's total (the parent's row among
+    `parents`, named by the run's train.init_from, a fetched parent_dir)."""
+    by_name = {r.name: r for r in parents}
+
+    def total(row: Row, seen: frozenset[str]) -> None:
+        if row.name in seen:  # a cycle cannot come from fetch_parent; stop rather than recurse
+            return
+        seconds = row.summary.get("reverse", {}).get("train_seconds")
+        if seconds is not None:
+            row.upstream["reverse model"] = round(seconds / 60, 1)
+        init = row.record.params.get("train.init_from", "null")
+        parent = by_name.get(Path(init).name) if init != "null" else None
+        if parent is not None and parent is not row:
+            total(parent, seen | {row.name})
+            if parent.total_minutes is not None:
+                row.upstream[f"parent {parent.name}"] = parent.total_minutes
+
+    for row in rows:
+        total(row, frozenset())
 
 
 def pick_row(exp: Experiment, records: list[RunRecord], defaults: dict[str, str]) -> Row:
@@ -921,6 +971,8 @@ def _common(row: Row) -> dict[str, Any]:
         "commit": row.record.commit,
         "params": {k: typed(v) for k, v in row.params.items()},
         "train_minutes": row.train_minutes,
+        "upstream_minutes": row.upstream,
+        "total_minutes": row.total_minutes,
         "val": row.val,
         "status": row.status,
         "run_id": row.record.id,
@@ -964,7 +1016,9 @@ def render(report: Report) -> str:
         "(chrF breaks ties); test sets never rank. Test BLEU: the score stage's, with its 95% bootstrap "
         "interval, Δ to the pair's baseline and p: sacreBLEU's paired bootstrap "
         f"({BOOTSTRAP_RESAMPLES:,} resamples, seed {BOOTSTRAP_SEED}); * marks p < {SIGNIFICANCE_LEVEL}. "
-        f"Budget: {BUDGET_MINUTES:.0f} minutes of training.",
+        f"Budget: {BUDGET_MINUTES:.0f} minutes for each training. Train min: the run's own training, "
+        "then (+ ...) that of each model it needed first: a back-translation run's reverse model, a "
+        "fine-tuned run's parent (with the parent's own).",
     ]
     for pair in report.pairs:
         lines += ["", f"## {pair.pair}", "", f"Baseline: {PAIRS[pair.pair].why}."]
@@ -989,7 +1043,7 @@ def full_table(pair: PairResult) -> str:
         if row.status != "finished":
             rows.append([*cells, escape_cell(row.status), *["–"] * (len(header) - 3)])
             continue
-        cells += [(row.record.commit or "?")[:7], _num(row.train_minutes), *_val_cells(row)]
+        cells += [(row.record.commit or "?")[:7], _minutes(row), *_val_cells(row)]
         cells += [
             test_cell(row, name, row is pair.baseline, score)
             for name in pair.tests
@@ -1024,12 +1078,17 @@ def sweep_table(pair: PairResult) -> str:
         delta = "–"
         if center is not None and center is not row and center.val["bleu"] is not None:
             delta = fmt_delta((row.val["bleu"] or math.nan) - center.val["bleu"])
-        rows.append([*cells, _num(row.train_minutes), *_val_cells(row), delta])
+        rows.append([*cells, _minutes(row), *_val_cells(row), delta])
     return markdown_table(header, rows, "llrlrrrr", escape=False)
 
 
 def _val_cells(row: Row) -> list[str]:
     return [fmt_score(math.nan if v is None else v) for v in (row.val["bleu"], row.val["chrf"])]
+
+
+def _minutes(row: Row) -> str:
+    """Its training's minutes, with those of the models it needed: `27.9 (+76.6 parent ru-en-baseline)`."""
+    return _num(row.train_minutes) + "".join(f" (+{m:.1f} {what})" for what, m in row.upstream.items())
 
 
 def _num(value: float | None) -> str:

@@ -25,6 +25,7 @@ from pipeline import files
 from pipeline.data import corpora
 from pipeline.errors import UserError
 from pipeline.reporting.metrics import paired_test
+from pipeline.reporting.runs import RunRecord
 from pipeline.reporting.significance import sha256_of
 from pipeline.stages import score
 from pipeline.tracking import metadata
@@ -456,3 +457,47 @@ def test_a_parent_that_has_not_run_or_does_not_fit_is_refused_before_queueing(
     result = CliRunner().invoke(pairs.cli, args)
     assert result.exit_code != 0  # and never_queue saw no `dvc exp run`
     assert "en-ms-parent: train.init_from" in result.output and "model.encoder_layers" in result.output
+
+
+def finished_row(name: str, recipe: str, minutes: float, params: dict[str, str] | None = None) -> pairs.Row:
+    seconds = {"train_seconds": minutes * 60}
+    record = RunRecord(name, id=name, dvc_exp=name, params=params or {}, metrics=seconds)
+    return pairs.Row(pairs.Experiment(name, "ru-en", recipe, {}), record, "finished", {})
+
+
+def test_a_run_counts_the_minutes_of_the_reverse_model_and_parents_it_needed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    looked_up = []
+
+    def committed(name: str, path: str) -> str | None:
+        looked_up.append((name, path))
+        reverse = {"train_seconds": 2412.0, "best_val_bleu": 6.2, "steps": 5000, "epochs": 8, "device": "cpu"}
+        return json.dumps(reverse) if name == "ru-en-back-translation" else None
+
+    monkeypatch.setattr(pairs, "experiment_file", committed)
+    base = finished_row("ru-en-baseline", "baseline", 76.6)
+    bt = finished_row("ru-en-back-translation", "back-translation", 76.4, {"backtranslation.enabled": "true"})
+    lost = finished_row("ru-en-bt-gone", "custom", 70.0, {"backtranslation.enabled": "true"})
+    child = finished_row(
+        "ru-en-parent-back-translation",
+        "parent",
+        27.9,
+        {"train.init_from": str(pairs.parent_dir("ru-en-back-translation"))},
+    )
+    orphan = finished_row("ru-en-parent-x", "parent", 10.0, {"train.init_from": "/elsewhere/model"})
+    assert [pairs.add_reverse(r) for r in (base, bt, lost, child)] == [False, True, False, False]
+    assert looked_up == [(n, pairs.REVERSE_SUMMARY) for n in ("ru-en-back-translation", "ru-en-bt-gone")]
+    kept = {"train_seconds": 2412.0, "best_val_bleu": 6.2, "steps": 5000, "epochs": 8}
+    assert bt.summary["reverse"] == kept
+    assert not pairs.add_reverse(bt)  # there already: not looked up again (the archive keeps it)
+
+    rows = [base, bt, lost, child, orphan]
+    pairs.link_upstream(rows, rows)
+    assert base.upstream == {} and base.total_minutes == 76.6
+    assert bt.upstream == {"reverse model": 40.2} and bt.total_minutes == 116.6
+    assert child.upstream == {"parent ru-en-back-translation": 116.6} and child.total_minutes == 144.5
+    assert orphan.upstream == {} and lost.upstream == {}  # a parent without a row, a reverse not found
+    assert pairs._minutes(child) == "27.9 (+116.6 parent ru-en-back-translation)"
+    pairs.link_upstream(rows, rows)  # again: the same, not counted twice
+    assert child.total_minutes == 144.5
