@@ -9,8 +9,12 @@ Not a test: it measures, in one run, on one machine and with one model and backe
 
 1. offline: the model as the server loads it (pipeline.decoding.pyfunc.TranslatorModel, same
    backend, same decode settings) translating every sentence of the load in one call, as the
-   `translate` command does (its batching and workers), after a warm-up; sentences/s. The model
-   is then freed, so that the server has the machine to itself.
+   `translate` command does (its batching and workers), after a warm-up; sentences/s. Then the
+   same sentences in the load's rounds, one call each (every client's r-th request together, what
+   the batcher decodes when they arrive at once): the most a served round can do, so that the
+   ratio to offline splits into what a round's batch costs (offline_rounds_ratio_to_offline) and
+   what the server adds (throughput_ratio_to_offline_rounds). The model is then freed, so that
+   the server has the machine to itself.
 2. served: the model saved as an MLflow pyfunc model (the score stage's model_spec, the
    `--backend`'s model_config) and served by `mlflow models serve --env-manager local` on a free
    loopback port. After a warm-up round (every client's first request at once, so that the
@@ -62,8 +66,11 @@ def section(rows: list[dict], detail: dict[str, Any], info: dict[str, str]) -> s
     systems = sorted({s for s, _ in value})
     metrics = [
         "throughput_ratio_to_offline",
+        "offline_rounds_ratio_to_offline",
+        "throughput_ratio_to_offline_rounds",
         "sentences_per_s",
         "offline_sentences_per_s",
+        "offline_rounds_sentences_per_s",
         "p50_s",
         "p99_s",
         "errors",
@@ -85,7 +92,9 @@ def section(rows: list[dict], detail: dict[str, Any], info: dict[str, str]) -> s
             f"`mlflow models serve` on loopback, {detail['clients']} concurrent clients each sending "
             f"{detail['requests_per_client']} requests of {detail['lines_per_request']} real test "
             "sentences (beam of the model's decode settings), against the same model translating the "
-            "same sentences offline in one call. Errors: answers not 200 or not one translation per line; "
+            "same sentences offline in one call (and in the load's rounds, one call each: every "
+            "client's r-th request together, as the batcher gets them). Errors: answers not 200 or not "
+            "one translation per line; "
             "differs_from_offline: answered sentences translated otherwise than offline. "
             "The bad-load client's requests (all answered 4xx naming the problem "
             "unless bad_not_refused says otherwise):",

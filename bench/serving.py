@@ -233,8 +233,22 @@ def chunks_of(sentences: Sequence[str], clients: int, requests: int, lines: int)
 # --- the benchmark -------------------------------------------------------------------
 
 
-def offline(model_dir: Path, backend: str, sentences: list[str]) -> tuple[dict[str, str], float]:
-    """The translations of `sentences` and sentences/s, by the pyfunc model in this process."""
+def rounds_of(chunks: list[list[list[str]]]) -> list[list[str]]:
+    """The load's rounds: every client's r-th request together, what the batcher gets when they arrive
+    at once (the clients wait for each answer before the next request)."""
+    return [[s for client in chunks for s in client[r]] for r in range(max(map(len, chunks), default=0))]
+
+
+@dataclass(frozen=True)
+class Offline:
+    expected: dict[str, str]  # sentence -> its translation, as the server answers (one line)
+    rate: float  # sentences/s, all in one call
+    rounds_rate: float  # sentences/s, one call a round (rounds_of): the most a served round can do
+
+
+def offline(model_dir: Path, backend: str, sentences: list[str], rounds: list[list[str]]) -> Offline:
+    """The translations of `sentences` and sentences/s, by the pyfunc model in this process, in one call
+    and in `rounds`' calls."""
     from pipeline.decoding import pyfunc
 
     model = pyfunc.TranslatorModel()
@@ -245,7 +259,11 @@ def offline(model_dir: Path, backend: str, sentences: list[str]) -> tuple[dict[s
     began = time.perf_counter()
     out = translator.translate(sentences)
     rate = len(sentences) / (time.perf_counter() - began)
-    return {s: one_line(t) for s, t in zip(sentences, out, strict=True)}, rate  # as the server answers
+    began = time.perf_counter()
+    for batch in rounds:
+        translator.translate(batch)
+    rounds_rate = sum(map(len, rounds)) / (time.perf_counter() - began)
+    return Offline({s: one_line(t) for s, t in zip(sentences, out, strict=True)}, rate, rounds_rate)
 
 
 @dataclass(frozen=True)
@@ -265,8 +283,11 @@ def run_load(
     """Offline, then served under `shape`'s load: -> (bench rows, details for the JSON)."""
     chunks = chunks_of(sentences, shape.clients, shape.requests, shape.lines)
     unique = sorted({s for c in chunks for r in c for s in r})
-    expected, offline_rate = offline(model_dir, backend, unique)
-    say(f"offline: {len(unique)} sentences, {offline_rate:.1f} sentences/s ({backend})")
+    alone = offline(model_dir, backend, unique, rounds_of(chunks))
+    say(
+        f"offline: {len(unique)} sentences, {alone.rate:.1f} sentences/s in one call, "
+        f"{alone.rounds_rate:.1f} in the load's rounds ({backend})"
+    )
     with tempfile.TemporaryDirectory(prefix="serve-load-") as tmp:
         pyfunc_dir = save_pyfunc(model_dir, Path(tmp) / "pyfunc", backend, unique[:2])
         port = free_port()
@@ -274,10 +295,10 @@ def run_load(
             warm_up(port, chunks)
             disconnect_mid_request(port, unique[: 4 * shape.lines])
             rss_before = rss_mb(server.pid)
-            load = drive(port, chunks, expected, shape)
+            load = drive(port, chunks, alone.expected, shape)
             rss_after = rss_mb(server.pid)
     return (
-        rows_of(load, backend, offline_rate, rss_after - rss_before, shape.bad),
+        rows_of(load, backend, alone, rss_after - rss_before, shape.bad),
         {
             "clients": shape.clients,
             "requests_per_client": shape.requests,
@@ -323,16 +344,20 @@ def drive(port: int, chunks: list[list[list[str]]], expected: dict[str, str], sh
     return load
 
 
-def rows_of(load: Load, backend: str, offline_rate: float, rss_growth: float, bad: bool) -> list[dict]:
+def rows_of(load: Load, backend: str, alone: Offline, rss_growth: float, bad: bool) -> list[dict]:
     served_rate = load.answered / load.seconds if load.seconds else 0.0
     lat = sorted(load.latencies)
     p50 = statistics.median(lat) if lat else float("nan")
     p99 = lat[min(len(lat) - 1, int(0.99 * len(lat)))] if lat else float("nan")
     system = f"mlflow-serve-{backend}"
     values = {
-        "throughput_ratio_to_offline": (served_rate / offline_rate, 3),
+        "throughput_ratio_to_offline": (served_rate / alone.rate, 3),
+        # the ratio's two parts: a round's batch against all at once, and the server against its rounds
+        "offline_rounds_ratio_to_offline": (alone.rounds_rate / alone.rate, 3),
+        "throughput_ratio_to_offline_rounds": (served_rate / alone.rounds_rate, 3),
         "sentences_per_s": (served_rate, 2),
-        "offline_sentences_per_s": (offline_rate, 2),
+        "offline_sentences_per_s": (alone.rate, 2),
+        "offline_rounds_sentences_per_s": (alone.rounds_rate, 2),
         "p50_s": (p50, 3),
         "p99_s": (p99, 3),
         "errors": (len(load.errors), 0),

@@ -42,7 +42,21 @@ def test_every_request_is_answered_in_full_and_none_is_lost(measured) -> None:
         rel=0.01,
         abs=1e-3,  # rounded to 3 places
     )
+    assert value["throughput_ratio_to_offline_rounds"] == pytest.approx(
+        value["sentences_per_s"] / value["offline_rounds_sentences_per_s"], rel=0.01, abs=1e-3
+    )
+    assert value["offline_rounds_ratio_to_offline"] == pytest.approx(
+        value["offline_rounds_sentences_per_s"] / value["offline_sentences_per_s"], rel=0.01, abs=1e-3
+    )
     assert 0 < value["p50_s"] <= value["p99_s"]
+
+
+def test_the_rounds_are_every_clients_rth_request_together() -> None:
+    chunks = serving.chunks_of([f"s{i}" for i in range(12)], clients=3, requests=2, lines=2)
+    assert serving.rounds_of(chunks) == [
+        ["s0", "s1", "s4", "s5", "s8", "s9"],
+        ["s2", "s3", "s6", "s7", "s10", "s11"],
+    ]
 
 
 def test_every_kind_of_bad_request_is_refused_4xx_naming_the_problem(measured) -> None:
