@@ -747,8 +747,19 @@ def experiment_of(record: RunRecord, known: dict[str, Experiment]) -> Experiment
     pair = next((p for p in PAIRS if name.startswith(f"{p}-")), None)
     if pair is None:
         return None
-    steps = int(record.params.get("train.max_steps", "0") or 0)
-    return Experiment(name, pair, CUSTOM, {}, steps or None)
+    steps = int(record.params.get("train.max_steps", "0") or 0) or None
+    return other_parent(name, pair, record, steps) or Experiment(name, pair, CUSTOM, {}, steps)
+
+
+def other_parent(name: str, pair: str, record: RunRecord, steps: int | None) -> Experiment | None:
+    """A recipe's run from another parent (`queue --parent`, named <recipe's name>-<parent sans pair>), where
+    the run's train.init_from is that parent's; a --name run that merely starts alike is not one."""
+    for recipe in (r for r in RECIPES if RECIPES[r].parent.get(pair)):
+        prefix = full_name(pair, recipe, steps) + "-"
+        parent = f"{pair}-{name.removeprefix(prefix)}"
+        if name.startswith(prefix) and Path(record.params.get("train.init_from", "null")).name == parent:
+            return recipe_experiment(pair, recipe, steps, parent)
+    return None
 
 
 def collect(params_file: Path, given_refs: dict[str, Path], archive: Path) -> Report:

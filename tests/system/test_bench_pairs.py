@@ -501,3 +501,14 @@ def test_a_run_counts_the_minutes_of_the_reverse_model_and_parents_it_needed(
     assert pairs._minutes(child) == "27.9 (+116.6 parent ru-en-back-translation)"
     pairs.link_upstream(rows, rows)  # again: the same, not counted twice
     assert child.total_minutes == 144.5
+
+
+def test_a_run_from_another_parent_is_of_its_recipe_and_a_look_alike_name_is_custom() -> None:
+    def record(name: str, parent: str) -> RunRecord:
+        return RunRecord(name, dvc_exp=name, params={"train.init_from": f"/x/data/parents/{parent}"})
+
+    known = pairs.known_experiments(set())
+    other = pairs.experiment_of(record("ru-en-parent-multilingual", "ru-en-multilingual"), known)
+    assert other is not None and (other.recipe, other.parent) == ("parent", "ru-en-multilingual")
+    alike = pairs.experiment_of(record("en-ms-parent-lr-0.0001", "en-ms-multilingual"), known)
+    assert alike is not None and (alike.recipe, alike.parent) == (pairs.CUSTOM, None)
