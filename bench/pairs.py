@@ -751,15 +751,20 @@ def experiment_of(record: RunRecord, known: dict[str, Experiment]) -> Experiment
     return other_parent(name, pair, record, steps) or Experiment(name, pair, CUSTOM, {}, steps)
 
 
+def parent_of(record: RunRecord) -> str | None:
+    """The experiment a run started from: the name of its train.init_from (a fetched parent_dir)."""
+    init = record.params.get("train.init_from", "null")
+    return None if init == "null" else Path(init).name
+
+
 def other_parent(name: str, pair: str, record: RunRecord, steps: int | None) -> Experiment | None:
-    """A recipe's run from another parent (`queue --parent`, named <recipe's name>-<parent sans pair>), where
-    the run's train.init_from is that parent's; a --name run that merely starts alike is not one."""
-    for recipe in (r for r in RECIPES if RECIPES[r].parent.get(pair)):
-        prefix = full_name(pair, recipe, steps) + "-"
-        parent = f"{pair}-{name.removeprefix(prefix)}"
-        if name.startswith(prefix) and Path(record.params.get("train.init_from", "null")).name == parent:
-            return recipe_experiment(pair, recipe, steps, parent)
-    return None
+    """A recipe's run from another parent (`queue --parent`): the experiment that recipe_experiment makes
+    of the run's own parent, where it has the run's name; a --name run that merely starts alike is not."""
+    parent = parent_of(record)
+    if parent is None or not parent.startswith(f"{pair}-"):
+        return None
+    made = (recipe_experiment(pair, r, steps, parent) for r in RECIPES if RECIPES[r].parent.get(pair))
+    return next((exp for exp in made if exp.name == name), None)
 
 
 def collect(params_file: Path, given_refs: dict[str, Path], archive: Path) -> Report:
@@ -823,12 +828,7 @@ def collect(params_file: Path, given_refs: dict[str, Path], archive: Path) -> Re
             notes += score_sets(full, base, refs_dir, tests)
         mark_best(full)
         mark_best(ranking)
-        notes += [
-            f"{r.name}: {what} trained {minutes} minutes, over the {BUDGET_MINUTES:.0f}-minute budget"
-            for r in full + ranking
-            for what, minutes in [("its model", r.train_minutes), *r.upstream.items()]
-            if (minutes or 0) > BUDGET_MINUTES and not what.startswith("parent ")  # a parent has its row
-        ]
+        notes += over_budget(full + ranking)
         out.append(PairResult(pair, tests, full, ranking, base, where))
     shutil.rmtree(scratch, ignore_errors=True)
     import torch  # here, not at the top: `queue` needs no torch
@@ -837,6 +837,7 @@ def collect(params_file: Path, given_refs: dict[str, Path], archive: Path) -> Re
 
 
 REVERSE_SUMMARY = "reports/reverse/summary.json"  # the reverse stage's, committed with its experiment
+REVERSE = "reverse model"  # its key in Row.upstream
 
 
 def add_reverse(row: Row) -> bool:
@@ -862,9 +863,8 @@ def link_upstream(rows: list[Row], parents: list[Row]) -> None:
             return
         seconds = row.summary.get("reverse", {}).get("train_seconds")
         if seconds is not None:
-            row.upstream["reverse model"] = round(seconds / 60, 1)
-        init = row.record.params.get("train.init_from", "null")
-        parent = by_name.get(Path(init).name) if init != "null" else None
+            row.upstream[REVERSE] = round(seconds / 60, 1)
+        parent = by_name.get(parent_of(row.record) or "")
         if parent is not None and parent is not row:
             total(parent, seen | {row.name})
             if parent.total_minutes is not None:
@@ -872,6 +872,17 @@ def link_upstream(rows: list[Row], parents: list[Row]) -> None:
 
     for row in rows:
         total(row, frozenset())
+
+
+def over_budget(rows: list[Row]) -> list[str]:
+    """A note for each training over the budget: a run's own and its reverse model's (a parent's is
+    noted on the parent's row)."""
+    return [
+        f"{r.name}: {what} trained {minutes} minutes, over the {BUDGET_MINUTES:.0f}-minute budget"
+        for r in rows
+        for what, minutes in [("its model", r.train_minutes), (f"its {REVERSE}", r.upstream.get(REVERSE))]
+        if (minutes or 0) > BUDGET_MINUTES
+    ]
 
 
 def pick_row(exp: Experiment, records: list[RunRecord], defaults: dict[str, str]) -> Row:

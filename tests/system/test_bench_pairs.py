@@ -275,6 +275,7 @@ def test_the_json_has_the_issues_schema(made: Made) -> None:
     assert runs["ru-en-lowres"]["params"]["data.test"] == RU_TESTS
     assert runs["ru-en-lowres-big"]["recipe"] == "custom"
     assert base["train_minutes"] == round((3600 + 60 * len("ru-en-baseline")) / 60, 1)
+    assert base["upstream_minutes"] == {} and base["total_minutes"] == base["train_minutes"]
     assert set(base["test"]) == set(RU_TESTS)
     for name in RU_TESTS:
         entry = base["test"][name]
@@ -501,6 +502,15 @@ def test_a_run_counts_the_minutes_of_the_reverse_model_and_parents_it_needed(
     assert pairs._minutes(child) == "27.9 (+116.6 parent ru-en-back-translation)"
     pairs.link_upstream(rows, rows)  # again: the same, not counted twice
     assert child.total_minutes == 144.5
+
+    # the budget is per training: a run's own and its reverse model's, never its parent's total again
+    long = finished_row("ru-en-long", "custom", 95.0, {"backtranslation.enabled": "true"})
+    long.summary["reverse"] = {"train_seconds": 91 * 60.0}
+    pairs.link_upstream([long], [long])
+    assert pairs.over_budget([base, bt, child, long]) == [
+        "ru-en-long: its model trained 95.0 minutes, over the 90-minute budget",
+        "ru-en-long: its reverse model trained 91.0 minutes, over the 90-minute budget",
+    ]
 
 
 def test_a_run_from_another_parent_is_of_its_recipe_and_a_look_alike_name_is_custom() -> None:
