@@ -16,9 +16,11 @@ Serving and the registry: docs/mlflow.md.
 from __future__ import annotations
 
 import ast
+import asyncio
 import os
 import sys
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -44,6 +46,8 @@ ARTIFACT = "model_dir"  # the model directory (model.pt, sentencepiece model(s),
 SERVING: dict[str, Any] = {
     "batch_wait_ms": 5,
     "batch_max_lines": 256,
+    # Requests the server holds at once, each waiting in a thread for its batch (server_threads).
+    "max_concurrent_requests": 64,
     "max_request_lines": 2_000,
     "max_request_chars": 200_000,
     "max_line_chars": 10_000,
@@ -74,6 +78,8 @@ class TranslatorModel(PythonModel):
         self.batcher: Batcher[Any] = Batcher(
             self._decode, self.config["batch_wait_ms"] / 1000, self.config["batch_max_lines"]
         )
+        if os.environ.get(SERVING_ENV) == "true":
+            server_threads(self.config["max_concurrent_requests"])
 
     # Typed with a DataFrame, what MLflow hands over after checking the input against the signature:
     # MLflow infers no schema from that hint, so `signature()` stands. A list[str] hint would make
@@ -129,6 +135,25 @@ def serving_config(given: dict[str, Any] | None) -> dict[str, Any]:
             "the torch backend runs float32"
         )
     return config
+
+
+def server_threads(n: int) -> bool:
+    """Let MLflow's scoring server hold `n` requests at once; -> whether it could.
+
+    The server runs each request's `predict` in asyncio's default executor (`asyncio.to_thread`),
+    which has min(32, cores + 4) threads: 6 on 2 cores. A request past that waits for a thread, that
+    is for the batch ahead of it to be decoded, so the requests of more clients than threads that
+    arrive together are decoded in two calls instead of one. uvicorn loads the app, and with it this
+    model, inside its running event loop, whose default executor is not made yet: give it `n`
+    threads. Each waits on its batch, so a thread costs no CPU. Outside a running loop (a model
+    loaded by `mlflow.pyfunc.load_model`), this does nothing.
+    """
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    loop.set_default_executor(ThreadPoolExecutor(max_workers=n, thread_name_prefix="predict"))
+    return True
 
 
 def check_size(lines: list[str], config: dict[str, Any]) -> None:

@@ -154,3 +154,28 @@ def test_concurrent_predicts_are_batched_and_answered_as_alone(
     with ThreadPoolExecutor(len(requests)) as pool:
         answers = list(pool.map(lambda r: model.predict(None, r), requests))
     assert answers == [translator.translate(r) for r in requests]
+
+
+def test_a_served_model_decodes_together_more_requests_than_asyncios_default_threads(
+    model_dir: Path, translator: Translator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As `mlflow models serve` runs it: uvicorn loads the model inside its running event loop, and
+    the scoring server hands each request's predict to `asyncio.to_thread`, whose default executor
+    has min(32, cores + 4) threads. 40 requests arriving together are still decoded in one call."""
+    import asyncio
+
+    monkeypatch.setenv(pyfunc.SERVING_ENV, "true")
+    requests = [[f"der hund {i}"] for i in range(40)]
+    config = {"batch_wait_ms": 1000}  # all 40 arrive within the wait
+    context = SimpleNamespace(artifacts={pyfunc.ARTIFACT: str(model_dir)}, model_config=config)
+
+    async def serve() -> tuple[pyfunc.TranslatorModel, list]:
+        served = pyfunc.TranslatorModel()
+        served.load_context(context)
+        answers = await asyncio.gather(*(asyncio.to_thread(served.predict, None, r) for r in requests))
+        return served, answers
+
+    served, answers = asyncio.run(serve())
+    assert served.batcher.calls == 1
+    assert answers == [translator.translate(r) for r in requests]
+    assert not pyfunc.server_threads(4)  # loaded outside a server's loop, nothing to widen
