@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import gc
 import os
 import sys
+import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from importlib import metadata
@@ -44,9 +46,9 @@ ARTIFACT = "model_dir"  # the model directory (model.pt, sentencepiece model(s),
 # takes, and, under `mlflow models serve` only, the largest request served (a bigger one is
 # answered 400, naming the limit; in Python, spark_udf's batches of 10,000 rows stay welcome).
 SERVING: dict[str, Any] = {
-    "batch_wait_ms": 5,
+    "batch_wait_ms": 20,
     "batch_max_lines": 256,
-    # Requests the server holds at once, each waiting in a thread for its batch (server_threads).
+    # Requests the server holds at once, each waiting in a thread for its batch (widen_server_pool).
     "max_concurrent_requests": 64,
     "max_request_lines": 2_000,
     "max_request_chars": 200_000,
@@ -78,8 +80,7 @@ class TranslatorModel(PythonModel):
         self.batcher: Batcher[Any] = Batcher(
             self._decode, self.config["batch_wait_ms"] / 1000, self.config["batch_max_lines"]
         )
-        if os.environ.get(SERVING_ENV) == "true":
-            server_threads(self.config["max_concurrent_requests"])
+        self._widened = threading.Lock()  # held for good once the server's pool is widened
 
     # Typed with a DataFrame, what MLflow hands over after checking the input against the signature:
     # MLflow infers no schema from that hint, so `signature()` stands. A list[str] hint would make
@@ -93,6 +94,8 @@ class TranslatorModel(PythonModel):
         """
         lines = input_lines(model_input)
         if os.environ.get(SERVING_ENV) == "true":
+            if self._widened.acquire(blocking=False):  # the first request: once
+                widen_server_pool(self.config["max_concurrent_requests"])
             check_size(lines, self.config)
         params = params or {}
         # MLflow passes every param of the signature, None for "the model's setting".
@@ -137,22 +140,25 @@ def serving_config(given: dict[str, Any] | None) -> dict[str, Any]:
     return config
 
 
-def server_threads(n: int) -> bool:
+def widen_server_pool(n: int) -> bool:
     """Let MLflow's scoring server hold `n` requests at once; -> whether it could.
 
-    The server runs each request's `predict` in asyncio's default executor (`asyncio.to_thread`),
-    which has min(32, cores + 4) threads: 6 on 2 cores. A request past that waits for a thread, that
-    is for the batch ahead of it to be decoded, so the requests of more clients than threads that
-    arrive together are decoded in two calls instead of one. uvicorn loads the app, and with it this
-    model, inside its running event loop, whose default executor is not made yet: give it `n`
-    threads. Each waits on its batch, so a thread costs no CPU. Outside a running loop (a model
-    loaded by `mlflow.pyfunc.load_model`), this does nothing.
+    The server runs each request's `predict` in its event loop's default executor
+    (`asyncio.to_thread`), which has min(32, cores + 4) threads: 6 on 2 cores. A request past that
+    waits for a thread, that is for the batch ahead of it to be decoded, so the requests of more
+    clients than threads that arrive together are decoded in two calls instead of one. Neither
+    MLflow nor uvicorn has a setting for it, and uvicorn loads the model before it starts the loop:
+    the first request, in one of those threads, finds the running loop (the only one in the process)
+    and gives it a pool of `n` threads for the requests after it. Each thread waits on its batch, so
+    a thread costs no CPU. Without a running loop (a model loaded by `mlflow.pyfunc.load_model`),
+    this does nothing.
     """
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:
+    # type(), not isinstance: some of torch's module proxies warn when asked for their __class__
+    loops = [o for o in gc.get_objects() if issubclass(type(o), asyncio.AbstractEventLoop) and o.is_running()]
+    if len(loops) != 1:
         return False
-    loop.set_default_executor(ThreadPoolExecutor(max_workers=n, thread_name_prefix="predict"))
+    pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="predict")
+    loops[0].call_soon_threadsafe(loops[0].set_default_executor, pool)
     return True
 
 

@@ -159,23 +159,22 @@ def test_concurrent_predicts_are_batched_and_answered_as_alone(
 def test_a_served_model_decodes_together_more_requests_than_asyncios_default_threads(
     model_dir: Path, translator: Translator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """As `mlflow models serve` runs it: uvicorn loads the model inside its running event loop, and
-    the scoring server hands each request's predict to `asyncio.to_thread`, whose default executor
-    has min(32, cores + 4) threads. 40 requests arriving together are still decoded in one call."""
+    """As `mlflow models serve` runs it: uvicorn loads the model, then starts its event loop, and the
+    scoring server hands each request's predict to `asyncio.to_thread`, whose default executor has
+    min(32, cores + 4) threads. After the first request, 40 arriving together are decoded in one call."""
     import asyncio
 
     monkeypatch.setenv(pyfunc.SERVING_ENV, "true")
-    requests = [[f"der hund {i}"] for i in range(40)]
     config = {"batch_wait_ms": 1000}  # all 40 arrive within the wait
-    context = SimpleNamespace(artifacts={pyfunc.ARTIFACT: str(model_dir)}, model_config=config)
+    served = pyfunc.TranslatorModel()
+    served.load_context(SimpleNamespace(artifacts={pyfunc.ARTIFACT: str(model_dir)}, model_config=config))
+    requests = [[f"der hund {i}"] for i in range(40)]
 
-    async def serve() -> tuple[pyfunc.TranslatorModel, list]:
-        served = pyfunc.TranslatorModel()
-        served.load_context(context)
-        answers = await asyncio.gather(*(asyncio.to_thread(served.predict, None, r) for r in requests))
-        return served, answers
+    async def serve() -> list:
+        await asyncio.to_thread(served.predict, None, ["ein hund"])
+        return await asyncio.gather(*(asyncio.to_thread(served.predict, None, r) for r in requests))
 
-    served, answers = asyncio.run(serve())
-    assert served.batcher.calls == 1
+    answers = asyncio.run(serve())
+    assert served.batcher.calls == 2  # the first request's, then the 40 together
     assert answers == [translator.translate(r) for r in requests]
-    assert not pyfunc.server_threads(4)  # loaded outside a server's loop, nothing to widen
+    assert not pyfunc.widen_server_pool(4)  # no running loop here: nothing to widen
