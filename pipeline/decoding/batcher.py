@@ -7,6 +7,7 @@ the first waiting request (up to `max_lines` sentences), groups it by search set
 decodes each group in one call. A sentence's translation does not depend on its batch (see
 `Translator.translate_corpus`), so each request gets what it would get alone. A group whose
 call fails is decoded again one request at a time, so one request's failure is its own.
+`on_idle` runs in the worker whenever it has answered everything that was waiting.
 """
 
 from __future__ import annotations
@@ -35,9 +36,14 @@ class Batcher(Generic[R]):
     decoded in the same call; `decode` returns one result per line."""
 
     def __init__(
-        self, decode: Callable[[list[str], Hashable], list[R]], max_wait_s: float, max_lines: int
+        self,
+        decode: Callable[[list[str], Hashable], list[R]],
+        max_wait_s: float,
+        max_lines: int,
+        on_idle: Callable[[], object] | None = None,
     ) -> None:
         self._decode = decode
+        self._on_idle = on_idle
         self.max_wait_s = max_wait_s
         self.max_lines = max_lines
         self._queue: queue.SimpleQueue[_Request[R]] = queue.SimpleQueue()
@@ -71,6 +77,11 @@ class Batcher(Generic[R]):
                 groups.setdefault(request.key, []).append(request)
             for key, group in groups.items():
                 self._serve(key, group)
+            if self._on_idle is not None and self._queue.empty():
+                try:
+                    self._on_idle()
+                except Exception:  # noqa: BLE001 - housekeeping: the worker must live on
+                    pass
 
     def _gather(self) -> list[_Request[R]]:
         """The first waiting request and those that arrive within max_wait_s of it, up to max_lines."""

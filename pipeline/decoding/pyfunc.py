@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import ctypes
+import functools
 import gc
 import os
 import sys
@@ -50,6 +52,8 @@ SERVING: dict[str, Any] = {
     "batch_max_lines": 256,
     # Requests the server holds at once, each waiting in a thread for its batch (widen_server_pool).
     "max_concurrent_requests": 64,
+    # oneDNN kernels kept, one per product shape (keep_onednn_kernels).
+    "onednn_kernels": 64,
     "max_request_lines": 2_000,
     "max_request_chars": 200_000,
     "max_line_chars": 10_000,
@@ -69,6 +73,7 @@ class TranslatorModel(PythonModel):
 
     def load_context(self, context: Any) -> None:
         self.config = serving_config(getattr(context, "model_config", None))
+        keep_onednn_kernels(self.config["onednn_kernels"])
         self.translator: TextTranslator
         if self.config["backend"] == "ctranslate2":
             from pipeline.decoding.ct2 import CT2Translator
@@ -78,7 +83,10 @@ class TranslatorModel(PythonModel):
         else:
             self.translator = Translator.from_dir(context.artifacts[ARTIFACT], device="auto")
         self.batcher: Batcher[Any] = Batcher(
-            self._decode, self.config["batch_wait_ms"] / 1000, self.config["batch_max_lines"]
+            self._decode,
+            self.config["batch_wait_ms"] / 1000,
+            self.config["batch_max_lines"],
+            on_idle=release_free_memory,
         )
         self._widened = threading.Lock()  # held for good once the server's pool is widened
 
@@ -128,7 +136,7 @@ def serving_config(given: dict[str, Any] | None) -> dict[str, Any]:
                 raise UserError(f"model_config: {name} {value!r} is none of {', '.join(allowed)}")
             config[name] = value
             continue
-        least = 0 if name == "batch_wait_ms" else 1  # no wait at all is a fine setting
+        least = 0 if name in ("batch_wait_ms", "onednn_kernels") else 1  # no wait, no cache: fine
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise UserError(f"model_config: {name} must be an integer >= {least}, got {value!r}")
         config[name] = value
@@ -138,6 +146,40 @@ def serving_config(given: dict[str, Any] | None) -> dict[str, Any]:
             "the torch backend runs float32"
         )
     return config
+
+
+ONEDNN_CACHE = "ONEDNN_PRIMITIVE_CACHE_CAPACITY"
+
+
+def keep_onednn_kernels(n: int) -> None:
+    """Cap oneDNN's cache of compiled kernels at `n`, unless the environment sets it.
+
+    Our float32 linear layers run their large products on oneDNN (pipeline/model/linear.py),
+    which compiles a kernel for every product shape and keeps up to 1,024 of them (about 0.8 MB
+    each, measured on the default model). Decoding meets a new shape whenever the number of live
+    hypotheses changes, so a served model's memory grew with every batch of new sentences
+    (docs/mlflow.md). The shapes of consecutive steps repeat, so a small cache keeps the kernels
+    a batch is using. oneDNN reads the setting at its first product in the process: a model
+    loaded after other oneDNN work keeps that work's setting.
+    """
+    os.environ.setdefault(ONEDNN_CACHE, str(n))
+
+
+def release_free_memory() -> None:
+    """Hand the heap's free pages back to the system (glibc's malloc_trim; elsewhere, nothing).
+
+    The batcher calls it when it has answered everything waiting: a decoding call frees its
+    tensors, but glibc keeps most of the freed heap for the next one, so an idle server held the
+    high-water mark of its largest batch so far.
+    """
+    trim = getattr(_libc(), "malloc_trim", None)
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _libc() -> Any:
+    return ctypes.CDLL(None)  # the C library this process runs on
 
 
 def widen_server_pool(n: int) -> bool:

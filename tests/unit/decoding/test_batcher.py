@@ -90,3 +90,37 @@ def test_a_call_takes_at_most_max_lines_past_the_first_request() -> None:
 def test_an_empty_request_needs_no_call() -> None:
     batcher = Batcher(upper, max_wait_s=0.0, max_lines=1)
     assert batcher([], 0) == [] and batcher.calls == 0
+
+
+def test_on_idle_runs_once_everything_waiting_is_answered() -> None:
+    idle: list[int] = []
+    started, release, done = threading.Event(), threading.Event(), threading.Event()
+
+    def decode(lines: list[str], key: object) -> list[str]:
+        started.set()
+        release.wait(5)
+        return upper(lines, key)
+
+    def on_idle() -> None:
+        idle.append(batcher.calls)
+        done.set()
+
+    batcher: Batcher[str] = Batcher(decode, max_wait_s=0.0, max_lines=1, on_idle=on_idle)
+    with ThreadPoolExecutor(4) as pool:
+        first = pool.submit(batcher, ["a"], 0)
+        assert started.wait(5)
+        rest = [pool.submit(batcher, [x], 0) for x in "bcd"]  # one call each (max_lines 1), queued
+        while batcher._queue.qsize() < 3:
+            threading.Event().wait(0.001)
+        release.set()
+        assert [f.result(5) for f in [first, *rest]] == [["0:A"], ["0:B"], ["0:C"], ["0:D"]]
+    assert done.wait(5)
+    assert idle == [4]  # not between the calls while requests waited: after the last
+
+
+def test_a_failing_on_idle_does_not_stop_the_worker() -> None:
+    def broken() -> None:
+        raise OSError("no")
+
+    batcher = Batcher(upper, max_wait_s=0.0, max_lines=10, on_idle=broken)
+    assert batcher(["a"], 0) == ["0:A"] and batcher(["b"], 0) == ["0:B"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -178,3 +179,35 @@ def test_a_served_model_decodes_together_more_requests_than_asyncios_default_thr
     assert served.batcher.calls == 2  # the first request's, then the 40 together
     assert answers == [translator.translate(r) for r in requests]
     assert not pyfunc.widen_server_pool(4)  # no running loop here: nothing to widen
+
+
+def test_onednn_kernels_are_capped_unless_the_environment_says_otherwise(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv(pyfunc.ONEDNN_CACHE, raising=False)
+    pyfunc.keep_onednn_kernels(64)
+    assert os.environ[pyfunc.ONEDNN_CACHE] == "64"
+    monkeypatch.setenv(pyfunc.ONEDNN_CACHE, "1024")  # the user's own setting wins
+    pyfunc.keep_onednn_kernels(64)
+    assert os.environ[pyfunc.ONEDNN_CACHE] == "1024"
+
+
+def test_release_free_memory_gives_freed_heap_back_to_the_system() -> None:
+    psutil = pytest.importorskip("psutil")
+    if not hasattr(pyfunc._libc(), "malloc_trim"):
+        pytest.skip("not glibc: release_free_memory does nothing here")
+    import gc as gc_module
+
+    gc_module.collect()
+    pyfunc.release_free_memory()
+    before = psutil.Process().memory_info().rss
+    chunks = [bytearray(4000) for _ in range(50_000)]  # 200 MB in small blocks: heap, not mmap
+    chunks = chunks[::2]  # every other one freed: glibc keeps the holes
+    grown = psutil.Process().memory_info().rss - before
+    del chunks
+    gc_module.collect()
+    kept = psutil.Process().memory_info().rss - before
+    pyfunc.release_free_memory()
+    released = psutil.Process().memory_info().rss - before
+    assert grown > 150e6 and kept > 50e6, (grown, kept)  # the premise: freed, yet still resident
+    assert released < kept / 2, (kept, released)
