@@ -155,7 +155,7 @@ def keep_onednn_kernels(n: int) -> None:
     """Cap oneDNN's cache of compiled kernels at `n`, unless the environment sets it.
 
     Our float32 linear layers run their large products on oneDNN (pipeline/model/linear.py),
-    which compiles a kernel for every product shape and keeps up to 1,024 of them (about 0.8 MB
+    which compiles a kernel for every product shape and keeps up to 1,024 of them (about 0.6 MB
     each, measured on the default model). Decoding meets a new shape whenever the number of live
     hypotheses changes, so a served model's memory grew with every batch of new sentences
     (docs/mlflow.md). The shapes of consecutive steps repeat, so a small cache keeps the kernels
