@@ -9,7 +9,9 @@ n_best, best first); `beam`, `n_best` and sampling's `sample`, `top_k`, `top_p`,
 as the model's code (MLflow's models from code: nothing pickled), the model
 directory as an artifact, this package as code, its pinned requirements, a
 signature, an input example and the serving config (`SERVING`, MLflow's model_config).
-Concurrent requests are decoded together by a dynamic batcher (pipeline/decoding/batcher.py).
+Concurrent requests are decoded together by a dynamic batcher (pipeline/decoding/batcher.py);
+served, the model widens the server's thread pool and bounds its own memory (widen_server_pool,
+keep_onednn_kernels, release_free_memory).
 Serving and the registry: docs/mlflow.md.
 """
 
