@@ -107,6 +107,20 @@ def experiment_refs() -> list[ExperimentRef]:
     return out
 
 
+def experiment_names() -> set[str]:
+    """The names of this repository's DVC experiments that are queued, running or finished."""
+    from dvc.exceptions import NotDvcRepoError  # type: ignore[import-untyped]  # no stubs
+    from dvc.repo import Repo  # type: ignore[import-untyped]
+
+    names = {ref.name for ref in experiment_refs()}
+    try:
+        with Repo(".") as repo:
+            queue = repo.experiments.celery_queue
+            return names | {e.name for e in (*queue.iter_queued(), *queue.iter_active()) if e.name}
+    except NotDvcRepoError:
+        return names
+
+
 def experiment_file(name: str, path: str) -> str | None:
     """File `path` as the newest finished DVC experiment `name` committed it (an output DVC does not cache,
     e.g. reports/reverse/summary.json); None where there is no such experiment or file."""

@@ -49,6 +49,7 @@ from bench.experiments import (
     experiment_baselines,
     experiment_commit,
     experiment_file,
+    experiment_names,
     experiment_refs,
     newest,
     number,
@@ -480,15 +481,31 @@ def fetch_parents(experiments: list[Experiment], checked: list[P.Params]) -> Non
             raise UserError(f"{exp.name}: {e}") from None
 
 
-def enqueue(experiments: list[Experiment], raw: dict[str, Any], dry_run: bool) -> None:
+def enqueue(
+    experiments: list[Experiment], raw: dict[str, Any], dry_run: bool, skip_taken: bool = False
+) -> None:
     """Validate every experiment, fetch the parents they start from, then queue each (or print its
-    command, quoted for a shell; a dry run fetches nothing)."""
+    command, quoted for a shell; a dry run fetches nothing). A name that a queued, running or
+    finished experiment already has is refused or, with `skip_taken`, left out: a sweep run again
+    with another --only adds its new runs alone."""
     checked = [check(raw, exp) for exp in experiments]
-    if not dry_run:
-        fetch_parents(experiments, checked)
     names = [e.name for e in experiments]
     if len(set(names)) != len(names):
         raise UserError(f"two experiments of one name among {names}")
+    if not dry_run:
+        taken = experiment_names()
+        for exp in experiments:
+            if exp.name in taken and not skip_taken:
+                raise UserError(
+                    f"experiment {exp.name} is already queued, running or finished: remove it first "
+                    f"(`dvc queue remove {exp.name}` or `dvc exp remove {exp.name}`) or queue it under "
+                    "another --name"
+                )
+            if exp.name in taken:
+                click.echo(f"skipped {exp.name}: already queued, running or finished")
+        kept = [(e, c) for e, c in zip(experiments, checked, strict=True) if e.name not in taken]
+        experiments, checked = [e for e, _ in kept], [c for _, c in kept]
+        fetch_parents(experiments, checked)
     for exp in experiments:
         args = dvc_command(exp)
         if dry_run:
@@ -575,7 +592,7 @@ def sweep(
 ) -> None:
     """Queue the recipe's ranking run and one variant per value of each grid axis, all capped at --steps."""
     raw = _raw(params_file)
-    enqueue(sweep_experiments(raw, pair, recipe, steps, only), raw, dry_run)
+    enqueue(sweep_experiments(raw, pair, recipe, steps, only), raw, dry_run, skip_taken=True)
 
 
 def _raw(params_file: Path) -> dict[str, Any]:

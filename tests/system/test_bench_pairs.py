@@ -256,6 +256,39 @@ def test_the_back_translation_recipe_sets_the_reverse_models_settings_apart() ->
         pairs.check(RAW, deeper)
 
 
+def queued_names(monkeypatch: pytest.MonkeyPatch, taken: set[str]) -> list[str]:
+    """`taken` as the repository's experiments; -> the names `dvc exp run --queue` is then called with."""
+    names: list[str] = []
+
+    def dvc(args: list[str], **kw: Any) -> Any:
+        names.append(args[args.index("-n") + 1])
+
+    monkeypatch.setattr(pairs, "experiment_names", lambda: taken)
+    monkeypatch.setattr(pairs.subprocess, "run", dvc)
+    return names
+
+
+def test_a_sweep_run_again_queues_only_what_is_not_queued_running_or_finished(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    names = queued_names(monkeypatch, {"en-ms-lowres-s500", "en-ms-lowres-s500-dropout-0.2"})
+    args = ["sweep", "--pair", "en-ms", "--steps", "500", "--only", "dropout", "--params", str(PARAMS)]
+    result = CliRunner().invoke(pairs.cli, args)
+    assert result.exit_code == 0, result.output
+    assert names == ["en-ms-lowres-s500-dropout-0.1", "en-ms-lowres-s500-dropout-0.4"]  # 0.3: lowres's own
+    assert "skipped en-ms-lowres-s500: already queued, running or finished" in result.output
+
+
+def test_a_queued_experiments_name_taken_already_is_refused_naming_the_fix(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    names = queued_names(monkeypatch, {"ru-en-baseline"})
+    result = CliRunner().invoke(pairs.cli, ["queue", "--pair", "ru-en", "--params", str(PARAMS)])
+    assert result.exit_code != 0 and names == []
+    assert "ru-en-baseline is already queued, running or finished" in result.output
+    assert "dvc queue remove ru-en-baseline" in result.output and "--name" in result.output
+
+
 def test_a_bad_change_is_refused_before_anything_is_queued() -> None:
     args = ["queue", "--pair", "en-ms", "--set", "model.dropout=1.5", "--name", "en-ms-x", "--dry-run"]
     result = CliRunner().invoke(pairs.cli, [*args, "--params", str(PARAMS)])
