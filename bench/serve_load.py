@@ -36,11 +36,13 @@ Not a test: it measures, in one run, on one machine and with one model and backe
    reading the answer) before the load: the load's answers show the batcher did not stall.
 
 The server's resident memory (the process and its children, psutil) is read after the warm-up
-round and after the load: the growth is what the load adds (a leak), not the first batches'
-working set. Rows {"task": "serve", "system": "mlflow-serve-<backend>", "precision",
-"metric", "value"}: throughput_ratio_to_offline, sentences_per_s, offline_sentences_per_s, p50_s,
-p99_s, errors, bad_not_refused, rss_growth_mb, merged into --out; the section between SERVE_START
-and SERVE_END of --md is regenerated. Never run it beside a training: both want every core.
+round and after the load, each time at rest (a second past the model's release_memory_after_ms,
+when it has handed freed heap back): the growth is what the load leaves behind (a leak), not the
+first batches' working set nor the heap a batch in flight holds. Rows {"task": "serve",
+"system": "mlflow-serve-<backend>", "precision", "metric", "value"}: throughput_ratio_to_offline,
+sentences_per_s, offline_sentences_per_s, p50_s, p99_s, errors, bad_not_refused, rss_growth_mb,
+merged into --out; the section between SERVE_START and SERVE_END of --md is regenerated. Never
+run it beside a training: both want every core.
 """
 
 from __future__ import annotations

@@ -128,6 +128,15 @@ def rss_mb(pid: int) -> float:
     return total / 2**20
 
 
+def rss_at_rest(pid: int) -> float:
+    """rss_mb once the served model has been idle past its release_memory_after_ms, when it hands
+    freed heap back: what it holds between loads, so that the growth is what a load leaves behind."""
+    from pipeline.decoding import pyfunc
+
+    time.sleep(pyfunc.SERVING["release_memory_after_ms"] / 1000 + 1.0)
+    return rss_mb(pid)
+
+
 def request(
     port: int, body: bytes, *, path: str = "/invocations", method: str = "POST", timeout: float = 120
 ) -> tuple[int, Any]:
@@ -294,9 +303,9 @@ def run_load(
         with served(pyfunc_dir, port) as server:
             warm_up(port, chunks)
             disconnect_mid_request(port, unique[: 4 * shape.lines])
-            rss_before = rss_mb(server.pid)
+            rss_before = rss_at_rest(server.pid)
             load = drive(port, chunks, alone.expected, shape)
-            rss_after = rss_mb(server.pid)
+            rss_after = rss_at_rest(server.pid)
     return (
         rows_of(load, backend, alone, rss_after - rss_before, shape.bad),
         {

@@ -7,7 +7,7 @@ the first waiting request (up to `max_lines` sentences), groups it by search set
 decodes each group in one call. A sentence's translation does not depend on its batch (see
 `Translator.translate_corpus`), so each request gets what it would get alone. A group whose
 call fails is decoded again one request at a time, so one request's failure is its own.
-`on_idle` runs in the worker whenever it has answered everything that was waiting.
+`on_idle` runs in the worker once no request has come for `idle_s` after its last answer.
 """
 
 from __future__ import annotations
@@ -41,9 +41,12 @@ class Batcher(Generic[R]):
         max_wait_s: float,
         max_lines: int,
         on_idle: Callable[[], object] | None = None,
+        idle_s: float = 1.0,
     ) -> None:
         self._decode = decode
         self._on_idle = on_idle
+        self.idle_s = idle_s
+        self._busy = False  # answered since on_idle last ran
         self.max_wait_s = max_wait_s
         self.max_lines = max_lines
         self._queue: queue.SimpleQueue[_Request[R]] = queue.SimpleQueue()
@@ -77,15 +80,25 @@ class Batcher(Generic[R]):
                 groups.setdefault(request.key, []).append(request)
             for key, group in groups.items():
                 self._serve(key, group)
-            if self._on_idle is not None and self._queue.empty():
+            self._busy = True
+
+    def _next(self) -> _Request[R]:
+        """The next request to come; if none comes within idle_s of the last answer, on_idle runs
+        first (once: under a steady load it never does)."""
+        if self._on_idle is not None and self._busy:
+            try:
+                return self._queue.get(timeout=self.idle_s)
+            except queue.Empty:
+                self._busy = False
                 try:
                     self._on_idle()
                 except Exception:  # noqa: BLE001 - housekeeping: the worker must live on
                     pass
+        return self._queue.get()
 
     def _gather(self) -> list[_Request[R]]:
         """The first waiting request and those that arrive within max_wait_s of it, up to max_lines."""
-        batch = [self._queue.get()]
+        batch = [self._next()]
         n_lines = len(batch[0].lines)
         deadline = time.monotonic() + self.max_wait_s
         while n_lines < self.max_lines:

@@ -56,6 +56,8 @@ SERVING: dict[str, Any] = {
     "max_concurrent_requests": 64,
     # oneDNN kernels kept, one per product shape (keep_onednn_kernels).
     "onednn_kernels": 64,
+    # Idle time after which freed memory goes back to the system (release_free_memory).
+    "release_memory_after_ms": 1_000,
     "max_request_lines": 2_000,
     "max_request_chars": 200_000,
     "max_line_chars": 10_000,
@@ -89,6 +91,7 @@ class TranslatorModel(PythonModel):
             self.config["batch_wait_ms"] / 1000,
             self.config["batch_max_lines"],
             on_idle=release_free_memory,
+            idle_s=self.config["release_memory_after_ms"] / 1000,
         )
         self._widened = threading.Lock()  # held for good once the server's pool is widened
 
@@ -138,7 +141,7 @@ def serving_config(given: dict[str, Any] | None) -> dict[str, Any]:
                 raise UserError(f"model_config: {name} {value!r} is none of {', '.join(allowed)}")
             config[name] = value
             continue
-        least = 0 if name in ("batch_wait_ms", "onednn_kernels") else 1  # no wait, no cache: fine
+        least = 0 if name in ("batch_wait_ms", "onednn_kernels", "release_memory_after_ms") else 1
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise UserError(f"model_config: {name} must be an integer >= {least}, got {value!r}")
         config[name] = value
@@ -170,9 +173,11 @@ def keep_onednn_kernels(n: int) -> None:
 def release_free_memory() -> None:
     """Hand the heap's free pages back to the system (glibc's malloc_trim; elsewhere, nothing).
 
-    The batcher calls it when it has answered everything waiting: a decoding call frees its
-    tensors, but glibc keeps most of the freed heap for the next one, so an idle server held the
-    high-water mark of its largest batch so far.
+    The batcher calls it once no request has come for `release_memory_after_ms`: a decoding call
+    frees its tensors, but glibc keeps most of the freed heap for the next one, so an idle server
+    held the high-water mark of its largest batch so far. Not after every batch: the next batch
+    then faults its pages back in, which cost about a sixth of the decoding speed under a steady
+    load (docs/mlflow.md).
     """
     trim = getattr(_libc(), "malloc_trim", None)
     if trim is not None:

@@ -92,35 +92,32 @@ def test_an_empty_request_needs_no_call() -> None:
     assert batcher([], 0) == [] and batcher.calls == 0
 
 
-def test_on_idle_runs_once_everything_waiting_is_answered() -> None:
+def test_on_idle_runs_once_no_request_has_come_for_idle_s() -> None:
     idle: list[int] = []
-    started, release, done = threading.Event(), threading.Event(), threading.Event()
-
-    def decode(lines: list[str], key: object) -> list[str]:
-        started.set()
-        release.wait(5)
-        return upper(lines, key)
+    done = threading.Event()
 
     def on_idle() -> None:
         idle.append(batcher.calls)
         done.set()
 
-    batcher: Batcher[str] = Batcher(decode, max_wait_s=0.0, max_lines=1, on_idle=on_idle)
-    with ThreadPoolExecutor(4) as pool:
-        first = pool.submit(batcher, ["a"], 0)
-        assert started.wait(5)
-        rest = [pool.submit(batcher, [x], 0) for x in "bcd"]  # one call each (max_lines 1), queued
-        while batcher._queue.qsize() < 3:
-            threading.Event().wait(0.001)
-        release.set()
-        assert [f.result(5) for f in [first, *rest]] == [["0:A"], ["0:B"], ["0:C"], ["0:D"]]
+    batcher: Batcher[str] = Batcher(upper, max_wait_s=0.0, max_lines=1, on_idle=on_idle, idle_s=0.3)
+    for line in "abcd":  # one after another, each within idle_s of the answer before: a steady load
+        assert batcher([line], 0) == [f"0:{line.upper()}"]
+    assert idle == []
     assert done.wait(5)
-    assert idle == [4]  # not between the calls while requests waited: after the last
+    assert idle == [4]  # once, after the last
+    done.clear()
+    assert not done.wait(0.6)  # and not again while nothing happens
 
 
 def test_a_failing_on_idle_does_not_stop_the_worker() -> None:
+    failed = threading.Event()
+
     def broken() -> None:
+        failed.set()
         raise OSError("no")
 
-    batcher = Batcher(upper, max_wait_s=0.0, max_lines=10, on_idle=broken)
-    assert batcher(["a"], 0) == ["0:A"] and batcher(["b"], 0) == ["0:B"]
+    batcher = Batcher(upper, max_wait_s=0.0, max_lines=10, on_idle=broken, idle_s=0.0)
+    assert batcher(["a"], 0) == ["0:A"]
+    assert failed.wait(5)
+    assert batcher(["b"], 0) == ["0:B"]
