@@ -198,7 +198,7 @@ def test_release_free_memory_gives_freed_heap_back_to_the_system() -> None:
         pytest.skip("not glibc: release_free_memory does nothing here")
     import gc as gc_module
 
-    rss = lambda: psutil.Process().memory_info().rss  # noqa: E731
+    rss = lambda: psutil.Process().memory_info().rss
     chunks = [bytearray(64 * 1024) for _ in range(3_000)]  # 197 MB in the heap (under mmap's threshold)
     grown = rss()
     del chunks[::2]  # every other one freed: holes between live blocks, which the heap cannot shrink past
