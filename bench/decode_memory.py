@@ -30,6 +30,7 @@ from bench.common import machine_info
 from pipeline.decoding import pyfunc
 from pipeline.files import read_lines
 from pipeline.model import linear
+from pipeline.onednn import CACHE
 from pipeline.reporting.tables import markdown_table
 
 
@@ -86,9 +87,9 @@ def main(model_dir: Path, split_file: Path, batches: int, lines: int) -> None:
         )
     rows = measure(model_dir, sentences, batches, lines)
     click.echo(markdown_table(HEADER, rows, align="rrrr"))
-    capacity = os.environ.get(pyfunc.ONEDNN_CACHE, "unset")
+    capacity = os.environ.get(CACHE, "unset")
     info = ", ".join(f"{k} {v}" for k, v in machine_info("torch threads", torch.get_num_threads()).items())
-    click.echo(f"\n{pyfunc.ONEDNN_CACHE}: {capacity}. Machine: {info}.")
+    click.echo(f"\n{CACHE}: {capacity}. Machine: {info}.")
 
 
 if __name__ == "__main__":

@@ -1,13 +1,9 @@
 """`python -m pipeline ...`: the process's settings, then the command line (pipeline/cli.py)."""
 
-import os
+from pipeline.onednn import keep_kernels
 
-# oneDNN (torch's CPU bf16 matmuls) caches a compiled kernel per matrix shape, up to
-# 1024 of them. Token-budget batches come in hundreds of shapes, so a bf16 training
-# process grew by gigabytes of that cache; 64 entries were no slower (docs/cpu-speed.md).
-# It changes no result. An explicit setting in the environment wins.
-os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "64")
+keep_kernels()  # before any oneDNN product; an explicit setting in the environment wins
 
-from pipeline.cli import cli
+from pipeline.cli import cli  # noqa: E402
 
 cli(prog_name="python -m pipeline")

@@ -11,7 +11,7 @@ directory as an artifact, this package as code, its pinned requirements, a
 signature, an input example and the serving config (`SERVING`, MLflow's model_config).
 Concurrent requests are decoded together by a dynamic batcher (pipeline/decoding/batcher.py);
 served, the model widens the server's thread pool and bounds its own memory (widen_server_pool,
-keep_onednn_kernels, release_free_memory).
+pipeline/onednn.py, release_free_memory).
 Serving and the registry: docs/mlflow.md.
 """
 
@@ -41,6 +41,7 @@ from pipeline.decoding.batcher import Batcher
 from pipeline.decoding.translator import QUANTIZATIONS, TextTranslator, Translator, one_line
 from pipeline.errors import UserError
 from pipeline.fingerprint import PACKAGE, module_closure
+from pipeline.onednn import KERNELS, keep_kernels
 
 INPUT_COLUMN = "text"  # the DataFrame column of source lines (a single column of any name works too)
 ARTIFACT = "model_dir"  # the model directory (model.pt, sentencepiece model(s), params.yaml)
@@ -54,8 +55,8 @@ SERVING: dict[str, Any] = {
     "batch_max_lines": 256,
     # Requests the server holds at once, each waiting in a thread for its batch (widen_server_pool).
     "max_concurrent_requests": 64,
-    # oneDNN kernels kept, one per product shape (keep_onednn_kernels).
-    "onednn_kernels": 64,
+    # oneDNN kernels kept, one per product shape (pipeline/onednn.py).
+    "onednn_kernels": KERNELS,
     # Idle time after which freed memory goes back to the system (release_free_memory).
     "release_memory_after_ms": 1_000,
     "max_request_lines": 2_000,
@@ -77,7 +78,7 @@ class TranslatorModel(PythonModel):
 
     def load_context(self, context: Any) -> None:
         self.config = serving_config(getattr(context, "model_config", None))
-        keep_onednn_kernels(self.config["onednn_kernels"])
+        keep_kernels(self.config["onednn_kernels"])
         self.translator: TextTranslator
         if self.config["backend"] == "ctranslate2":
             from pipeline.decoding.ct2 import CT2Translator
@@ -151,23 +152,6 @@ def serving_config(given: dict[str, Any] | None) -> dict[str, Any]:
             "the torch backend runs float32"
         )
     return config
-
-
-ONEDNN_CACHE = "ONEDNN_PRIMITIVE_CACHE_CAPACITY"
-
-
-def keep_onednn_kernels(n: int) -> None:
-    """Cap oneDNN's cache of compiled kernels at `n`, unless the environment sets it.
-
-    Our float32 linear layers run their large products on oneDNN (pipeline/model/linear.py),
-    which compiles a kernel for every product shape and keeps up to 1,024 of them (about 0.6 MB
-    each, measured on the default model). Decoding meets a new shape whenever the number of live
-    hypotheses changes, so a served model's memory grew with every batch of new sentences
-    (docs/mlflow.md). The shapes of consecutive steps repeat, so a small cache keeps the kernels
-    a batch is using. oneDNN reads the setting at its first product in the process: a model
-    loaded after other oneDNN work keeps that work's setting.
-    """
-    os.environ.setdefault(ONEDNN_CACHE, str(n))
 
 
 def release_free_memory() -> None:
