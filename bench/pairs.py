@@ -494,15 +494,15 @@ def enqueue(
         raise UserError(f"two experiments of one name among {names}")
     if not dry_run:
         taken = experiment_names()
-        for exp in experiments:
-            if exp.name in taken and not skip_taken:
-                raise UserError(
-                    f"experiment {exp.name} is already queued, running or finished: remove it first "
-                    f"(`dvc queue remove {exp.name}` or `dvc exp remove {exp.name}`) or queue it under "
-                    "another --name"
-                )
-            if exp.name in taken:
-                click.echo(f"skipped {exp.name}: already queued, running or finished")
+        clash = [e.name for e in experiments if e.name in taken]
+        if clash and not skip_taken:
+            raise UserError(
+                f"experiment {clash[0]} is already queued, running or finished: remove it first "
+                f"(`dvc queue remove {clash[0]}` or `dvc exp remove {clash[0]}`) or queue it under "
+                "another --name"
+            )
+        for name in clash:
+            click.echo(f"skipped {name}: already queued, running or finished")
         kept = [(e, c) for e, c in zip(experiments, checked, strict=True) if e.name not in taken]
         experiments, checked = [e for e, _ in kept], [c for _, c in kept]
         fetch_parents(experiments, checked)
