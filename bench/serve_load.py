@@ -3,7 +3,7 @@ the same model decoding the same sentences offline.
 
     python -m bench.serve_load --model data/model \\
         --split-file data/clean/test/multi30k-test_2016_flickr.src \\
-        --clients 8 --requests 8 --lines 8 --bad --out reports/bench.json --md reports/bench.md
+        --clients 8 --requests 8 --lines 8 --loads 5 --out reports/bench.json --md reports/bench.md
 
 Not a test: it measures, in one run, on one machine and with one model and backend:
 
@@ -13,15 +13,18 @@ Not a test: it measures, in one run, on one machine and with one model and backe
    same sentences in the load's rounds, one call each (every client's r-th request together, what
    the batcher decodes when they arrive at once): the most a served round can do, so that the
    ratio to offline splits into what a round's batch costs (offline_rounds_ratio_to_offline) and
-   what the server adds (throughput_ratio_to_offline_rounds). The model is then freed, so that
-   the server has the machine to itself.
+   what the server adds (throughput_ratio_to_offline_rounds). It is timed again before each load
+   (step 2), while the server idles, so that each load has its own denominator.
 2. served: the model saved as an MLflow pyfunc model (the score stage's model_spec, the
    `--backend`'s model_config) and served by `mlflow models serve --env-manager local` on a free
    loopback port. After a warm-up round (every client's first request at once, so that the
    server's batches and memory reach their working size), --clients threads each send --requests requests of
    --lines consecutive sentences (distinct sentences per client), each waiting for its answer
-   before the next; the whole is bounded by --time-limit. Throughput is the sentences answered
-   over the wall time from the first request to the last answer; latency is per request. An
+   before the next; each load is bounded by --time-limit. Throughput is the sentences answered
+   over the wall time from the first request to the last answer; latency is per request. The
+   load runs --loads times on the same server, each after its offline timing: speeds and ratios
+   are the loads' medians, p50 and p99 are over all the loads' latencies together (one load of 64
+   requests has no 99th percentile but its maximum), and the JSON details give each load's own. An
    answer that is not HTTP 200 or not one translation (a string) per line counts as an error;
    `differs_from_offline` counts the answered sentences whose translation is not the offline
    one (as the server shapes it: one line each). It is kept apart from the errors because the
@@ -36,7 +39,7 @@ Not a test: it measures, in one run, on one machine and with one model and backe
    reading the answer) before the load: the load's answers show the batcher did not stall.
 
 The server's resident memory (the process and its children, psutil) is read after the warm-up
-round and after the load, each time at rest (a second past the model's release_memory_after_ms,
+round and after the last load, each time at rest (a second past the model's release_memory_after_ms,
 when it has handed freed heap back): the growth is what the load leaves behind (a leak), not the
 first batches' working set nor the heap a batch in flight holds. Rows {"task": "serve",
 "system": "mlflow-serve-<backend>", "precision", "metric", "value"}: throughput_ratio_to_offline,
@@ -85,6 +88,7 @@ def section(rows: list[dict], detail: dict[str, Any], info: dict[str, str]) -> s
         [[s, *(str(value.get((s, m), "–")) for m in metrics)] for s in systems],
     )
     bad = detail.get("bad", [])
+    per_load = detail.get("loads", [])
     bad_lines = [f"- {b['request']}: HTTP {b['status']}, {b['message'][:120]!r}" for b in bad]
     return "\n".join(
         [
@@ -95,13 +99,23 @@ def section(rows: list[dict], detail: dict[str, Any], info: dict[str, str]) -> s
             f"{detail['requests_per_client']} requests of {detail['lines_per_request']} real test "
             "sentences (beam of the model's decode settings), against the same model translating the "
             "same sentences offline in one call (and in the load's rounds, one call each: every "
-            "client's r-th request together, as the batcher gets them). Errors: answers not 200 or not "
+            "client's r-th request together, as the batcher gets them). "
+            f"The load ran {len(per_load)} times on one server, each after its own offline timing: "
+            "speeds and ratios are the loads' medians, p50 and p99 over all their requests "
+            "together, counts are totals, RSS growth is from before the first load to after the last. "
+            "Errors: answers not 200 or not "
             "one translation per line; "
             "differs_from_offline: answered sentences translated otherwise than offline. "
             "The bad-load client's requests (all answered 4xx naming the problem "
             "unless bad_not_refused says otherwise):",
             "",
             table,
+            "",
+            "Each load's throughput_ratio_to_offline: "
+            + ", ".join(str(p["throughput_ratio_to_offline"]) for p in per_load)
+            + "; its slowest answer, s: "
+            + ", ".join(str(p["max_s"]) for p in per_load)
+            + ".",
             "",
             *bad_lines,
             "",
@@ -133,7 +147,12 @@ def section(rows: list[dict], detail: dict[str, Any], info: dict[str, str]) -> s
 @click.option("--requests", type=click.IntRange(1, 1000), default=8, show_default=True)
 @click.option("--lines", type=click.IntRange(1, 256), default=8, show_default=True)
 @click.option("--bad/--no-bad", default=True, show_default=True, help="Mix a bad-load client in.")
-@click.option("--time-limit", type=click.FloatRange(1, 3600), default=600, show_default=True)
+@click.option(
+    "--time-limit", type=click.FloatRange(1, 3600), default=600, show_default=True, help="Per load."
+)
+@click.option(
+    "--loads", type=click.IntRange(1, 100), default=5, show_default=True, help="Times the load is run."
+)
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="Merge the rows into this JSON.")
 @click.option("--md", type=click.Path(path_type=Path), default=None, help="Regenerate this file's section.")
 def main(
@@ -145,6 +164,7 @@ def main(
     lines: int,
     bad: bool,
     time_limit: float,
+    loads: int,
     out: Path | None,
     md: Path | None,
 ) -> None:
@@ -155,7 +175,7 @@ def main(
     if not sentences:
         raise click.BadParameter(f"{split_file} holds no sentences", param_hint="--split-file")
     try:
-        shape = Shape(clients, requests, lines, bad, time_limit)
+        shape = Shape(clients, requests, lines, bad, time_limit, loads)
         rows, detail = run_load(model_dir, sentences, backend, shape, say=lambda m: click.echo(m, err=True))
     except UserError as e:
         raise click.ClickException(str(e)) from None

@@ -255,15 +255,18 @@ class Offline:
     rounds_rate: float  # sentences/s, one call a round (rounds_of): the most a served round can do
 
 
-def offline(model_dir: Path, backend: str, sentences: list[str], rounds: list[list[str]]) -> Offline:
-    """The translations of `sentences` and sentences/s, by the pyfunc model in this process, in one call
-    and in `rounds`' calls."""
+def offline_translator(model_dir: Path, backend: str) -> Any:
+    """The translator the pyfunc model decodes with, loaded in this process as the server loads it."""
     from pipeline.decoding import pyfunc
 
     model = pyfunc.TranslatorModel()
     context = SimpleNamespace(artifacts={pyfunc.ARTIFACT: str(model_dir)}, model_config={"backend": backend})
     model.load_context(context)
-    translator = model.translator
+    return model.translator
+
+
+def offline(translator: Any, sentences: list[str], rounds: list[list[str]]) -> Offline:
+    """The translations of `sentences` and sentences/s, in one call and in `rounds`' calls."""
     translator.translate(sentences[: min(16, len(sentences))])  # warm-up
     began = time.perf_counter()
     out = translator.translate(sentences)
@@ -283,20 +286,19 @@ class Shape:
     requests: int
     lines: int
     bad: bool = True
-    time_limit: float = 600.0
+    time_limit: float = 600.0  # a load's
+    loads: int = 1  # the load this many times, each after its own offline timing
 
 
 def run_load(
     model_dir: Path, sentences: list[str], backend: str, shape: Shape, say=print
 ) -> tuple[list[dict], dict[str, Any]]:
-    """Offline, then served under `shape`'s load: -> (bench rows, details for the JSON)."""
+    """Offline, then served under `shape`'s load, `shape.loads` times in turn on one server: -> (bench
+    rows, details for the JSON)."""
     chunks = chunks_of(sentences, shape.clients, shape.requests, shape.lines)
     unique = sorted({s for c in chunks for r in c for s in r})
-    alone = offline(model_dir, backend, unique, rounds_of(chunks))
-    say(
-        f"offline: {len(unique)} sentences, {alone.rate:.1f} sentences/s in one call, "
-        f"{alone.rounds_rate:.1f} in the load's rounds ({backend})"
-    )
+    translator = offline_translator(model_dir, backend)
+    runs: list[tuple[Offline, Load]] = []
     with tempfile.TemporaryDirectory(prefix="serve-load-") as tmp:
         pyfunc_dir = save_pyfunc(model_dir, Path(tmp) / "pyfunc", backend, unique[:2])
         port = free_port()
@@ -304,22 +306,47 @@ def run_load(
             warm_up(port, chunks)
             disconnect_mid_request(port, unique[: 4 * shape.lines])
             rss_before = rss_at_rest(server.pid)
-            load = drive(port, chunks, alone.expected, shape)
+            for _ in range(shape.loads):
+                alone = offline(translator, unique, rounds_of(chunks))
+                load = drive(port, chunks, alone.expected, shape)
+                runs.append((alone, load))
+                say(
+                    f"load {len(runs)}: offline {alone.rate:.1f} sentences/s in one call, "
+                    f"{alone.rounds_rate:.1f} in the load's rounds ({backend}); served "
+                    f"{served_rate(load):.1f}, {served_rate(load) / alone.rate:.3f} of offline"
+                )
             rss_after = rss_at_rest(server.pid)
+    loads = [load for _, load in runs]
     return (
-        rows_of(load, backend, alone, rss_after - rss_before, shape.bad),
+        rows_of(runs, backend, rss_after - rss_before, shape.bad),
         {
             "clients": shape.clients,
             "requests_per_client": shape.requests,
             "lines_per_request": shape.lines,
-            "unsent_sentences": shape.clients * shape.requests * shape.lines - load.sent,  # the time limit's
-            "errors": load.errors[:10],
-            "bad": load.bad[: len(bad_requests())],
-            "bad_sent": len(load.bad),
+            "loads": [load_detail(alone, load) for alone, load in runs],
+            # the time limit's, over all loads
+            "unsent_sentences": shape.loads * shape.clients * shape.requests * shape.lines
+            - sum(load.sent for load in loads),
+            "errors": [e for load in loads for e in load.errors][:10],
+            "bad": loads[0].bad[: len(bad_requests())],
+            "bad_sent": sum(len(load.bad) for load in loads),
             "rss_mb": {"before": round(rss_before, 1), "after": round(rss_after, 1)},
-            "seconds": round(load.seconds, 2),
+            "seconds": round(sum(load.seconds for load in loads), 2),
         },
     )
+
+
+def load_detail(alone: Offline, load: Load) -> dict[str, float]:
+    """One load's own figures, for the JSON: how much the loads of a run differ."""
+    lat = sorted(load.latencies)
+    return {
+        "throughput_ratio_to_offline": round(served_rate(load) / alone.rate, 3),
+        "sentences_per_s": round(served_rate(load), 2),
+        "offline_sentences_per_s": round(alone.rate, 2),
+        "offline_rounds_sentences_per_s": round(alone.rounds_rate, 2),
+        "p50_s": round(statistics.median(lat), 3) if lat else float("nan"),
+        "max_s": round(lat[-1], 3) if lat else float("nan"),
+    }
 
 
 def warm_up(port: int, chunks: list[list[list[str]]]) -> None:
@@ -353,26 +380,34 @@ def drive(port: int, chunks: list[list[list[str]]], expected: dict[str, str], sh
     return load
 
 
-def rows_of(load: Load, backend: str, alone: Offline, rss_growth: float, bad: bool) -> list[dict]:
-    served_rate = load.answered / load.seconds if load.seconds else 0.0
-    lat = sorted(load.latencies)
+def served_rate(load: Load) -> float:
+    return load.answered / load.seconds if load.seconds else 0.0
+
+
+def rows_of(runs: list[tuple[Offline, Load]], backend: str, rss_growth: float, bad: bool) -> list[dict]:
+    """The bench rows of one or more loads: speeds and their ratios are the loads' medians (each load
+    against its own offline timing), p50 and p99 are over every load's latencies together, counts are
+    totals."""
+    median = lambda f: statistics.median(f(alone, load) for alone, load in runs)
+    lat = sorted(t for _, load in runs for t in load.latencies)
     p50 = statistics.median(lat) if lat else float("nan")
     p99 = lat[min(len(lat) - 1, int(0.99 * len(lat)))] if lat else float("nan")
+    total = lambda f: sum(f(load) for _, load in runs)
     system = f"mlflow-serve-{backend}"
     values = {
-        "throughput_ratio_to_offline": (served_rate / alone.rate, 3),
+        "throughput_ratio_to_offline": (median(lambda a, ld: served_rate(ld) / a.rate), 3),
         # the ratio's two parts: a round's batch against all at once, and the server against its rounds
-        "offline_rounds_ratio_to_offline": (alone.rounds_rate / alone.rate, 3),
-        "throughput_ratio_to_offline_rounds": (served_rate / alone.rounds_rate, 3),
-        "sentences_per_s": (served_rate, 2),
-        "offline_sentences_per_s": (alone.rate, 2),
-        "offline_rounds_sentences_per_s": (alone.rounds_rate, 2),
+        "offline_rounds_ratio_to_offline": (median(lambda a, ld: a.rounds_rate / a.rate), 3),
+        "throughput_ratio_to_offline_rounds": (median(lambda a, ld: served_rate(ld) / a.rounds_rate), 3),
+        "sentences_per_s": (median(lambda a, ld: served_rate(ld)), 2),
+        "offline_sentences_per_s": (median(lambda a, ld: a.rate), 2),
+        "offline_rounds_sentences_per_s": (median(lambda a, ld: a.rounds_rate), 2),
         "p50_s": (p50, 3),
         "p99_s": (p99, 3),
-        "errors": (len(load.errors), 0),
-        "differs_from_offline": (load.differ, 0),
+        "errors": (total(lambda ld: len(ld.errors)), 0),
+        "differs_from_offline": (total(lambda ld: ld.differ), 0),
         "rss_growth_mb": (rss_growth, 1),
     }
     if bad:
-        values["bad_not_refused"] = (sum(not b["refused"] for b in load.bad), 0)
+        values["bad_not_refused"] = (total(lambda ld: sum(not b["refused"] for b in ld.bad)), 0)
     return [row(system, TASK, "fp32", metric, v, digits=d) for metric, (v, d) in values.items()]
