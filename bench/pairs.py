@@ -311,6 +311,9 @@ GRID: dict[str, dict[str, dict[str, object]]] = {
         "5": {"train.average_last": 5, "train.keep_last": 5},
     },
     "ema": {str(d): {"train.ema_decay": d} for d in (0.0, 0.99, 0.999)},
+    # not a setting: the centre again under other seeds (initialization, batch order, dropout),
+    # how far a run moves by chance, against which the other axes' differences are read
+    "seed": {str(n): {"train.seed": n} for n in (1, 2, 3)},
 }
 
 
