@@ -489,23 +489,30 @@ def enqueue(
 ) -> None:
     """Validate every experiment, fetch the parents they start from, then queue each (or print its
     command, quoted for a shell; a dry run fetches nothing). A name that a queued, running or
-    finished experiment already has is refused or, with `skip_taken`, left out: a sweep run again
-    with another --only adds its new runs alone."""
+    finished experiment already has, here or in ARCHIVE, is refused or, with `skip_taken`, left out:
+    a sweep run again with another --only, or in another checkout, adds its new runs alone."""
     checked = [check(raw, exp) for exp in experiments]
     names = [e.name for e in experiments]
     if len(set(names)) != len(names):
         raise UserError(f"two experiments of one name among {names}")
     if not dry_run:
-        taken = experiment_names()
-        clash = [e.name for e in experiments if e.name in taken]
+        here, archived = experiment_names(), archived_names()
+        clash = [e.name for e in experiments if e.name in here | archived]
         if clash and not skip_taken:
+            name = clash[0]
+            fix = (
+                f"its record is {ARCHIVE / name}.json"
+                if name not in here
+                else f"remove it first (`dvc queue remove {name}` or `dvc exp remove {name}`)"
+            )
             raise UserError(
-                f"experiment {clash[0]} is already queued, running or finished: remove it first "
-                f"(`dvc queue remove {clash[0]}` or `dvc exp remove {clash[0]}`) or queue it under "
-                "another --name"
+                f"experiment {name} is already queued, running or finished: {fix}, or queue "
+                "it under another --name"
             )
         for name in clash:
-            click.echo(f"skipped {name}: already queued, running or finished")
+            where = "" if name in here else f" (archived in {ARCHIVE})"
+            click.echo(f"skipped {name}: already queued, running or finished{where}")
+        taken = here | archived
         kept = [(e, c) for e, c in zip(experiments, checked, strict=True) if e.name not in taken]
         experiments, checked = [e for e, _ in kept], [c for _, c in kept]
         fetch_parents(experiments, checked)
@@ -523,6 +530,15 @@ def _name_value(text: str) -> tuple[str, object]:
     if not sep or "." not in key:
         raise click.BadParameter(f"{text!r}: expected section.key=value")
     return key, yaml.safe_load(value)
+
+
+# Where `table` keeps every finished run (its --archive default): runs of earlier checkouts, whose
+# names are as taken as those of this one's experiments.
+ARCHIVE = Path("reports/pairs/runs")
+
+
+def archived_names() -> set[str]:
+    return {p.stem for p in ARCHIVE.glob("*.json")}
 
 
 PARAMS_OPTION = click.option(

@@ -256,14 +256,18 @@ def test_the_back_translation_recipe_sets_the_reverse_models_settings_apart() ->
         pairs.check(RAW, deeper)
 
 
-def queued_names(monkeypatch: pytest.MonkeyPatch, taken: set[str]) -> list[str]:
-    """`taken` as the repository's experiments; -> the names `dvc exp run --queue` is then called with."""
+def queued_names(
+    monkeypatch: pytest.MonkeyPatch, taken: set[str], archived: frozenset[str] = frozenset()
+) -> list[str]:
+    """`taken` as the repository's experiments and `archived` as the table's archived runs; -> the
+    names `dvc exp run --queue` is then called with."""
     names: list[str] = []
 
     def dvc(args: list[str], **kw: Any) -> Any:
         names.append(args[args.index("-n") + 1])
 
     monkeypatch.setattr(pairs, "experiment_names", lambda: taken)
+    monkeypatch.setattr(pairs, "archived_names", lambda: set(archived))
     monkeypatch.setattr(pairs.subprocess, "run", dvc)
     return names
 
@@ -277,6 +281,36 @@ def test_a_sweep_run_again_queues_only_what_is_not_queued_running_or_finished(
     assert result.exit_code == 0, result.output
     assert names == ["en-ms-lowres-s500-dropout-0.1", "en-ms-lowres-s500-dropout-0.4"]  # 0.3: lowres's own
     assert "skipped en-ms-lowres-s500: already queued, running or finished" in result.output
+
+
+def test_a_run_archived_by_an_earlier_checkout_is_not_queued_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    names = queued_names(monkeypatch, set(), archived=frozenset({"en-ms-lowres-s500"}))
+    args = ["sweep", "--pair", "en-ms", "--steps", "500", "--only", "dropout=0.1", "--params", str(PARAMS)]
+    result = CliRunner().invoke(pairs.cli, args)
+    assert result.exit_code == 0, result.output
+    assert names == ["en-ms-lowres-s500-dropout-0.1"]
+    assert (
+        f"skipped en-ms-lowres-s500: already queued, running or finished (archived in {pairs.ARCHIVE})"
+        in (result.output)
+    )
+    refused = CliRunner().invoke(
+        pairs.cli,
+        [
+            "queue",
+            "--pair",
+            "en-ms",
+            "--recipe",
+            "lowres",
+            "--set",
+            "train.max_steps=500",
+            "--name",
+            "en-ms-lowres-s500",
+            "--params",
+            str(PARAMS),
+        ],
+    )
+    assert refused.exit_code != 0 and names == ["en-ms-lowres-s500-dropout-0.1"]
+    assert f"its record is {pairs.ARCHIVE / 'en-ms-lowres-s500'}.json" in refused.output
 
 
 def test_a_queued_experiments_name_taken_already_is_refused_naming_the_fix(
