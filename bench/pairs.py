@@ -496,23 +496,23 @@ def enqueue(
     if len(set(names)) != len(names):
         raise UserError(f"two experiments of one name among {names}")
     if not dry_run:
-        here, archived = experiment_names(), archived_names()
-        clash = [e.name for e in experiments if e.name in here | archived]
+        here = experiment_names()
+        taken = here | archived_names()
+        clash = [e.name for e in experiments if e.name in taken]
         if clash and not skip_taken:
             name = clash[0]
             fix = (
-                f"its record is {ARCHIVE / name}.json"
-                if name not in here
-                else f"remove it first (`dvc queue remove {name}` or `dvc exp remove {name}`)"
+                f"remove it first (`dvc queue remove {name}` or `dvc exp remove {name}`)"
+                if name in here
+                else f"it finished in an earlier checkout ({ARCHIVE / name}.json holds it): keep it"
             )
             raise UserError(
                 f"experiment {name} is already queued, running or finished: {fix}, or queue "
-                "it under another --name"
+                "this one under another --name"
             )
         for name in clash:
             where = "" if name in here else f" (archived in {ARCHIVE})"
             click.echo(f"skipped {name}: already queued, running or finished{where}")
-        taken = here | archived
         kept = [(e, c) for e, c in zip(experiments, checked, strict=True) if e.name not in taken]
         experiments, checked = [e for e, _ in kept], [c for _, c in kept]
         fetch_parents(experiments, checked)
@@ -532,9 +532,10 @@ def _name_value(text: str) -> tuple[str, object]:
     return key, yaml.safe_load(value)
 
 
-# Where `table` keeps every finished run (its --archive default): runs of earlier checkouts, whose
-# names are as taken as those of this one's experiments.
-ARCHIVE = Path("reports/pairs/runs")
+# What `table` writes, and where it keeps every finished run (its --out and --archive defaults):
+# the runs of earlier checkouts, whose names are as taken as those of this one's experiments.
+TABLE = Path("reports/pairs.md")
+ARCHIVE = TABLE.with_suffix("") / "runs"
 
 
 def archived_names() -> set[str]:
@@ -630,7 +631,7 @@ def _raw(params_file: Path) -> dict[str, Any]:
     help="A pair's test references: DIR/test/<name>.tgt, as the download stage writes them (repeatable). "
     "Otherwise they are read from the catalog (CORPUS_MIRROR or data.mirror, else the network).",
 )
-@click.option("--out", type=click.Path(path_type=Path), default="reports/pairs.md", show_default=True)
+@click.option("--out", type=click.Path(path_type=Path), default=str(TABLE), show_default=True)
 @click.option("--note", "notes", multiple=True, help="A note of yours for the table (repeatable).")
 @click.option(
     "--archive",

@@ -310,7 +310,8 @@ def test_a_run_archived_by_an_earlier_checkout_is_not_queued_again(monkeypatch: 
         ],
     )
     assert refused.exit_code != 0 and names == ["en-ms-lowres-s500-dropout-0.1"]
-    assert f"its record is {pairs.ARCHIVE / 'en-ms-lowres-s500'}.json" in refused.output
+    assert f"earlier checkout ({pairs.ARCHIVE / 'en-ms-lowres-s500'}.json holds it)" in refused.output
+    assert "another --name" in refused.output
 
 
 def test_a_queued_experiments_name_taken_already_is_refused_naming_the_fix(
