@@ -191,9 +191,13 @@ def test_train_corpora_come_from_clean_stats(corpus: Path, tmp_path: Path) -> No
 
 
 CTRL_C = """
-import os, sys, time
+import os, signal, sys, time
 from pathlib import Path
 from pipeline.stages import binarize
+
+# Ctrl-C as at a terminal: a shell starts a background job (pytest ... &) with SIGINT ignored, and
+# Python then installs no KeyboardInterrupt handler, so this process would inherit deafness to it
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 encode = binarize._encode_chunk
 def slow(chunk):  # each worker notes its pid, then takes far longer than the test waits
