@@ -489,13 +489,14 @@ def enqueue(
 ) -> None:
     """Validate every experiment, fetch the parents they start from, then queue each (or print its
     command, quoted for a shell; a dry run fetches nothing). A name that a queued, running or
-    finished experiment already has, here or in ARCHIVE, is refused or, with `skip_taken`, left out:
-    a sweep run again with another --only, or in another checkout, adds its new runs alone."""
+    finished experiment already has, here or in ARCHIVE, is refused or, with `skip_taken`, left out
+    (a dry run too: it shows what the sweep would queue): a sweep run again with another --only, or
+    in another checkout, adds its new runs alone."""
     checked = [check(raw, exp) for exp in experiments]
     names = [e.name for e in experiments]
     if len(set(names)) != len(names):
         raise UserError(f"two experiments of one name among {names}")
-    if not dry_run:
+    if skip_taken or not dry_run:
         here = experiment_names()
         taken = here | archived_names()
         clash = [e.name for e in experiments if e.name in taken]
@@ -515,6 +516,7 @@ def enqueue(
             click.echo(f"skipped {name}: already queued, running or finished{where}")
         kept = [(e, c) for e, c in zip(experiments, checked, strict=True) if e.name not in taken]
         experiments, checked = [e for e, _ in kept], [c for _, c in kept]
+    if not dry_run:
         fetch_parents(experiments, checked)
     for exp in experiments:
         args = dvc_command(exp)

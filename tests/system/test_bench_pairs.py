@@ -174,7 +174,10 @@ def test_a_sweep_runs_the_axes_or_the_values_it_is_given() -> None:
             pairs.sweep_experiments(RAW, "en-ms", "lowres", 500, (bad,))
 
 
-def test_every_queued_experiment_is_valid_params_and_a_sweep_changes_one_thing() -> None:
+def test_every_queued_experiment_is_valid_params_and_a_sweep_changes_one_thing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    queued_names(monkeypatch, set())  # a dry sweep asks what is taken: nothing, not this checkout's store
     for pair in pairs.PAIRS:
         for recipe in (r for r in pairs.RECIPES if pairs.RECIPES[r].applies(pair)):
             exp = pairs.recipe_experiment(pair, recipe)
@@ -286,6 +289,13 @@ def test_a_sweep_run_again_queues_only_what_is_not_queued_running_or_finished(
 def test_a_run_archived_by_an_earlier_checkout_is_not_queued_again(monkeypatch: pytest.MonkeyPatch) -> None:
     names = queued_names(monkeypatch, set(), archived=frozenset({"en-ms-lowres-s500"}))
     args = ["sweep", "--pair", "en-ms", "--steps", "500", "--only", "dropout=0.1", "--params", str(PARAMS)]
+    # the dry run shows what the sweep would queue: the centre is skipped there too
+    shown = CliRunner().invoke(pairs.cli, [*args, "--dry-run"])
+    assert shown.exit_code == 0 and names == [], shown.output
+    (skipped, command) = shown.output.splitlines()
+    assert skipped.startswith("skipped en-ms-lowres-s500: ")
+    assert shlex.split(command)[:5] == ["dvc", "exp", "run", "--queue", "-n"]
+    assert shlex.split(command)[5] == "en-ms-lowres-s500-dropout-0.1"
     result = CliRunner().invoke(pairs.cli, args)
     assert result.exit_code == 0, result.output
     assert names == ["en-ms-lowres-s500-dropout-0.1"]
