@@ -72,6 +72,9 @@ class Tracker:
         self._warned = False
         self._ended = False
         self._monitor: Any = None  # MLflow's SystemMetricsMonitor, while it samples
+        # ... and short HTTP retries while it does: its thread calls the server on its own, and with
+        # MLflow's (7 retries, backoff to 128 s) a server gone mid-run held up end() by 4 minutes
+        self._quick_http = contextlib.ExitStack()
 
     # --- constructors ---
 
@@ -202,6 +205,7 @@ class Tracker:
         """
         if not self.online or self._run_id is None or self._monitor is not None:
             return
+        self._quick_http.enter_context(store.quick_http())
         try:
             self._monitor = store.start_system_metrics(self._uri(), self._run_id, resume)
         except Exception as e:  # noqa: BLE001 - system metrics are a nicety: without them training goes on
@@ -216,6 +220,7 @@ class Tracker:
             with contextlib.suppress(Exception):
                 self._monitor.finish()  # stops the sampling thread and flushes its last batch
             self._monitor = None
+        self._quick_http.close()
         if self._owns_run:
             self._submit({"op": "end", "status": status, "time_ms": _now_ms()})
         if self._state == "offline":

@@ -343,12 +343,16 @@ def test_training_goes_on_when_the_mlflow_server_stops_mid_run(tmp_path, monkeyp
             pytest.skip("mlflow server did not answer /health within 60 s")
         monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{port}")
         monkeypatch.delenv("DVC_EXP_NAME", raising=False)
+        monkeypatch.delenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", raising=False)
         real_validate = Trainer.validate
 
         def validate_then_stop_the_server(self, epoch):
             improved = real_validate(self, epoch)  # logs val_loss to the server first
             if server.poll() is None:
                 assert self.observer.online
+                # The system-metrics thread's own calls retry briefly too: with MLflow's 7 retries
+                # (backoff to 128 s) it held up the run's end by 4 minutes once the server was gone.
+                assert os.environ.get("MLFLOW_HTTP_REQUEST_MAX_RETRIES") == "1"
                 stop_server(server)
             return improved
 
@@ -357,6 +361,7 @@ def test_training_goes_on_when_the_mlflow_server_stops_mid_run(tmp_path, monkeyp
         summary = train(tiny_params(max_steps=12, validate_every=4), paths)
 
         assert summary["steps"] == 12 and server.poll() is not None
+        assert "MLFLOW_HTTP_REQUEST_MAX_RETRIES" not in os.environ  # the process's setting back
         assert mlflow_warnings(capsys.readouterr().err) == 1
         records = offline_records(paths.ckpt_dir)
         run_id = json.loads((paths.out_dir / "mlflow_run.json").read_text())["run_id"]
