@@ -125,11 +125,11 @@ def log_model(uri: str, run_id: str, name: str, spec: dict[str, Any], register_a
 
 
 def start_system_metrics(uri: str, run_id: str, resume: bool) -> Any:
-    """MLflow's SystemMetricsMonitor for the run, started: it samples until its finish()."""
+    """MLflow's SystemMetricsMonitor for the run, started: it samples until its finish(). Its thread
+    calls the server on its own: the caller holds quick_http() until then (Tracker does)."""
     from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
 
-    with quick_http():
-        monitor = SystemMetricsMonitor(run_id, resume_logging=resume, tracking_uri=uri)
+    monitor = SystemMetricsMonitor(run_id, resume_logging=resume, tracking_uri=uri)
     monitor.start()
     return monitor
 
