@@ -192,6 +192,9 @@ class DecodeParams:
     batch_tokens: int
     n_best: int  # with sampling: samples per input
     sampling: SamplingParams
+    # Other model directories decoded together with the model, their probabilities averaged; read where
+    # the settings come from params.yaml (decode, backtranslate), never from a model's own saved params
+    ensemble: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -283,6 +286,7 @@ _ADDED = {
     ("tracking", "register_model"): None,
     ("tracking", "serve_backend"): "torch",
     ("decode", "sampling"): {"enabled": False, "top_k": 0, "top_p": 1.0, "temperature": 1.0, "seed": 1},
+    ("decode", "ensemble"): [],
 }
 # Sections added since: a saved params without one had it off.
 _ADDED_SECTIONS = {"backtranslation"}
@@ -301,6 +305,9 @@ def from_saved(raw: Any) -> Params:
     for (section, key), value in _ADDED.items():
         if isinstance(raw.get(section), dict):
             raw[section].setdefault(key, copy.deepcopy(value))
+    backtranslation = raw.get("backtranslation")
+    if isinstance(backtranslation, dict) and isinstance(backtranslation.get("decode"), dict):
+        backtranslation["decode"].setdefault("ensemble", [])  # saved before decode.ensemble existed
     if isinstance(raw.get("data"), dict) and "corpus" in raw["data"]:
         raw["data"] = _data_before_sources(raw["data"])
     _drop_ignored(raw)
@@ -322,6 +329,7 @@ def backtranslation_off(raw: dict[str, Any]) -> dict[str, Any]:
         "batch_tokens": 4096,
         "n_best": 1,
         "sampling": copy.deepcopy(_ADDED[("decode", "sampling")]),
+        "ensemble": [],
     }
     if isinstance(sections["train"], dict):
         sections["train"]["init_from"] = None  # the reverse model's own: it trains from scratch
@@ -871,6 +879,11 @@ def check_decode(
     check(dec.max_len_a > 0 or dec.max_len_b > 0, "max_len_b", f"{limits} cannot both be 0")
     check(dec.batch_tokens >= 1, "batch_tokens", "must be at least 1")
     check_sampling(dec, key, check)
+    check(
+        all(path.strip() for path in dec.ensemble), "ensemble", "holds an empty path; list model directories"
+    )
+    repeated = sorted({path for path in dec.ensemble if dec.ensemble.count(path) > 1})
+    check(not repeated, "ensemble", f"lists {repeated[0] if repeated else ''} twice; list each model once")
 
 
 # Each sampling value that changes nothing: what the key is set to while sampling is off.

@@ -289,7 +289,12 @@ class CT2Translator(TextTranslator):
         self.ct2_dir = ct2_dir = Path(ct2_dir)
         info = _read_info(ct2_dir)
         self.params = P.from_saved(info["params"])
-        self.settings = settings or self.params.decode
+        self.settings = settings or dataclasses.replace(self.params.decode, ensemble=())
+        if self.settings.ensemble:
+            raise UserError(
+                "decode.ensemble: the CTranslate2 backend decodes one model; decode ensembles with the "
+                "torch backend"
+            )
         self.quantization = info["quantization"]
         self.vocab = Vocab.load(ct2_dir)
         # fit_to_model reads only cfg; the exported table bounds sinusoidal lengths as a learned one does.

@@ -29,6 +29,7 @@ from matplotlib.figure import Figure
 
 from pipeline.data.batching import collate_src
 from pipeline.data.text import normalize
+from pipeline.decoding.ensemble import Ensemble
 from pipeline.decoding.search import evaluating
 from pipeline.decoding.translator import API_NAMES, Translator, settings_with
 from pipeline.errors import UserError
@@ -67,6 +68,11 @@ def cross_attention(
 ) -> CrossAttention:
     """Translate `sentence`, teacher-force the output, return the chosen layers' (T, S) weights."""
     model, vocab, s = translator.model, translator.vocab, translator.settings
+    if isinstance(model, Ensemble):
+        raise UserError(
+            "an ensemble has attention weights per member, not one set to draw; draw them with one model "
+            "(decode.ensemble: [])"
+        )
     if not isinstance(model, Transformer):  # the decoder-only model has no cross-attention
         raise UserError(
             f"model.arch={model.cfg.arch} has no cross-attention to draw; heatmaps need encoder_decoder"

@@ -2,9 +2,10 @@
 
 The search uses only `model.start`, `model.step`, `state.reorder` and
 `model.start_token` (see Seq2SeqBase in pipeline/model/transformer.py), so it
-serves both architectures. Its steps, as fairseq's: `step_log_probs`,
-`top_candidates` (the 2K best extensions), `finish` (EOS ones in the top K,
-ranked by GNMT's length penalty), `survivors` (the K best others), `advance`.
+serves both architectures, and an Ensemble of models (pipeline/decoding/ensemble.py).
+Its steps, as fairseq's: `step_log_probs`, `top_candidates` (the 2K best
+extensions), `finish` (EOS ones in the top K, ranked by GNMT's length penalty),
+`survivors` (the K best others), `advance`.
 Scores are exact teacher-forced log-probabilities (banned tokens -inf, no
 renormalization). The KV cache, greedy's ties, batches and the decoding
 workers: docs/beam-search.md. `sample_search` draws instead, over the same
@@ -28,13 +29,16 @@ from typing import Any, Protocol
 import torch
 
 from pipeline.data.batching import collate_src
-from pipeline.model.transformer import DecoderOnly, Seq2SeqBase
+from pipeline.decoding.ensemble import Ensemble
+from pipeline.model.transformer import Seq2SeqBase
 from pipeline.params import ModelParams, SamplingParams
 from pipeline.tokens import BOS, EOS, PAD, SEP
 
 log = logging.getLogger(__name__)
 
 BANNED = (PAD, BOS, SEP)
+
+SearchModel = Seq2SeqBase | Ensemble  # what the search decodes with
 
 
 @dataclass
@@ -89,9 +93,11 @@ class Decoder(Protocol):
 class CachedDecoder:
     """model.step with the KV cache: the source is encoded once; see DecoderState."""
 
-    def __init__(self, model: Seq2SeqBase, src: torch.Tensor, steps: int):
+    def __init__(self, model: SearchModel, src: torch.Tensor, steps: int):
         self.model = model
-        self.state = model.start(src, steps)  # src (B, S): one row per sentence until the first reorder
+        # src (B, S): one row per sentence until the first reorder. A DecoderState, or an ensemble's
+        # EnsembleState: each model steps with its own kind.
+        self.state: Any = model.start(src, steps)
 
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.model.step(tokens, self.state)
@@ -103,7 +109,7 @@ class CachedDecoder:
 class NaiveDecoder:
     """Runs model(src, BOS + prefix) over the whole prefix every step: no cache at all."""
 
-    def __init__(self, model: Seq2SeqBase, src: torch.Tensor, steps: int):  # steps: no cache to size
+    def __init__(self, model: SearchModel, src: torch.Tensor, steps: int):  # steps: no cache to size
         self.model = model
         self.src = src  # (R, S)
         self.prefix: torch.Tensor | None = None  # (R, t+1): BOS, then the tokens fed so far
@@ -137,7 +143,7 @@ class Beams:
     scores: torch.Tensor  # (n, k) float32 sums of log-probs
 
 
-def initial_beams(model: Seq2SeqBase, max_lens: torch.Tensor) -> Beams:
+def initial_beams(model: SearchModel, max_lens: torch.Tensor) -> Beams:
     """One start token per sentence: the first step expands it into K beams."""
     B, device = max_lens.size(0), max_lens.device
     history = torch.full((B, 1), model.start_token, dtype=torch.long, device=device)
@@ -254,7 +260,7 @@ def advance(
 
 
 def beam_search(
-    model: Seq2SeqBase,
+    model: SearchModel,
     src: torch.Tensor,
     max_lens: torch.Tensor,
     *,
@@ -367,7 +373,7 @@ def draw_tokens(lprobs: torch.Tensor, draws: torch.Tensor, sampling: SamplingPar
 
 
 def initial_samples(
-    decoder: Decoder, model: Seq2SeqBase, max_lens: torch.Tensor, draws: torch.Tensor
+    decoder: Decoder, model: SearchModel, max_lens: torch.Tensor, draws: torch.Tensor
 ) -> Samples:
     """K rows a sentence from the start: the decoder's one row each is expanded K times."""
     B, device = max_lens.size(0), max_lens.device
@@ -410,7 +416,7 @@ def advance_samples(live: Samples, decoder: Decoder, tokens: torch.Tensor) -> Sa
 
 
 def sample_search(
-    model: Seq2SeqBase,
+    model: SearchModel,
     src: torch.Tensor,
     max_lens: torch.Tensor,
     draws: torch.Tensor,
@@ -477,7 +483,7 @@ def fit_to_model(
     positions = model.cfg.max_positions
     if model.cfg.positions != "learned":
         return seq, max_output_length(len(seq), max_len_a, max_len_b)
-    if not isinstance(model, DecoderOnly):
+    if model.cfg.arch != "decoder_only":
         seq = seq[: positions - 1]
         return seq, min(max_output_length(len(seq), max_len_a, max_len_b), positions - 1)
     room = max(positions - 2, 0)  # source tokens + output tokens; EOS and SEP take the other two
@@ -553,7 +559,7 @@ def default_workers(device: torch.device | str) -> int:
 
 
 def search_batches(
-    model: Seq2SeqBase,
+    model: SearchModel,
     fitted: Sequence[tuple[list[int], int]],
     batches: Sequence[list[int]],
     *,
@@ -611,7 +617,7 @@ def search_batches(
 
 
 def translate_ids(
-    model: Seq2SeqBase,
+    model: SearchModel,
     seqs: Sequence[Sequence[int]],
     *,
     beam: int,

@@ -24,11 +24,11 @@ import torch
 from pipeline.data.tags import split_tag, tag, tag_of, tags_in
 from pipeline.data.text import normalize
 from pipeline.data.vocab import Vocab
-from pipeline.decoding.search import Hypothesis, SearchStats, default_workers, translate_ids
+from pipeline.decoding.ensemble import Ensemble, load_members
+from pipeline.decoding.search import Hypothesis, SearchModel, SearchStats, default_workers, translate_ids
 from pipeline.devices import torch_device
 from pipeline.errors import UserError
 from pipeline.model import checkpoint
-from pipeline.model.transformer import Seq2SeqBase
 from pipeline.params import DecodeParams, Params, check_decode
 
 CHUNK_LINES = 5000  # lines searched together: enough to sort into full batches, bounded memory
@@ -209,7 +209,8 @@ def settings_with(settings: DecodeParams, names: Mapping[str, str], given: Mappi
 
 
 class Translator(TextTranslator):
-    """The torch backend: a model, its vocabulary and decoding settings.
+    """The torch backend: a model (or an Ensemble of models of its vocabulary), its vocabulary and
+    decoding settings.
 
     `workers`: batches decoded at once on CPU (search.search_batches); by default
     search.default_workers. Each uses a share of torch's threads, and a batch's
@@ -218,7 +219,7 @@ class Translator(TextTranslator):
 
     def __init__(
         self,
-        model: Seq2SeqBase,
+        model: SearchModel,
         vocab: Vocab,
         params: Params,
         settings: DecodeParams,
@@ -239,8 +240,15 @@ class Translator(TextTranslator):
         device: str = "auto",
         settings: DecodeParams | None = None,
         workers: int | None = None,
+        ensemble: Sequence[str] | None = None,
+        ensemble_name: str = "decode.ensemble",
     ) -> Translator:
-        """Load model_dir's model.pt and sentencepiece model(s); settings default to its decode params."""
+        """Load model_dir's model.pt and sentencepiece model(s); settings default to its decode params.
+
+        The model directories of `ensemble`, by default `settings.ensemble`, decode with it
+        (load_members checks them; its messages call the list `ensemble_name`). A model's own saved
+        settings name none: they never pull in other directories.
+        """
         model_dir = Path(model_dir)
         path = model_dir / checkpoint.MODEL_FILE
         obj = checkpoint.load(path)
@@ -254,7 +262,13 @@ class Translator(TextTranslator):
                     f"sentencepiece model has {spm_size}, so they come from different runs; copy in the "
                     "sentencepiece model(s) the model was trained with, or retrain"
                 )
-        return cls(model, vocab, params, settings or params.decode, torch_device(device), workers)
+        settings = settings or dataclasses.replace(params.decode, ensemble=())
+        if ensemble is not None:
+            settings = dataclasses.replace(settings, ensemble=tuple(ensemble))
+        if settings.ensemble:
+            members = load_members(model_dir, vocab, params.model.arch, settings.ensemble, ensemble_name)
+            return cls(Ensemble([model, *members]), vocab, params, settings, torch_device(device), workers)
+        return cls(model, vocab, params, settings, torch_device(device), workers)
 
     def search_ids(
         self, seqs: Sequence[Sequence[int]], s: DecodeParams, stats: SearchStats | None = None

@@ -5,7 +5,8 @@ per clean/test/<name>.src, the detokenized 1-best translations, line-aligned
 with their sources (an empty source line gives an empty hypothesis); with
 decode.n_best > 1 also .nbest files in the translate command's
 `i ||| hypothesis ||| score` format; and stats.json: the device and decoding
-settings, "val" and "test": {"<name>": ...}, each with sentences, seconds,
+settings (and with decode.ensemble, "ensemble": each member's path and the sha256 of its
+weights), "val" and "test": {"<name>": ...}, each with sentences, seconds,
 sentences_per_s, tokens_per_s (1-best output subwords, EOS included) and
 truncated (inputs longer than the model takes, see search.fit_to_model).
 
@@ -23,7 +24,7 @@ from typing import Any
 
 import click
 
-from pipeline import files
+from pipeline import files, lineage
 from pipeline.decoding.search import SearchStats
 from pipeline.decoding.translator import Translator, nbest_row, one_line
 from pipeline.devices import DEVICES
@@ -80,6 +81,11 @@ def decode(
     sources = read_sources(clean_dir)
     translator = Translator.from_dir(model_dir, device, settings=settings)
     report: dict[str, Any] = {"device": str(translator.device), "decode": dataclasses.asdict(settings)}
+    if settings.ensemble:  # DVC tracks the paths (params), not the weights: record which these were
+        report["ensemble"] = [
+            {"path": path, "model_sha256": lineage.sha256(Path(path) / lineage.MODEL_FILE)}
+            for path in settings.ensemble
+        ]
     with files.atomic_path(out_dir) as tmp:
         (tmp / TEST_DIR).mkdir(parents=True)
         for stem, lines in sources.items():

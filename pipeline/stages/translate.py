@@ -41,26 +41,36 @@ from pipeline.errors import UserError
 from pipeline.files import atomic_path
 from pipeline.stages.options import model_option
 
+Members = tuple[str, ...]  # --ensemble: other model directories
 
-def load_torch(model_dir: Path, device: str, quantization: str | None, exact: bool = True) -> TextTranslator:
+
+def load_torch(
+    model_dir: Path, device: str, quantization: str | None, exact: bool = True, ensemble: Members = ()
+) -> TextTranslator:
     """The reference search itself: `exact` changes nothing."""
     if quantization not in (None, "float32"):
         raise UserError(
             f"--quantization {quantization} needs --backend ctranslate2; the torch backend runs float32"
         )
-    return Translator.from_dir(model_dir, device)
+    return Translator.from_dir(model_dir, device, ensemble=ensemble, ensemble_name="--ensemble")
 
 
 def load_ctranslate2(
-    model_dir: Path, device: str, quantization: str | None, exact: bool = False
+    model_dir: Path,
+    device: str,
+    quantization: str | None,
+    exact: bool = False,
+    ensemble: tuple[str, ...] = (),
 ) -> TextTranslator:
+    if ensemble:
+        raise UserError("--ensemble: the ctranslate2 backend decodes one model; use --backend torch")
     return ct2.CT2Translator.from_dir(model_dir, device, quantization, exact=exact)
 
 
 OPTIONS = {name: "--" + name.replace("_", "-") for name in FIELDS}  # settings_with's names, as options
 
-# (model_dir, device, quantization or None, exact search) -> a backend
-BACKENDS: dict[str, Callable[[Path, str, str | None, bool], TextTranslator]] = {
+# (model_dir, device, quantization or None, exact search, ensemble members) -> a backend
+BACKENDS: dict[str, Callable[[Path, str, str | None, bool, Members], TextTranslator]] = {
     "torch": load_torch,
     "ctranslate2": load_ctranslate2,
 }
@@ -237,6 +247,14 @@ def translate_stream(render: Render, source: BinaryIO, out: BinaryIO, *, interac
     "<2xx>, to lines without one).  [default: the model's one target]",
 )
 @click.option(
+    "--ensemble",
+    "ensemble",
+    multiple=True,
+    type=click.Path(file_okay=False, exists=True),
+    help="Another model directory of the same vocabulary to decode with --model, their probabilities "
+    "averaged; repeat for more (torch backend).",
+)
+@click.option(
     "--workers",
     type=click.IntRange(min=1),
     default=None,
@@ -260,6 +278,7 @@ def command(
     quantization: str | None,
     exact_search: bool,
     tgt_lang: str | None,
+    ensemble: tuple[str, ...],
     workers: int | None,
 ) -> None:
     """Translate raw text, one sentence a line (interactive when stdin is a terminal)."""
@@ -270,7 +289,7 @@ def command(
         )
     if sample and backend != "torch":  # before a conversion; a model's own sampling is refused by ct2
         raise UserError(f"--sample: {backend} does not sample here ({ct2.NO_SAMPLING}); use --backend torch")
-    translator = BACKENDS[backend](model_dir, device, quantization, exact_search)
+    translator = BACKENDS[backend](model_dir, device, quantization, exact_search, ensemble)
     if workers is not None:
         assert isinstance(translator, Translator)  # --workers was refused above for other backends
         translator.workers = workers

@@ -444,6 +444,26 @@ def test_models_saved_before_sampling_load_with_it_off(raw):
     assert (s.enabled, s.top_k, s.top_p, s.temperature) == (False, 0, 1.0, 1.0)
 
 
+def test_models_saved_before_ensembles_load_with_none(raw):
+    del raw["decode"]["ensemble"], raw["backtranslation"]["decode"]["ensemble"]
+    old = P.from_saved(raw)
+    assert old.decode.ensemble == () and old.backtranslation.decode.ensemble == ()
+    del raw["backtranslation"]
+    assert P.from_saved(raw).backtranslation.decode.ensemble == ()
+
+
+def test_an_ensemble_lists_each_model_once_and_no_empty_path(raw):
+    raw["decode"]["ensemble"] = "data/parents/a"  # `-S decode.ensemble=dir` lists one
+    assert P.from_dict(copy.deepcopy(raw)).decode.ensemble == ("data/parents/a",)
+    raw["decode"]["ensemble"] = ["data/parents/a", "data/parents/b", "data/parents/a"]
+    assert refused(copy.deepcopy(raw)) == "decode.ensemble: lists data/parents/a twice; list each model once"
+    raw["decode"]["ensemble"] = [" "]
+    assert refused(copy.deepcopy(raw)) == "decode.ensemble: holds an empty path; list model directories"
+    raw["decode"]["ensemble"] = []
+    raw["backtranslation"]["decode"]["ensemble"] = ["  ", "x"]
+    assert refused(raw).startswith("backtranslation.decode.ensemble: holds an empty path")
+
+
 @pytest.mark.parametrize("key, value", [("top_k", 10), ("top_p", 0.9), ("temperature", 0.7)])
 def test_a_sampling_value_with_sampling_off_is_refused_as_having_no_effect(raw, key, value):
     raw["decode"]["sampling"][key] = value

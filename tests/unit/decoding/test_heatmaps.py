@@ -86,6 +86,11 @@ def test_model_dir_and_refusals(tmp_path: Path) -> None:
     decoder_only = Translator.from_dir(make_model_dir(tmp_path / "dec", arch="decoder_only"), device="cpu")
     with pytest.raises(UserError, match="no cross-attention"):
         heatmaps.cross_attention(decoder_only, "der mann")
+    ensemble = Translator.from_dir(
+        model_dir, device="cpu", ensemble=[str(make_model_dir(tmp_path / "b", seed=1))]
+    )
+    with pytest.raises(UserError, match="an ensemble has attention weights per member"):
+        heatmaps.cross_attention(ensemble, "der mann")
 
 
 def test_a_sampling_translator_draws_the_sample_it_translates(translator: Translator) -> None:

@@ -8,10 +8,11 @@ from pathlib import Path
 import yaml
 from click.testing import CliRunner
 
+from pipeline import lineage
 from pipeline import params as P
 from pipeline.decoding.translator import Translator
 from pipeline.stages import decode as decode_stage
-from tests.support.models import make_model_dir
+from tests.support.models import make_model_dir, train_spm
 from tests.support.repo import REPO
 
 VAL = ["ein hund läuft", "", "die katze springt über die straße", "   ", "der mann"]
@@ -128,3 +129,24 @@ def test_decode_refuses_sampling_with_a_beam_before_writing(tmp_path: Path) -> N
         in result.output
     )
     assert not (tmp_path / "decode").exists()
+
+
+def test_decode_with_an_ensemble_records_its_members(tmp_path: Path) -> None:
+    other = make_model_dir(tmp_path / "other", seed=4)
+    args = setup(tmp_path, ensemble=[str(other)])
+    result = CliRunner().invoke(decode_stage.command, args)
+    assert result.exit_code == 0, result.output
+    settings = P.load(tmp_path / "params.yaml").decode
+    translator = Translator.from_dir(tmp_path / "model", device="cpu", settings=settings)
+    assert read(tmp_path / "decode" / "val.hyp") == translator.translate(VAL)
+    stats = json.loads((tmp_path / "decode" / "stats.json").read_text(encoding="utf-8"))
+    (member,) = stats["ensemble"]  # DVC tracks the path alone: the weights' digest says which they were
+    assert member == {"path": str(other), "model_sha256": lineage.sha256(other / "model.pt")}
+
+
+def test_decode_refuses_a_member_of_another_vocabulary_before_writing(tmp_path: Path) -> None:
+    other = make_model_dir(tmp_path / "other", seed=4)
+    train_spm(other / "spm.model", seed=9)
+    result = CliRunner().invoke(decode_stage.command, setup(tmp_path, ensemble=[str(other)]))
+    assert result.exit_code == 1 and "decode.ensemble[0]: " in result.output
+    assert "another vocabulary" in result.output and not (tmp_path / "decode").exists()

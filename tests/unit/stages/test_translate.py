@@ -146,3 +146,24 @@ def test_command_refuses_sampling_options_that_cannot_apply(model_dir: Path) -> 
         assert "Traceback" not in result.output and result.stdout == ""
     bad = run([*base, "--sample", "--top-p", "1.5"], b"ein hund\n")
     assert bad.exit_code == 2 and "--top-p" in bad.output
+
+
+def test_command_decodes_an_ensemble_as_the_translator_does(model_dir: Path, tmp_path: Path) -> None:
+    other = make_model_dir(tmp_path / "other", seed=5)  # the fixture's vocabulary, other weights
+    lines = ["ein hund läuft", "", "die katze springt über die straße"]
+    result = run(
+        ["--model", str(model_dir), "--ensemble", str(other), "--device", "cpu"], "\n".join(lines).encode()
+    )
+    assert result.exit_code == 0, result.output
+    ensemble = Translator.from_dir(model_dir, device="cpu", ensemble=[str(other)])
+    assert result.stdout_bytes.decode("utf-8").split("\n")[:-1] == ensemble.translate(lines)
+    refused = run(["--model", str(model_dir), "--ensemble", str(model_dir), "--device", "cpu"], b"ein hund\n")
+    assert (
+        refused.exit_code == 1
+        and "--ensemble[0]: " in refused.output
+        and "is the model itself" in refused.output
+    )
+    ct2 = run(
+        ["--model", str(model_dir), "--ensemble", str(other), "--backend", "ctranslate2"], b"ein hund\n"
+    )
+    assert ct2.exit_code == 1 and "--ensemble: the ctranslate2 backend decodes one model" in ct2.output
