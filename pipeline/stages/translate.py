@@ -163,6 +163,13 @@ def translate_stream(render: Render, source: BinaryIO, out: BinaryIO, *, interac
     help="Beam size (1: greedy).  [default: the model's decode.beam]",
 )
 @click.option(
+    "--length-penalty",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="GNMT's alpha: hypotheses are ranked by log-probability / ((5 + length) / 6) ** alpha.  "
+    "[default: the model's decode.length_penalty]",
+)
+@click.option(
     "--batch-tokens",
     type=click.IntRange(min=1),
     default=None,
@@ -264,6 +271,7 @@ def translate_stream(render: Render, source: BinaryIO, out: BinaryIO, *, interac
 def command(
     model_dir: Path,
     beam: int | None,
+    length_penalty: float | None,
     batch_tokens: int | None,
     sample: bool,
     top_k: int | None,
@@ -295,7 +303,11 @@ def command(
         translator.workers = workers
     # Before reading any input; a message names the option, or the model's decode key it defaults to.
     given: dict[str, object] = dict(
-        beam=beam, batch_tokens=batch_tokens, n_best=n_best, sample=sample or None
+        beam=beam,
+        length_penalty=length_penalty,
+        batch_tokens=batch_tokens,
+        n_best=n_best,
+        sample=sample or None,
     )
     given |= dict(top_k=top_k, top_p=top_p, temperature=temperature, seed=seed)
     translator.settings = settings_with(translator.settings, OPTIONS, given)

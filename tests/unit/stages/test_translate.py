@@ -167,3 +167,16 @@ def test_command_decodes_an_ensemble_as_the_translator_does(model_dir: Path, tmp
         ["--model", str(model_dir), "--ensemble", str(other), "--backend", "ctranslate2"], b"ein hund\n"
     )
     assert ct2.exit_code == 1 and "--ensemble: the ctranslate2 backend decodes one model" in ct2.output
+
+
+def test_command_length_penalty_reaches_the_search(model_dir: Path, translator: Translator) -> None:
+    lines = ["der hund springt über die straße", "ein mann", "die frau läuft"]
+    for alpha in (0.0, 2.0):
+        result = run(
+            ["--model", str(model_dir), "--device", "cpu", "--length-penalty", str(alpha), "--n-best", "3"],
+            "\n".join(lines).encode(),
+        )
+        assert result.exit_code == 0, result.output
+        rows = result.stdout_bytes.decode("utf-8").split("\n")[:-1]
+        want = translator.translate_nbest(lines, 3, length_penalty=alpha)
+        assert rows == [tr.nbest_row(i, t) for i, ts in enumerate(want) for t in ts]
