@@ -6,7 +6,8 @@ paths in data/raw (.tgt); reports/metrics.json is {"val": {...}, "test":
 {"<name>": {...}}}, so DVC shows `test.<name>.bleu`. The metrics are
 pipeline/reporting/metrics.py. The scores go to the training run in MLflow too
 (`dev_*` for val, `test.<name>.*`), with the hypotheses (decode/<key>.hyp) and
-the sha256 of their references (tags refs_sha256.val, refs_sha256.test.<name>),
+the sha256 of their references (tags refs_sha256.val, refs_sha256.test.<name>)
+and, where decode.ensemble made them, its members (tags ensemble, ensemble_sha256),
 so `python -m pipeline compare` can test runs later (reporting/hypotheses.py),
 every corpus source of data/raw/manifest.json as a dataset input of the run,
 and the model as an MLflow pyfunc model (registered if tracking.register_model
@@ -18,6 +19,7 @@ stage and retrains nothing.
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 from typing import Any
 
@@ -151,12 +153,26 @@ def log_final_scores(
         tracker.set_tags({f"sacrebleu.{name}": sig for name, sig in signatures.items()})
         tracker.set_tags({refs_tag(k): s["refs_sha256"] for k, s in by_key.items()})
         if decode_dir is not None:
+            tracker.set_tags(ensemble_tags(decode_dir))
             for key in by_key:
                 folder = HYPS_ARTIFACT_DIR if key == VAL else f"{HYPS_ARTIFACT_DIR}/{TEST_DIR}"
                 tracker.log_artifact(decode_dir / f"{key}.hyp", folder)
         if manifest is not None:  # logged here, not by train: a new test set must not retrain
             sources = read_manifest(manifest)
             tracker.log_datasets(manifest_datasets(sources) if sources else [])
+
+
+def ensemble_tags(decode_dir: Path) -> dict[str, str]:
+    """The decode stage's ensemble (stats.json), as tags of the run whose scores it made: the run's own
+    model is one member, and its logged model decodes alone."""
+    stats = decode_dir / "stats.json"
+    members = json.loads(stats.read_text(encoding="utf-8")).get("ensemble", []) if stats.is_file() else []
+    if not members:
+        return {}
+    return {
+        "ensemble": ",".join(m["path"] for m in members),
+        "ensemble_sha256": ",".join(m["model_sha256"] for m in members),
+    }
 
 
 def summary_lines(results: dict[str, Any]) -> list[str]:

@@ -154,6 +154,8 @@ def test_scores_go_to_the_training_run(tmp_path: Path, monkeypatch: pytest.Monke
         run.save_run_file(tmp_path / "model" / "mlflow_run.json")
     make_split(tmp_path, "val", REFS, REFS)
     decode, raw = make_split(tmp_path, T, HYPS, REFS)
+    members = [{"path": "/m/a", "model_sha256": "ab" * 32}, {"path": "/m/b", "model_sha256": "cd" * 32}]
+    files.write_json(decode / "stats.json", {"ensemble": members})  # the decode stage's record
     result = score.score(decode, raw, tmp_path / "metrics.json", model_dir=tmp_path / "model")
     client = MlflowClient(run.tracking_uri)
     logged = client.get_run(run.run_id).data
@@ -165,6 +167,11 @@ def test_scores_go_to_the_training_run(tmp_path: Path, monkeypatch: pytest.Monke
     sha = hashlib.sha256((raw / "test" / "t1.tgt").read_bytes()).hexdigest()
     assert logged.tags["refs_sha256.test.t1"] == sha
     assert logged.tags["refs_sha256.val"] == hashlib.sha256((raw / "val.tgt").read_bytes()).hexdigest()
+    # The scores are an ensemble's: the run says which models besides its own made them.
+    assert (logged.tags["ensemble"], logged.tags["ensemble_sha256"]) == (
+        "/m/a,/m/b",
+        f"{'ab' * 32},{'cd' * 32}",
+    )
     assert [a.path for a in client.list_artifacts(run.run_id, "decode/test")] == ["decode/test/t1.hyp"]
     assert "decode/val.hyp" in [a.path for a in client.list_artifacts(run.run_id, "decode")]
     local = client.download_artifacts(run.run_id, "decode/test/t1.hyp", str(tmp_path / "back"))
@@ -231,3 +238,9 @@ def test_same_input_same_intervals_and_the_cli_passes_resamples_and_seed(tmp_pat
     first, again, other = (json.loads(o.read_text())["test"]["t1"] for o in outs)
     assert first == again and first["bootstrap"] == {"n": 150, "seed": 7}
     assert other["ci95"] != first["ci95"] and other["bleu"] == first["bleu"]
+
+
+def test_a_decode_without_an_ensemble_tags_none(tmp_path: Path) -> None:
+    assert score.ensemble_tags(tmp_path) == {}  # no stats.json (an older decode)
+    files.write_json(tmp_path / "stats.json", {"device": "cpu", "val": {}})
+    assert score.ensemble_tags(tmp_path) == {}
