@@ -327,6 +327,7 @@ class Experiment:
     axis: str | None = None  # a sweep variant's axis and value
     value: str | None = None
     parent: str | None = None  # the experiment whose model it starts from (fetch_parent)
+    ensemble: tuple[str, ...] = ()  # experiments whose models decode with its own (fetched as parents are)
 
     @property
     def ranking(self) -> bool:
@@ -472,6 +473,8 @@ def fetch_parents(experiments: list[Experiment], checked: list[P.Params]) -> Non
     from pipeline import lineage
 
     for exp, params in zip(experiments, checked, strict=True):
+        for member in exp.ensemble:  # decode.ensemble checks them when the decode stage loads them
+            fetch_parent(member, f"run it first (--ensemble names a finished experiment of {exp.pair})")
         parent = exp.parent
         if parent is None:
             continue
@@ -572,6 +575,13 @@ def cli() -> None:
     metavar="EXPERIMENT",
     help="With --recipe parent: start from this finished experiment of the pair instead of the recipe's.",
 )
+@click.option(
+    "--ensemble",
+    "members",
+    multiple=True,
+    metavar="EXPERIMENT",
+    help="Decode with this finished experiment's model too (decode.ensemble; repeatable; needs --name).",
+)
 @PARAMS_OPTION
 @click.option("--dry-run", is_flag=True, help="Print the command instead of queueing it.")
 def queue(
@@ -581,19 +591,30 @@ def queue(
     extra: tuple[str, ...],
     name: str | None,
     parent: str | None,
+    members: tuple[str, ...],
     params_file: Path,
     dry_run: bool,
 ) -> None:
-    """Queue one full-pipeline experiment: the pair's baseline plus a recipe (plus --set changes)."""
+    """Queue one full-pipeline experiment: the pair's baseline plus a recipe (plus --set changes, plus
+    --ensemble members)."""
     exp = recipe_experiment(pair, recipe, steps, parent)
-    if extra or name:
-        if not (extra and name):
-            raise click.UsageError("--set and --name go together: a changed recipe needs a name of its own")
+    if extra or members or name:
+        if not ((extra or members) and name):
+            raise click.UsageError(
+                "--set and --ensemble need --name, and --name one of them: a changed recipe needs a name "
+                "of its own"
+            )
         if not name.startswith(f"{pair}-") or _EXP_NAME.fullmatch(name) is None:
             raise click.UsageError(f"--name {name!r}: letters, digits, '.', '-' only, starting with {pair}-")
+        for member in members:
+            if not member.startswith(f"{pair}-"):
+                raise click.UsageError(f"--ensemble {member}: not an experiment of {pair} (named {pair}-...)")
         given = dict(_name_value(x) for x in extra)
+        if members:
+            given["decode.ensemble"] = [str(parent_dir(member)) for member in members]
         parent = None if "train.init_from" in given else exp.parent  # a parent of its own: not fetched
-        exp = Experiment(name, pair, CUSTOM, {**exp.changes, **given}, steps, parent=parent)
+        changes = {**exp.changes, **given}
+        exp = Experiment(name, pair, CUSTOM, changes, steps, parent=parent, ensemble=members)
     enqueue([exp], _raw(params_file), dry_run)
 
 
@@ -796,6 +817,13 @@ def parent_of(record: RunRecord) -> str | None:
     return None if init == "null" else Path(init).name
 
 
+def members_of(record: RunRecord) -> list[str]:
+    """The experiments whose models a run decoded with its own: the names of its decode.ensemble (fetched
+    parent_dirs)."""
+    found = yaml.safe_load(record.params.get("decode.ensemble", "[]") or "[]")
+    return [Path(str(path)).name for path in found] if isinstance(found, list) else []
+
+
 def other_parent(name: str, pair: str, record: RunRecord, steps: int | None) -> Experiment | None:
     """A recipe's run from another parent (`queue --parent`): the experiment that recipe_experiment makes
     of the run's own parent, where it has the run's name; a --name run that merely starts alike is not."""
@@ -893,8 +921,8 @@ def add_reverse(row: Row) -> bool:
 
 
 def link_upstream(rows: list[Row], parents: list[Row]) -> None:
-    """Each row's upstream minutes: its reverse model's, and its parent's total (the parent's row among
-    `parents`, named by the run's train.init_from, a fetched parent_dir)."""
+    """Each row's upstream minutes: its reverse model's, its parent's total (the parent's row among
+    `parents`, named by the run's train.init_from, a fetched parent_dir), and each ensemble member's."""
     by_name = {r.name: r for r in parents}
 
     def total(row: Row, seen: frozenset[str]) -> None:
@@ -908,6 +936,12 @@ def link_upstream(rows: list[Row], parents: list[Row]) -> None:
             total(parent, seen | {row.name})
             if parent.total_minutes is not None:
                 row.upstream[f"parent {parent.name}"] = parent.total_minutes
+        for name in members_of(row.record):  # a member that is the parent is counted once, above
+            member = by_name.get(name)
+            if member is not None and member is not row and member is not parent:
+                total(member, seen | {row.name})
+                if member.total_minutes is not None:
+                    row.upstream[f"ensemble member {name}"] = member.total_minutes
 
     for row in rows:
         total(row, frozenset())

@@ -600,3 +600,39 @@ def test_a_run_from_another_parent_is_of_its_recipe_and_a_look_alike_name_is_cus
     assert other is not None and (other.recipe, other.parent) == ("parent", "ru-en-multilingual")
     alike = pairs.experiment_of(record("en-ms-parent-lr-0.0001", "en-ms-multilingual"), known)
     assert alike is not None and (alike.recipe, alike.parent) == (pairs.CUSTOM, None)
+
+
+def test_an_ensemble_run_decodes_with_fetched_members_and_counts_their_minutes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    args = ["queue", "--pair", "ru-en", "--recipe", "parent", "--params", str(PARAMS)]
+    members = ["--ensemble", "ru-en-parent", "--ensemble", "ru-en-baseline"]
+    result = CliRunner().invoke(pairs.cli, [*args, *members, "--name", "ru-en-ens", "--dry-run"])
+    assert result.exit_code == 0, result.output
+    listed = f"decode.ensemble=[{pairs.parent_dir('ru-en-parent')}, {pairs.parent_dir('ru-en-baseline')}]"
+    assert listed in shlex.split(result.output)
+    for bad, why in (
+        ([*members], "need --name"),
+        (["--ensemble", "en-ms-baseline", "--name", "ru-en-ens"], "not an experiment of ru-en"),
+    ):
+        result = CliRunner().invoke(pairs.cli, [*args, *bad, "--dry-run"])
+        assert result.exit_code != 0 and why in result.output
+    monkeypatch.chdir(tmp_path)  # no git repository: no experiments, so no member to fetch
+    result = CliRunner().invoke(pairs.cli, [*args, "--ensemble", "ru-en-gone", "--name", "ru-en-ens"])
+    assert result.exit_code != 0 and "no finished DVC experiment ru-en-gone" in result.output
+
+    parent = finished_row("ru-en-baseline", "baseline", 76.6)
+    other = finished_row("ru-en-other", "custom", 70.0)
+    ensemble = finished_row(
+        "ru-en-ens",
+        "custom",
+        27.9,
+        {
+            "train.init_from": str(pairs.parent_dir("ru-en-baseline")),
+            "decode.ensemble": f"[{pairs.parent_dir('ru-en-other')}, {pairs.parent_dir('ru-en-baseline')}]",
+        },
+    )
+    rows = [parent, other, ensemble]
+    pairs.link_upstream(rows, rows)
+    assert ensemble.upstream == {"parent ru-en-baseline": 76.6, "ensemble member ru-en-other": 70.0}
+    assert ensemble.total_minutes == 174.5  # the parent, a member too, counted once
