@@ -5,10 +5,9 @@ Hypotheses are data/decode/val.hyp and test/<name>.hyp, references the same
 paths in data/raw (.tgt); reports/metrics.json is {"val": {...}, "test":
 {"<name>": {...}}}, so DVC shows `test.<name>.bleu`. The metrics are
 pipeline/reporting/metrics.py. The scores go to the training run in MLflow too
-(`dev_*` for val, `test.<name>.*`), with the hypotheses (decode/<key>.hyp) and
-the sha256 of their references (tags refs_sha256.val, refs_sha256.test.<name>)
-and, where decode.ensemble made them, its members (tags ensemble, ensemble_sha256),
-so `python -m pipeline compare` can test runs later (reporting/hypotheses.py),
+(`dev_*` for val, `test.<name>.*`), with the hypotheses (decode/<key>.hyp), the
+sha256 of their references (tags refs_sha256.*) and any decode.ensemble members
+(tags ensemble*), so `python -m pipeline compare` can test runs later,
 every corpus source of data/raw/manifest.json as a dataset input of the run,
 and the model as an MLflow pyfunc model (registered if tracking.register_model
 names it). That is all MLflow sees after training, here and not in the train
