@@ -98,7 +98,7 @@ def load_members(
                 f"{key}: {other} is not a model directory (it has no {checkpoint.MODEL_FILE}); give one "
                 "that the train stage or import-hf wrote"
             )
-        differ = [name for name, data in ours.items() if not _same(where / name, data)]
+        differ = [file for file, data in ours.items() if not _same(where / file, data)]
         if differ:
             raise UserError(
                 f"{key}: {other}/{differ[0]} is not {model_dir}/{differ[0]}: another vocabulary; ensemble "
