@@ -60,7 +60,7 @@ def load_ctranslate2(
     device: str,
     quantization: str | None,
     exact: bool = False,
-    ensemble: tuple[str, ...] = (),
+    ensemble: Members = (),
 ) -> TextTranslator:
     if ensemble:
         raise UserError("--ensemble: the ctranslate2 backend decodes one model; use --backend torch")
