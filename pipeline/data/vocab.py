@@ -109,6 +109,16 @@ class Vocab:
         """The file(s) this vocab was loaded from (models, piece map), to copy beside a checkpoint."""
         return list(self._files)
 
+    def differing_files(self, other_dir: Path) -> list[str]:
+        """The vocabulary files that `other_dir` (a bpe or model directory) lacks, has besides these,
+        or holds otherwise, sorted: none where it reads and writes the same ids as this vocabulary."""
+        ours = {path.name: path for path in self.model_files()}
+        names = (JOINT_MODEL, SRC_MODEL, TGT_MODEL, PIECE_MAP)
+        theirs = {name for name in names if (other_dir / name).is_file()}
+        return sorted(set(ours) ^ theirs) or sorted(
+            name for name, path in ours.items() if path.read_bytes() != (other_dir / name).read_bytes()
+        )
+
     def encode_src(self, lines: Sequence[str]) -> list[list[int]]:
         return self._encode(self._src, lines)
 

@@ -83,7 +83,6 @@ def load_members(
     """The models of `others` (model directories), each refused in one line, which names it as the
     `name` setting's item, unless it reads and writes `model_dir`'s vocabulary (its sentencepiece
     files, byte for byte) and is of its `arch`."""
-    ours = {path.name: path.read_bytes() for path in vocab.model_files()}
     members, seen = [], set()
     for i, other in enumerate(others):
         key, where = f"{name}[{i}]", Path(other)
@@ -98,7 +97,7 @@ def load_members(
                 f"{key}: {other} is not a model directory (it has no {checkpoint.MODEL_FILE}); give one "
                 "that the train stage or import-hf wrote"
             )
-        differ = [file for file, data in ours.items() if not _same(where / file, data)]
+        differ = vocab.differing_files(where)
         if differ:
             raise UserError(
                 f"{key}: {other}/{differ[0]} is not {model_dir}/{differ[0]}: another vocabulary; ensemble "
@@ -119,7 +118,3 @@ def load_members(
             )
         members.append(model)
     return members
-
-
-def _same(path: Path, data: bytes) -> bool:
-    return path.is_file() and path.read_bytes() == data

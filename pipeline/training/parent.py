@@ -83,13 +83,7 @@ def check_copied(parent: lineage.Parent, recorded: lineage.Parent | None, bpe_di
 
 def check_same_vocabulary(vocab: Vocab, parent_dir: Path, bpe_dir: Path) -> None:
     """Every file of data/bpe's vocabulary is the parent's, byte for byte."""
-    theirs = {path.name for path in Vocab.load(parent_dir).model_files()}
-    ours = {path.name for path in vocab.model_files()}
-    differ = sorted(ours ^ theirs) or [
-        path.name
-        for path in vocab.model_files()
-        if path.read_bytes() != (parent_dir / path.name).read_bytes()
-    ]
+    differ = vocab.differing_files(parent_dir)
     if differ:
         raise ParamsError(
             f"train.init_from: {bpe_dir}/{differ[0]} is not the parent's ({parent_dir}/{differ[0]}): "

@@ -16,7 +16,7 @@ from pipeline.data.vocab import Vocab
 from pipeline.errors import UserError
 from pipeline.stages.bpe import train_bpe
 from tests.support.hf import SRC_WORDS, TGT_WORDS, train_marian_spm
-from tests.support.models import bpe_params
+from tests.support.models import bpe_params, train_spm
 
 WORDS = "der die das hund katze läuft über straße the dog cat runs over street".split()
 
@@ -203,3 +203,16 @@ def test_a_piece_map_with_other_special_ids_or_gaps_is_refused(
 
 def ids_at(ids: dict[str, int], i: int) -> str:
     return next(p for p, j in ids.items() if j == i)
+
+
+def test_differing_files_names_what_another_directory_holds_otherwise(tmp_path: Path) -> None:
+    for name, seed in (("a", 0), ("same", 0), ("other", 7)):
+        (tmp_path / name).mkdir()
+        train_spm(tmp_path / name / "spm.model", seed=seed)
+    ours = Vocab.load(tmp_path / "a")
+    assert ours.differing_files(tmp_path / "same") == []
+    assert ours.differing_files(tmp_path / "other") == ["spm.model"]  # same name and size, other pieces
+    (tmp_path / "same" / "src.model").write_bytes(b"x")  # a separate vocabulary's file besides
+    assert ours.differing_files(tmp_path / "same") == ["src.model"]
+    (tmp_path / "empty").mkdir()
+    assert ours.differing_files(tmp_path / "empty") == ["spm.model"]
