@@ -269,7 +269,8 @@ def from_dict(raw: Any) -> Params:
     return params
 
 
-# Settings added since models were first saved, each with the value that keeps the old behaviour.
+# Settings added since models were first saved (their key paths), each with the value that keeps the
+# old behaviour.
 _ADDED = {
     ("data", "workers"): 1,  # one process: what clean ran on before
     ("clean", "decontaminate"): False,
@@ -287,6 +288,7 @@ _ADDED = {
     ("tracking", "serve_backend"): "torch",
     ("decode", "sampling"): {"enabled": False, "top_k": 0, "top_p": 1.0, "temperature": 1.0, "seed": 1},
     ("decode", "ensemble"): [],
+    ("backtranslation", "decode", "ensemble"): [],
 }
 # Sections added since: a saved params without one had it off.
 _ADDED_SECTIONS = {"backtranslation"}
@@ -302,12 +304,13 @@ def from_saved(raw: Any) -> Params:
     if not isinstance(raw, dict):
         return from_dict(raw)
     raw = copy.deepcopy(raw)
-    for (section, key), value in _ADDED.items():
-        if isinstance(raw.get(section), dict):
-            raw[section].setdefault(key, copy.deepcopy(value))
-    backtranslation = raw.get("backtranslation")
-    if isinstance(backtranslation, dict) and isinstance(backtranslation.get("decode"), dict):
-        backtranslation["decode"].setdefault("ensemble", [])  # saved before decode.ensemble existed
+    for key_path, value in _ADDED.items():
+        *sections, key = key_path
+        node = raw
+        for section in sections:
+            node = node.get(section) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            node.setdefault(key, copy.deepcopy(value))
     if isinstance(raw.get("data"), dict) and "corpus" in raw["data"]:
         raw["data"] = _data_before_sources(raw["data"])
     _drop_ignored(raw)
