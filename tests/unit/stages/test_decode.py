@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -139,6 +140,8 @@ def test_decode_with_an_ensemble_records_its_members(tmp_path: Path) -> None:
     settings = P.load(tmp_path / "params.yaml").decode
     translator = Translator.from_dir(tmp_path / "model", device="cpu", settings=settings)
     assert read(tmp_path / "decode" / "val.hyp") == translator.translate(VAL)
+    alone = dataclasses.replace(settings, ensemble=())
+    assert translator.translate(VAL) != Translator.from_dir(tmp_path / "model", "cpu", alone).translate(VAL)
     stats = json.loads((tmp_path / "decode" / "stats.json").read_text(encoding="utf-8"))
     (member,) = stats["ensemble"]  # DVC tracks the path alone: the weights' digest says which they were
     assert member == {"path": str(other), "model_sha256": lineage.sha256(other / "model.pt")}
