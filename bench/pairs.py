@@ -39,6 +39,7 @@ from typing import Any
 
 import click
 import yaml
+from sacrebleu.metrics import BLEU, CHRF
 
 from bench import run_archive
 from bench.common import machine_info
@@ -769,6 +770,7 @@ class PairResult:
     sweep: list[Row]  # ranking runs
     baseline: Row | None
     refs: str | None  # where the test references came from
+    copy_source: dict[str, dict[str, float]] = field(default_factory=dict)  # test set -> BLEU, chrF
 
 
 @dataclass
@@ -789,6 +791,7 @@ class Report:
                     "best_val_sweep": next((r.name for r in p.sweep if r.best_val), None),
                     "tests": p.tests,
                     "refs": p.refs,
+                    "copy_source": p.copy_source,
                 }
                 for p in self.pairs
             },
@@ -919,12 +922,14 @@ def collect(params_file: Path, given_refs: dict[str, Path], archive: Path) -> Re
             pair, params_file, given_refs.get(pair), bool(full), scratch / pair
         )
         notes += refs_notes
+        copied = {}
         if refs_dir is not None:
             notes += score_sets(full, base, refs_dir, tests)
+            copied = copy_source_scores(refs_dir, tests)
         mark_best(full)
         mark_best(ranking)
         notes += over_budget(full + ranking)
-        out.append(PairResult(pair, tests, full, ranking, base, where))
+        out.append(PairResult(pair, tests, full, ranking, base, where, copied))
     shutil.rmtree(scratch, ignore_errors=True)
     import torch  # here, not at the top: `queue` needs no torch
 
@@ -1083,6 +1088,24 @@ def score_sets(rows: list[Row], base: Row | None, refs_dir: Path, tests: list[st
     return notes
 
 
+def copy_source_scores(refs_dir: Path, tests: list[str]) -> dict[str, dict[str, float]]:
+    """BLEU and chrF of each test set's source copied unchanged as its translation, where refs_dir has
+    the source beside the reference: the floor for a pair whose languages share a script, where names,
+    numbers and loanwords carry over (en->ms: a model that scores below it has learned less than none)."""
+    out = {}
+    for name in tests:
+        ref = references_path(refs_dir, key_of(name))
+        src = ref.with_suffix(".src")
+        if not src.is_file():
+            continue
+        hyps, refs = files.read_lines(src), files.read_lines(ref)
+        if len(hyps) == len(refs):  # BLEU and chrF only: TER is slow on long lines that share little
+            out[name] = {
+                m: round(M().corpus_score(hyps, [refs]).score, 2) for m, M in (("bleu", BLEU), ("chrf", CHRF))
+            }
+    return out
+
+
 # --- the outputs -----------------------------------------------------------------------
 
 
@@ -1149,6 +1172,12 @@ def render(report: Report) -> str:
             lines += ["", f"**{missing_baseline(pair.pair)}.**"]
         if pair.refs:
             lines += ["", f"Test references: {pair.refs}."]
+        if pair.copy_source:
+            copied = "; ".join(
+                f"{name} BLEU {fmt_score(s['bleu'])}, chrF {fmt_score(s['chrf'])}"
+                for name, s in pair.copy_source.items()
+            )
+            lines += ["", f"The source copied unchanged as the translation (a floor): {copied}."]
         lines += ["", full_table(pair) if pair.rows else "No full-budget run yet."]
         lines += ["", "### Sweep (val only)", "", sweep_table(pair) if pair.sweep else "No ranking run yet."]
     lines += ["", "## Notes", "", *(f"- {escape_cell(n)}" for n in report.notes or ["none"])]

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sacrebleu
 import yaml
 from click.testing import CliRunner
 
@@ -86,6 +87,7 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> Made:
             files.write_lines(root / folder / ("val.tgt" if name == "val" else f"test/{name}.tgt"), lines)
     other_ms = root / "ms-other" / "test" / "ntrex128-enms.tgt"  # what the table is given for en-ms
     files.write_lines(other_ms, references(LINES, seed=12))
+    files.write_lines(other_ms.with_suffix(".src"), garble(references(LINES, seed=12), 0.5, 13))
 
     def some(sets: dict[str, list[str]], val: float, test: float, seed: int) -> dict[str, list[str]]:
         return {n: garble(lines, val if n == "val" else test, seed) for n, lines in sets.items()}
@@ -246,6 +248,17 @@ def test_the_multilingual_recipe_adds_german_news_into_the_same_english_for_ru_e
     assert exp.changes["train.max_epochs"] == 8
 
 
+def test_the_multilingual_news_recipe_adds_english_to_german_news_as_a_third_tagged_target() -> None:
+    params = pairs.check(RAW, pairs.recipe_experiment("en-ms", "multilingual-news"))
+    german = {name: s for name, s in params.data.sources.items() if s.tgt_lang == "de"}
+    assert sorted(s.catalog for s in german.values()) == sorted(pairs.NEWS_EN)
+    assert set(german) | set(pairs.INDONESIAN) < set(params.data.train)
+    assert (params.data.src_lang, params.data.tgt_lang) == ("en", "ms")
+    assert params.train.source_temperature == 2.0 and params.bpe.vocab_size == 8000
+    refused = CliRunner().invoke(pairs.cli, ["queue", "--pair", "ru-en", "--recipe", "multilingual-news"])
+    assert refused.exit_code != 0 and "for en-ms only" in refused.output
+
+
 def test_the_back_translation_recipe_sets_the_reverse_models_settings_apart() -> None:
     params = pairs.check(RAW, exp := pairs.recipe_experiment("ru-en", "back-translation"))
     assert params.backtranslation.enabled and list(params.backtranslation.mono) == pairs.NEWS_EN
@@ -374,6 +387,19 @@ def test_p_values_are_the_paired_test_against_the_pairs_baseline(made: Made) -> 
     assert all(runs["ru-en-lowres"]["test"][t]["p_vs_baseline"]["bleu"] < 0.05 for t in RU_TESTS)
 
 
+def test_the_source_copied_as_the_translation_is_scored_where_the_source_is_given(made: Made) -> None:
+    refs_dir = made.out.parent.parent / "ms-other" / "test"
+    source, refs = (files.read_lines(refs_dir / f"ntrex128-enms.{side}") for side in ("src", "tgt"))
+    expected = {
+        "bleu": round(sacrebleu.corpus_bleu(source, [refs]).score, 2),
+        "chrf": round(sacrebleu.corpus_chrf(source, [refs]).score, 2),
+    }
+    assert made.saved["pairs"]["en-ms"]["copy_source"] == {"ntrex128-enms": expected}
+    assert 0 < expected["chrf"] < 100
+    assert made.saved["pairs"]["ru-en"]["copy_source"] == {}  # its references came without sources
+    assert f"ntrex128-enms BLEU {expected['bleu']:.1f}, chrF {expected['chrf']:.1f}" in made.report
+
+
 def test_the_best_is_picked_by_val_never_by_test(made: Made) -> None:
     assert made.saved["pairs"]["ru-en"]["best_val"] == "ru-en-lowres-big"  # not lowres, the best on test
     assert [r["name"] for r in made.saved["runs"] if r["best_val"]] == ["ru-en-lowres-big", "en-ms-lowres"]
@@ -425,6 +451,10 @@ def test_without_refs_the_test_references_come_from_the_catalog(
     download.download(data, tmp_path / "raw")
     name = "test/ntrex128-enms.tgt"
     assert sha256_of(where / name) == sha256_of(tmp_path / "raw" / name)
+    # NTREX-128's English copied as its Malay: the floor docs/low-resource.md quotes
+    assert pairs.copy_source_scores(where, ["ntrex128-enms"]) == {
+        "ntrex128-enms": {"bleu": 3.84, "chrf": 21.66}
+    }
 
 
 def test_the_table_outlives_its_mlflow_store(
