@@ -417,7 +417,7 @@ def pair_experiment(name: str) -> dict:
     return raw
 
 
-@pytest.mark.parametrize("pair", ["ru-en", "ru-en-news", "en-ms"])
+@pytest.mark.parametrize("pair", ["ru-en", "ru-en-news", "ru-en-seed-2", "ru-en-news-seed-2", "en-ms"])
 def test_the_documented_pair_commands_set_only_keys_of_params_yaml_to_valid_values(pair):
     """Without the mirror: each -S key exists (pair_experiment asserts it) and the params validate."""
     data = params.from_dict(pair_experiment(pair)).data
