@@ -233,8 +233,8 @@ RECIPES["multilingual"] = Recipe(
 # sets, ~31k pairs of NTREX's domain, names and numbers carried over as Malay carries them) and en->id
 # beside en->ms: the encoder reads news English, every target tagged. Temperature 2 over the three
 # pairs gives en-ms and en-id a quarter of each epoch each; an 8k vocabulary for ~44k pairs in four
-# languages (docs/low-resource.md's rule); the default's 800 warmup steps. An epoch is ~690 updates of
-# about a second each on a 2-core Zen 4 (bf16): 6 epochs keep it within the 90-minute budget.
+# languages (docs/low-resource.md's rule); the default's 800 warmup steps. An epoch is ~690 updates:
+# 6 epochs took 53 minutes on a 2-core Zen 4 (bf16), within the 90-minute budget.
 GERMAN_NEWS_TARGET = {f"{name}-de": {"catalog": name, "tgt_lang": "de"} for name in NEWS_EN}
 RECIPES["multilingual-news"] = Recipe(
     "en-ms with en-id (Tatoeba, TICO-19) and en-de news (the de-en WMT sets, 2009-2020), tagged, "
@@ -923,7 +923,7 @@ def collect(params_file: Path, given_refs: dict[str, Path], archive: Path) -> Re
             pair, params_file, given_refs.get(pair), bool(full), scratch / pair
         )
         notes += refs_notes
-        copied = {}
+        copied: dict[str, dict[str, float]] = {}
         if refs_dir is not None:
             notes += score_sets(full, base, refs_dir, tests)
             copied = copy_source_scores(refs_dir, tests)
