@@ -248,7 +248,7 @@ def test_the_multilingual_recipe_adds_german_news_into_the_same_english_for_ru_e
     assert exp.changes["train.max_epochs"] == 8
 
 
-def test_the_multilingual_news_recipe_adds_english_to_german_news_as_a_third_tagged_target() -> None:
+def test_the_multilingual_news_recipe_adds_english_to_german_news_as_a_third_target() -> None:
     params = pairs.check(RAW, pairs.recipe_experiment("en-ms", "multilingual-news"))
     german = {name: s for name, s in params.data.sources.items() if s.tgt_lang == "de"}
     assert sorted(s.catalog for s in german.values()) == sorted(pairs.NEWS_EN)

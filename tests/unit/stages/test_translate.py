@@ -157,9 +157,8 @@ def test_command_decodes_an_ensemble_as_the_translator_does(model_dir: Path, tmp
     assert result.exit_code == 0, result.output
     ensemble = Translator.from_dir(model_dir, device="cpu", ensemble=[str(other)])
     assert result.stdout_bytes.decode("utf-8").split("\n")[:-1] == ensemble.translate(lines)
-    assert ensemble.translate(lines) != Translator.from_dir(model_dir, device="cpu").translate(
-        lines
-    )  # it counts
+    alone = Translator.from_dir(model_dir, device="cpu").translate(lines)
+    assert ensemble.translate(lines) != alone  # the member counts: an ignored --ensemble fails here
     refused = run(["--model", str(model_dir), "--ensemble", str(model_dir), "--device", "cpu"], b"ein hund\n")
     assert (
         refused.exit_code == 1
