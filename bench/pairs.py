@@ -926,7 +926,8 @@ def collect(params_file: Path, given_refs: dict[str, Path], archive: Path) -> Re
         copied: dict[str, dict[str, float]] = {}
         if refs_dir is not None:
             notes += score_sets(full, base, refs_dir, tests)
-            copied = copy_source_scores(refs_dir, tests)
+            copied, copy_notes = copy_source_scores(refs_dir, tests)
+            notes += copy_notes
         mark_best(full)
         mark_best(ranking)
         notes += over_budget(full + ranking)
@@ -1089,22 +1090,31 @@ def score_sets(rows: list[Row], base: Row | None, refs_dir: Path, tests: list[st
     return notes
 
 
-def copy_source_scores(refs_dir: Path, tests: list[str]) -> dict[str, dict[str, float]]:
+def copy_source_scores(refs_dir: Path, tests: list[str]) -> tuple[dict[str, dict[str, float]], list[str]]:
     """BLEU and chrF of each test set's source copied unchanged as its translation, where refs_dir has
     the source beside the reference: the floor for a pair whose languages share a script, where names,
-    numbers and loanwords carry over (en->ms: a model that scores below it has learned less than none)."""
-    out = {}
+    numbers and loanwords carry over (en->ms: a model that scores below it has learned less than none).
+    Also the notes on each set left without the floor: no source beside the reference, or a source
+    whose line count is not the reference's."""
+    out, notes = {}, []
     for name in tests:
         ref = references_path(refs_dir, key_of(name))
         src = ref.with_suffix(".src")
         if not src.is_file():
+            notes.append(f"{name}: no source beside the reference ({src}): no copied-source floor")
             continue
         hyps, refs = files.read_lines(src), files.read_lines(ref)
-        if len(hyps) == len(refs):  # BLEU and chrF only: TER is slow on long lines that share little
-            out[name] = {
-                m: round(M().corpus_score(hyps, [refs]).score, 2) for m, M in (("bleu", BLEU), ("chrf", CHRF))
-            }
-    return out
+        if len(hyps) != len(refs):
+            notes.append(
+                f"{name}: no copied-source floor: {src} has {len(hyps)} lines, {ref} {len(refs)}; "
+                "give both sides of the same test set"
+            )
+            continue
+        # BLEU and chrF only: TER is slow on long lines that share little
+        out[name] = {
+            m: round(M().corpus_score(hyps, [refs]).score, 2) for m, M in (("bleu", BLEU), ("chrf", CHRF))
+        }
+    return out, notes
 
 
 # --- the outputs -----------------------------------------------------------------------

@@ -25,6 +25,7 @@ from bench import pairs
 from pipeline import files
 from pipeline.data import corpora
 from pipeline.errors import UserError
+from pipeline.reporting.hypotheses import key_of
 from pipeline.reporting.metrics import paired_test
 from pipeline.reporting.runs import RunRecord
 from pipeline.reporting.significance import sha256_of
@@ -452,9 +453,25 @@ def test_without_refs_the_test_references_come_from_the_catalog(
     name = "test/ntrex128-enms.tgt"
     assert sha256_of(where / name) == sha256_of(tmp_path / "raw" / name)
     # NTREX-128's English copied as its Malay: the floor docs/low-resource.md quotes
-    assert pairs.copy_source_scores(where, ["ntrex128-enms"]) == {
-        "ntrex128-enms": {"bleu": 3.84, "chrf": 21.66}
-    }
+    assert pairs.copy_source_scores(where, ["ntrex128-enms"]) == (
+        {"ntrex128-enms": {"bleu": 3.84, "chrf": 21.66}},
+        [],
+    )
+
+
+def test_a_source_that_does_not_match_its_reference_gets_a_note_not_a_floor(tmp_path: Path) -> None:
+    (tmp_path / "test").mkdir()
+    ref = pairs.references_path(tmp_path, key_of("ntrex128-enms"))
+    files.write_lines(ref, ["Kucing itu tidur.", "Dia membaca buku."])
+    files.write_lines(ref.with_suffix(".src"), ["The cat sleeps."])  # one line short
+    scores, notes = pairs.copy_source_scores(tmp_path, ["ntrex128-enms", "newstest2018-ruen"])
+    assert scores == {}
+    assert len(notes) == 2
+    assert "ntrex128-enms" in notes[0] and "has 1 lines" in notes[0] and "2" in notes[0]
+    assert notes[1].startswith("newstest2018-ruen: no source beside the reference")
+    files.write_lines(ref.with_suffix(".src"), ["The cat sleeps.", "Dia membaca buku."])
+    scores, notes = pairs.copy_source_scores(tmp_path, ["ntrex128-enms"])
+    assert notes == [] and 0 < scores["ntrex128-enms"]["bleu"] < 100
 
 
 def test_the_table_outlives_its_mlflow_store(
