@@ -192,6 +192,7 @@ class DecodeParams:
     batch_tokens: int
     n_best: int  # with sampling: samples per input
     sampling: SamplingParams
+    no_repeat_ngram_size: int  # no output repeats an n-gram this long (search.ban_repeated_ngrams); 0: off
     # Other model directories decoded together with the model, their probabilities averaged; read where
     # the settings come from params.yaml (decode, backtranslate), never from a model's own saved params
     ensemble: tuple[str, ...]
@@ -289,6 +290,8 @@ _ADDED = {
     ("decode", "sampling"): {"enabled": False, "top_k": 0, "top_p": 1.0, "temperature": 1.0, "seed": 1},
     ("decode", "ensemble"): [],
     ("backtranslation", "decode", "ensemble"): [],
+    ("decode", "no_repeat_ngram_size"): 0,
+    ("backtranslation", "decode", "no_repeat_ngram_size"): 0,
 }
 # Sections added since: a saved params without one had it off.
 _ADDED_SECTIONS = {"backtranslation"}
@@ -332,6 +335,7 @@ def backtranslation_off(raw: dict[str, Any]) -> dict[str, Any]:
         "batch_tokens": 4096,
         "n_best": 1,
         "sampling": copy.deepcopy(_ADDED[("decode", "sampling")]),
+        "no_repeat_ngram_size": 0,
         "ensemble": [],
     }
     if isinstance(sections["train"], dict):
@@ -881,6 +885,7 @@ def check_decode(
     check(dec.max_len_a >= 0 and dec.max_len_b >= 0, "max_len_a", f"{limits} must be non-negative")
     check(dec.max_len_a > 0 or dec.max_len_b > 0, "max_len_b", f"{limits} cannot both be 0")
     check(dec.batch_tokens >= 1, "batch_tokens", "must be at least 1")
+    check(dec.no_repeat_ngram_size >= 0, "no_repeat_ngram_size", "must be non-negative (0: off)")
     check_sampling(dec, key, check)
     check(
         all(path.strip() for path in dec.ensemble), "ensemble", "holds an empty path; list model directories"

@@ -372,6 +372,7 @@ class CT2Translator(TextTranslator):
             min_decoding_length=0,
             max_input_length=0,
             suppress_sequences=self._banned,
+            no_repeat_ngram_size=s.no_repeat_ngram_size,
             max_batch_size=max(s.batch_tokens // s.beam, 1),
             batch_type="tokens",
         )
@@ -396,11 +397,13 @@ class CT2Translator(TextTranslator):
             min_decoding_length=0,
             max_input_length=0,
             suppress_sequences=self._banned,
+            no_repeat_ngram_size=s.no_repeat_ngram_size,
             max_batch_size=max(s.batch_tokens // beam, 1),
             batch_type="tokens",
         )
         found = [[self._found(h, sc, max_len) for h, sc in zip(r.hypotheses, r.scores)] for r in results]
-        self._rescore_cut(pieces, found)
+        # CT2 renormalizes what the n-gram ban leaves; our scores keep the model's own log-probs
+        self._rescore(pieces, found, every=s.no_repeat_ngram_size > 0)
         return found
 
     def _found(self, hypothesis: list[str], score: float, max_len: int) -> _Found:
@@ -409,9 +412,10 @@ class CT2Translator(TextTranslator):
             return _Found(tokens[:-1], score, True)
         return _Found(tokens[:max_len], score, False)
 
-    def _rescore_cut(self, pieces: list[list[str]], found: list[list[_Found]]) -> None:
-        """Score hypotheses cut at max_len as ours are: their tokens, then EOS (CT2 appends it)."""
-        cut = [(i, h) for i, hyps in enumerate(found) for h in hyps if not h.complete]
+    def _rescore(self, pieces: list[list[str]], found: list[list[_Found]], every: bool) -> None:
+        """Score hypotheses cut at max_len (or `every` one) as ours are: the model's log-probs of their
+        tokens, then EOS (CT2 appends it)."""
+        cut = [(i, h) for i, hyps in enumerate(found) for h in hyps if every or not h.complete]
         if not cut:
             return
         targets = [self.vocab.tgt_pieces(h.tokens) for _, h in cut]

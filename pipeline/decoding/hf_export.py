@@ -98,7 +98,8 @@ def hf_config(kind: str, cfg: P.ModelParams, src_vocab: int, tgt_vocab: int) -> 
 
 
 def generation_config(cfg: P.ModelParams, decode: P.DecodeParams) -> Any:
-    """Our search's fixed rules for generate(): PAD, BOS and SEP never output, EOS forced at the end."""
+    """Our search's fixed rules for generate(): PAD, BOS and SEP never output, EOS forced at the end;
+    and the model's beam and n-gram ban (decode.no_repeat_ngram_size: transformers' option of that name)."""
     return _transformers().GenerationConfig(
         decoder_start_token_id=BOS,
         pad_token_id=PAD,
@@ -106,6 +107,7 @@ def generation_config(cfg: P.ModelParams, decode: P.DecodeParams) -> Any:
         forced_eos_token_id=EOS,
         bad_words_ids=[[PAD], [BOS], [SEP]],
         num_beams=decode.beam,
+        no_repeat_ngram_size=decode.no_repeat_ngram_size,
         max_length=cfg.max_positions,
     )
 

@@ -3,8 +3,8 @@
 `TranslatorModel` wraps `Translator` for `mlflow.pyfunc.load_model(...).predict`
 and `mlflow models serve`: a list of strings or a one-column DataFrame in, one
 translation per line out (with the inference param n_best > 1: a list of up to
-n_best, best first); `beam`, `n_best` and sampling's `sample`, `top_k`, `top_p`,
-`temperature` and `seed` are optional inference params (docs/sampling.md).
+n_best, best first); `beam`, `n_best`, `no_repeat_ngram_size` and sampling's `sample`,
+`top_k`, `top_p`, `temperature` and `seed` are optional inference params (docs/sampling.md).
 `model_spec` is what the score stage hands to `Tracker.log_model`: this file
 as the model's code (MLflow's models from code: nothing pickled), the model
 directory as an artifact, this package as code, its pinned requirements, a
@@ -252,6 +252,7 @@ SEARCH_PARAMS = {
     "top_p": DataType.double,
     "temperature": DataType.double,
     "seed": DataType.long,
+    "no_repeat_ngram_size": DataType.long,
     "tgt_lang": DataType.string,  # for a model of several target languages: which one
 }
 

@@ -173,6 +173,27 @@ def step_log_probs(logits: torch.Tensor, force_eos: torch.Tensor, ban_eos: bool 
     return lprobs
 
 
+def ban_repeated_ngrams(lprobs: torch.Tensor, history: torch.Tensor, size: int) -> None:
+    """-inf in lprobs (R, V), in place, for each token that would repeat an n-gram of `size` tokens
+    already in its row's output: history (R, t+1), the start token then the t tokens generated.
+
+    As fairseq's --no-repeat-ngram-size, Hugging Face's and CTranslate2's no_repeat_ngram_size:
+    the output's last size-1 tokens are looked up among its earlier n-grams, and the token that
+    followed each match is banned (size 1: every token already output). EOS is never banned,
+    so that every row keeps a token to end with. size 0 bans nothing.
+    """
+    out = history[:, 1:]
+    t = out.size(1)
+    if size <= 0 or t < size:
+        return
+    grams = out.unfold(1, size, 1)  # (R, t-size+1, size): every n-gram of each output
+    hit = (grams[:, :, :-1] == out[:, None, t - size + 1 :]).all(dim=2)  # its first size-1 are the tail
+    rows, at = hit.nonzero(as_tuple=True)
+    tokens = grams[rows, at, -1]
+    keep = tokens != EOS
+    lprobs[rows[keep], tokens[keep]] = float("-inf")
+
+
 def top_candidates(
     scores: torch.Tensor, lprobs: torch.Tensor, beam: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -269,11 +290,13 @@ def beam_search(
     n_best: int = 1,
     use_cache: bool = True,
     min_len: int = 0,
+    no_repeat_ngram_size: int = 0,
 ) -> list[list[Hypothesis]]:
     """src (B, S) with EOS, padded; max_lens (B,) -> per sentence its n_best hypotheses, best first.
 
     min_len: EOS is refused until that many tokens are generated (a benchmark's fixed
     output length: min_len = max_len); at max_len it is still forced.
+    no_repeat_ngram_size: no hypothesis repeats an n-gram that long (ban_repeated_ngrams).
     """
     fed = int(max_lens.max()) + 1 if max_lens.numel() else 0  # the start token, then up to max_len
     decoder = (CachedDecoder if use_cache else NaiveDecoder)(model, src, fed)
@@ -283,6 +306,7 @@ def beam_search(
         steps = beams.history.size(1) - 1
         force_eos = (beams.max_lens <= steps).repeat_interleave(beams.scores.size(1))  # (R,)
         lprobs = step_log_probs(decoder.step(beams.history[:, -1:]), force_eos, ban_eos=steps < min_len)
+        ban_repeated_ngrams(lprobs, beams.history, no_repeat_ngram_size)
         values, parents, words = top_candidates(beams.scores, lprobs, beam)
         finish(finished, beams, values, parents, words, beam, alpha)
         beams = advance(beams, decoder, finished, beam, *survivors(values, parents, words, beam))
@@ -425,13 +449,15 @@ def sample_search(
     alpha: float,
     use_cache: bool = True,
     min_len: int = 0,
+    no_repeat_ngram_size: int = 0,
 ) -> list[list[Hypothesis]]:
     """src (B, S) with EOS, padded; max_lens (B,); draws (B*K, L) from sample_draws -> per sentence
     its K samples, best first.
 
     Each token is drawn from the model's distribution as filter_logits cuts it; a
     sample is scored as a beam hypothesis is, by the model's own log-probs (neither
-    tempered nor cut) over GNMT's length penalty. EOS and max_len as in beam_search.
+    tempered nor cut) over GNMT's length penalty. EOS, max_len and repeated n-grams as
+    in beam_search.
     """
     fed = int(max_lens.max()) + 1 if max_lens.numel() else 0
     decoder = (CachedDecoder if use_cache else NaiveDecoder)(model, src, fed)
@@ -442,6 +468,7 @@ def sample_search(
         K = live.done.size(0) // live.sentences.size(0)
         force_eos = (live.max_lens <= steps).repeat_interleave(K) | live.done  # done rows idle on EOS
         lprobs = step_log_probs(decoder.step(live.history[:, -1:]), force_eos, ban_eos=steps < min_len)
+        ban_repeated_ngrams(lprobs, live.history, no_repeat_ngram_size)
         tokens = draw_tokens(lprobs, live.draws[:, steps], sampling)
         gained = lprobs.gather(1, tokens[:, None]).squeeze(1)
         live.scores = live.scores + gained.masked_fill(live.done, 0.0)
@@ -616,6 +643,26 @@ def search_batches(
             torch.set_num_threads(threads)
 
 
+def batches_of(
+    fitted: Sequence[tuple[list[int], int]],
+    rows: int,
+    batch_tokens: int,
+    workers: int,
+    device: torch.device | str,
+    given: Sequence[list[int]] | None,
+) -> list[list[int]]:
+    """translate_ids' batches: spread_batches of the fitted sources (`rows` a sentence: its beam or
+    samples), or those `given` once checked to hold every non-empty input exactly once."""
+    if given is None:
+        lengths = [len(f[0]) for f in fitted]
+        on_cpu = torch.device(device).type == "cpu"  # where workers share the cores (search_batches)
+        return spread_batches(lengths, rows, batch_tokens, workers if on_cpu else 1)
+    batches = [list(b) for b in given]
+    if sorted(i for b in batches for i in b) != [i for i, f in enumerate(fitted) if f[0]]:
+        raise ValueError("batches must hold the index of every non-empty input exactly once")
+    return batches
+
+
 def translate_ids(
     model: SearchModel,
     seqs: Sequence[Sequence[int]],
@@ -633,6 +680,7 @@ def translate_ids(
     workers: int = 1,
     batches: Sequence[list[int]] | None = None,
     sampling: SamplingParams | None = None,
+    no_repeat_ngram_size: int = 0,
 ) -> list[list[Hypothesis]]:
     """Decode source ids (without EOS) -> per input, up to n_best hypotheses, in input order.
 
@@ -644,7 +692,7 @@ def translate_ids(
     (see fit_to_model) and counted, with one warning per call; none is dropped.
     Batches: `length_batches` by batch_tokens, spread evenly over the CPU's `workers`
     (spread_batches), or `batches` as given (indices of non-empty inputs; a benchmark's fixed
-    batches); `workers` see search_batches.
+    batches); `workers` see search_batches. `no_repeat_ngram_size`: see ban_repeated_ngrams.
     """
     stats = stats if stats is not None else SearchStats()
     fitted = [fit_to_model(model, s, max_len_a, max_len_b) if s else ([], 0) for s in seqs]
@@ -658,15 +706,9 @@ def translate_ids(
     if sampling is not None and beam != 1:
         raise ValueError(f"sampling draws one token a step: beam must be 1, not {beam}")
     rows = beam if sampling is None else n_best  # rows a sentence takes in a batch
-    if batches is None:
-        lengths = [len(f[0]) for f in fitted]
-        on_cpu = torch.device(device).type == "cpu"  # where workers share the cores (search_batches)
-        batches = spread_batches(lengths, rows, batch_tokens, workers if on_cpu else 1)
-    else:
-        batches = [list(b) for b in batches]
-        if sorted(i for b in batches for i in b) != [i for i, f in enumerate(fitted) if f[0]]:
-            raise ValueError("batches must hold the index of every non-empty input exactly once")
+    batches = batches_of(fitted, rows, batch_tokens, workers, device, batches)
     search: dict[str, Any] = dict(alpha=length_penalty, use_cache=use_cache, min_len=min_len)
+    search |= dict(no_repeat_ngram_size=no_repeat_ngram_size)
     search |= dict(beam=beam, n_best=n_best) if sampling is None else dict(sampling=sampling, samples=n_best)
     with evaluating(model):
         found = search_batches(model, fitted, batches, workers=workers, device=device, **search)

@@ -107,6 +107,7 @@ class TextTranslator:
         top_p: float | None = None,
         temperature: float | None = None,
         seed: int | None = None,
+        no_repeat_ngram_size: int | None = None,
         stats: SearchStats | None = None,
         tgt_lang: str | None = None,
     ) -> list[str]:
@@ -115,6 +116,7 @@ class TextTranslator:
         `tgt_lang`: the language to translate into, for a model of several (`target_languages`)."""
         given = dict(beam=beam, length_penalty=length_penalty, batch_tokens=batch_tokens, n_best=1)
         given |= dict(sample=sample, top_k=top_k, top_p=top_p, temperature=temperature, seed=seed)
+        given |= dict(no_repeat_ngram_size=no_repeat_ngram_size)
         settings = settings_with(self.settings, API_NAMES, given)
         found = self.search(lines, settings, stats, tgt_lang)
         return [self.vocab.decode_tgt(hyps[0].tokens) for hyps in found]
@@ -132,6 +134,7 @@ class TextTranslator:
         top_p: float | None = None,
         temperature: float | None = None,
         seed: int | None = None,
+        no_repeat_ngram_size: int | None = None,
         stats: SearchStats | None = None,
         tgt_lang: str | None = None,
     ) -> list[list[Translation]]:
@@ -141,6 +144,7 @@ class TextTranslator:
             beam=beam, length_penalty=length_penalty, batch_tokens=batch_tokens, n_best=n_best or None
         )
         given |= dict(sample=sample, top_k=top_k, top_p=top_p, temperature=temperature, seed=seed)
+        given |= dict(no_repeat_ngram_size=no_repeat_ngram_size)
         settings = settings_with(self.settings, API_NAMES, given)
         return [
             [Translation(self.vocab.decode_tgt(h.tokens), h.score) for h in hyps]
@@ -177,6 +181,7 @@ FIELDS = {
     "top_p": "sampling.top_p",
     "temperature": "sampling.temperature",
     "seed": "sampling.seed",
+    "no_repeat_ngram_size": "no_repeat_ngram_size",
 }
 SAMPLING_VALUES = ("top_k", "top_p", "temperature", "seed")
 # The keyword arguments, as messages name them.
@@ -200,9 +205,8 @@ def settings_with(settings: DecodeParams, names: Mapping[str, str], given: Mappi
     sampling = dataclasses.replace(settings.sampling, enabled=enabled, **drawn)
     if given.get("sample") and "beam" not in given:
         given["beam"] = 1
-    searched = {
-        name: given[name] for name in ("beam", "length_penalty", "batch_tokens", "n_best") if name in given
-    }
+    searched_fields = ("beam", "length_penalty", "batch_tokens", "n_best", "no_repeat_ngram_size")
+    searched = {name: given[name] for name in searched_fields if name in given}
     new = dataclasses.replace(settings, sampling=sampling, **searched)
     check_decode(new, names={FIELDS[name]: names[name] for name in given}, error=UserError)
     return new
@@ -286,6 +290,7 @@ class Translator(TextTranslator):
             n_best=s.n_best,
             stats=stats,
             workers=self.workers,
+            no_repeat_ngram_size=s.no_repeat_ngram_size,
         )
 
 

@@ -205,6 +205,13 @@ def translate_stream(render: Render, source: BinaryIO, out: BinaryIO, *, interac
     default=None,
     help="Sampling: a line's samples depend on this and the line alone.  [default: the model's setting]",
 )
+@click.option(
+    "--no-repeat-ngram-size",
+    type=click.IntRange(min=0),
+    default=None,
+    help="No output repeats an n-gram of this many tokens (as fairseq's, Hugging Face's and CTranslate2's "
+    "option); 0: off.  [default: the model's decode.no_repeat_ngram_size]",
+)
 @click.option("--device", type=click.Choice(DEVICES), default="auto", show_default=True)
 @click.option(
     "--n-best",
@@ -278,6 +285,7 @@ def command(
     top_p: float | None,
     temperature: float | None,
     seed: int | None,
+    no_repeat_ngram_size: int | None,
     device: str,
     n_best: int,
     input_file: Path | None,
@@ -302,13 +310,8 @@ def command(
         assert isinstance(translator, Translator)  # --workers was refused above for other backends
         translator.workers = workers
     # Before reading any input; a message names the option, or the model's decode key it defaults to.
-    given: dict[str, object] = dict(
-        beam=beam,
-        length_penalty=length_penalty,
-        batch_tokens=batch_tokens,
-        n_best=n_best,
-        sample=sample or None,
-    )
+    given: dict[str, object] = dict(beam=beam, length_penalty=length_penalty, batch_tokens=batch_tokens)
+    given |= dict(n_best=n_best, sample=sample or None, no_repeat_ngram_size=no_repeat_ngram_size)
     given |= dict(top_k=top_k, top_p=top_p, temperature=temperature, seed=seed)
     translator.settings = settings_with(translator.settings, OPTIONS, given)
     if tgt_lang is not None:

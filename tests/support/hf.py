@@ -162,7 +162,7 @@ def _pad(seqs: list[list[int]]) -> torch.Tensor:
 MAX_NEW = 30
 
 
-def hf_translate(hf_dir: Path, lines: list[str], beam: int) -> list[str]:
+def hf_translate(hf_dir: Path, lines: list[str], beam: int, no_repeat_ngram_size: int = 0) -> list[str]:
     """transformers' generate() on a saved model directory: greedy or beam, length penalty 0."""
     import transformers
 
@@ -176,11 +176,12 @@ def hf_translate(hf_dir: Path, lines: list[str], beam: int) -> list[str]:
         max_new_tokens=MAX_NEW,
         length_penalty=0.0,
         early_stopping=True,
+        no_repeat_ngram_size=no_repeat_ngram_size,
     )
     return tokenizer.batch_decode(found, skip_special_tokens=True)
 
 
-def our_translate(model_dir: Path, lines: list[str], beam: int) -> list[str]:
+def our_translate(model_dir: Path, lines: list[str], beam: int, no_repeat_ngram_size: int = 0) -> list[str]:
     """Our search with generate()'s settings above: length penalty 0, MAX_NEW tokens with the EOS."""
     from pipeline.decoding.search import translate_ids
     from pipeline.decoding.translator import Translator
@@ -195,5 +196,6 @@ def our_translate(model_dir: Path, lines: list[str], beam: int) -> list[str]:
         max_len_b=MAX_NEW - 1,
         batch_tokens=4000,
         device="cpu",
+        no_repeat_ngram_size=no_repeat_ngram_size,
     )
     return [translator.vocab.decode_tgt(hyps[0].tokens) for hyps in found]

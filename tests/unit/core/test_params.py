@@ -452,6 +452,24 @@ def test_models_saved_before_ensembles_load_with_none(raw):
     assert P.from_saved(raw).backtranslation.decode.ensemble == ()
 
 
+def test_models_saved_before_the_ngram_ban_load_without_it(raw):
+    del raw["decode"]["no_repeat_ngram_size"], raw["backtranslation"]["decode"]["no_repeat_ngram_size"]
+    old = P.from_saved(copy.deepcopy(raw))
+    assert old.decode.no_repeat_ngram_size == 0 == old.backtranslation.decode.no_repeat_ngram_size
+    del raw["backtranslation"]
+    assert P.from_saved(raw).backtranslation.decode.no_repeat_ngram_size == 0
+
+
+def test_a_negative_ngram_ban_is_refused_naming_its_key(raw):
+    raw["decode"]["no_repeat_ngram_size"] = 3
+    assert P.from_dict(copy.deepcopy(raw)).decode.no_repeat_ngram_size == 3
+    raw["decode"]["no_repeat_ngram_size"] = -1
+    assert refused(copy.deepcopy(raw)) == "decode.no_repeat_ngram_size: must be non-negative (0: off)"
+    raw["decode"]["no_repeat_ngram_size"] = 0
+    raw["backtranslation"]["decode"]["no_repeat_ngram_size"] = -2
+    assert refused(raw).startswith("backtranslation.decode.no_repeat_ngram_size: must be non-negative")
+
+
 def test_an_ensemble_lists_each_model_once_and_no_empty_path(raw):
     raw["decode"]["ensemble"] = "data/parents/a"  # `-S decode.ensemble=dir` lists one
     assert P.from_dict(copy.deepcopy(raw)).decode.ensemble == ("data/parents/a",)

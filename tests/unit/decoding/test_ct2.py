@@ -42,7 +42,7 @@ def random_seqs(n: int, vocab: int, seed: int = 0, longest: int = 10) -> list[li
 
 
 def torch_decode(
-    model: Seq2SeqBase, seqs: list[list[int]], beam: int, n_best: int = 1
+    model: Seq2SeqBase, seqs: list[list[int]], beam: int, n_best: int = 1, no_repeat_ngram_size: int = 0
 ) -> list[list[Hypothesis]]:
     return translate_ids(
         model,
@@ -54,6 +54,7 @@ def torch_decode(
         batch_tokens=2000,
         device="cpu",
         n_best=n_best,
+        no_repeat_ngram_size=no_repeat_ngram_size,
     )
 
 
@@ -66,8 +67,10 @@ def teacher_forced_score(model: Seq2SeqBase, src: list[int], out: list[int], alp
     return total / length_penalty(len(out) + 1, alpha)
 
 
-def settings(ct: ct2.CT2Translator, beam: int, n_best: int = 1):
-    return dataclasses.replace(ct.settings, beam=beam, n_best=n_best, batch_tokens=2000)
+def settings(ct: ct2.CT2Translator, beam: int, n_best: int = 1, no_repeat_ngram_size: int = 0):
+    return dataclasses.replace(
+        ct.settings, beam=beam, n_best=n_best, batch_tokens=2000, no_repeat_ngram_size=no_repeat_ngram_size
+    )
 
 
 @pytest.fixture(scope="module", params=CONFIGS, ids=["-".join(map(str, c[:4])) for c in CONFIGS])
@@ -103,6 +106,21 @@ def test_beam_1best_equals_the_torch_decoder_below_the_length_limit(converted) -
     assert len(same) >= len(free) - 1, "allowing one tie"
     for i in same:
         assert got[i][0].score == pytest.approx(want[i][0].score, abs=1e-3)
+
+
+@pytest.mark.parametrize("size", [1, 2])
+def test_the_ngram_ban_gives_the_torch_decoders_greedy_tokens_and_scores(converted, size: int) -> None:
+    model, ct = converted
+    seqs = random_seqs(40, ct.vocab.src_size, seed=1)
+    want = torch_decode(model, seqs, beam=1, no_repeat_ngram_size=size)
+    assert [h[0].tokens for h in want] != [h[0].tokens for h in torch_decode(model, seqs, beam=1)]
+    got = ct.search_ids(seqs, settings(ct, beam=1, no_repeat_ngram_size=size))
+    assert [h[0].tokens for h in got] == [h[0].tokens for h in want]
+    # the ban removes tokens, not probability mass: the scores stay the model's own, as ours
+    assert [h[0].score for h in got] == pytest.approx([h[0].score for h in want], abs=1e-3)
+    native = ct2.CT2Translator(ct.ct2_dir, "cpu")  # CT2's own search and scores
+    found = native.search_ids(seqs, settings(ct, beam=1, no_repeat_ngram_size=size))
+    assert [h[0].tokens for h in found] == [h[0].tokens for h in want]
 
 
 def test_every_ct2_hypothesis_carries_its_exact_score(converted) -> None:

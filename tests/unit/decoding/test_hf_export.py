@@ -3,6 +3,7 @@ Pegasus for pre-LN); what it cannot express is refused with one line naming the 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -11,7 +12,7 @@ import pytest
 import torch
 
 from pipeline import params
-from pipeline.decoding.hf_export import export_hf
+from pipeline.decoding.hf_export import export_hf, generation_config
 from pipeline.decoding.hf_import import import_hf
 from pipeline.decoding.translator import Translator
 from pipeline.errors import UserError
@@ -64,6 +65,21 @@ def test_transformers_generate_translates_the_test_set_as_we_do(
     ours = our_translate(model_dir, TEST_SET, beam)
     assert hf_translate(out, TEST_SET, beam) == ours
     assert len(set(ours)) > len(TEST_SET) // 2  # a model whose outputs differ: a real check
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_generate_bans_repeated_ngrams_as_we_do(trained: tuple[Path, Path], beam: int) -> None:
+    model_dir, out = trained
+    for size in (2, 1):  # 1: no token twice
+        ours = our_translate(model_dir, TEST_SET, beam, no_repeat_ngram_size=size)
+        assert hf_translate(out, TEST_SET, beam, no_repeat_ngram_size=size) == ours
+    assert ours != our_translate(model_dir, TEST_SET, beam)  # the model repeats tokens: the ban has work
+
+
+def test_the_generation_config_carries_the_models_beam_and_ngram_ban() -> None:
+    decode = dataclasses.replace(BASE.decode, beam=3, no_repeat_ngram_size=4)
+    config = generation_config(BASE.model, decode)
+    assert (config.num_beams, config.no_repeat_ngram_size) == (3, 4)
 
 
 def test_the_tokenizer_gives_our_source_ids(trained: tuple[Path, Path]) -> None:

@@ -71,7 +71,7 @@ def test_signature_takes_strings_and_search_params_defaulting_to_the_models() ->
     assert sig.inputs.to_dict() == [{"type": "string", "required": True}]
     defaults = {p.name: p.default for p in sig.params}
     assert defaults == {name: None for name in pyfunc.SEARCH_PARAMS} | {"n_best": 1}
-    searched = {"beam", "sample", "top_k", "top_p", "temperature", "seed", "tgt_lang"}
+    searched = {"beam", "sample", "top_k", "top_p", "temperature", "seed", "no_repeat_ngram_size", "tgt_lang"}
     assert set(pyfunc.SEARCH_PARAMS) == searched
 
 

@@ -1,4 +1,5 @@
-"""Beam search: cache vs no cache, greedy, exhaustive optimality, order, batching, limits."""
+"""Beam search: cache vs no cache, greedy, exhaustive optimality, order, batching, limits; sampling;
+the n-gram ban."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from pipeline.decoding.search import (
     BANNED,
     Hypothesis,
     SearchStats,
+    ban_repeated_ngrams,
     draw_tokens,
     fit_to_model,
     length_batches,
@@ -416,7 +418,8 @@ def sampling(**kw) -> P.SamplingParams:
 
 def sample(model: Seq2SeqBase, seqs: list[list[int]], n_best: int = 1, **kw) -> list[list[Hypothesis]]:
     """Draw n_best samples per input with decode.sampling's defaults, as `kw` changes them."""
-    search = {k: kw.pop(k) for k in list(kw) if k in ("batch_tokens", "max_len_a", "max_len_b", "use_cache")}
+    searched = ("batch_tokens", "max_len_a", "max_len_b", "use_cache", "no_repeat_ngram_size")
+    search = {k: kw.pop(k) for k in list(kw) if k in searched}
     return decode(model, seqs, beam=1, n_best=n_best, sampling=sampling(**kw), **search)
 
 
@@ -579,3 +582,101 @@ def test_draws_at_the_ends_of_the_interval_pick_the_first_and_last_drawable_toke
     else:  # the vocabulary's order: its first and last drawable ids, never a banned one
         assert tokens[:2].tolist() == [drawable[0], drawable[-1]]
     assert int(tokens[2]) in drawable
+
+
+# --- the n-gram ban (decode.no_repeat_ngram_size) ---------------------------------------
+
+
+def banned_by(history: list[int], size: int, vocab: int = 20) -> set[int]:
+    """The tokens ban_repeated_ngrams refuses after `history` (the start token, then the output)."""
+    lprobs = torch.zeros(1, vocab)
+    ban_repeated_ngrams(lprobs, torch.tensor([history]), size)
+    return set(lprobs[0].isinf().nonzero().flatten().tolist())
+
+
+def repeats_an_ngram(tokens: list[int], size: int) -> bool:
+    grams = [tuple(tokens[i : i + size]) for i in range(len(tokens) - size + 1)]
+    return len(grams) != len(set(grams))
+
+
+def test_the_ban_refuses_each_token_that_would_repeat_an_ngram_and_never_eos() -> None:
+    start = BOS  # the search's start token; never part of an n-gram
+    assert banned_by([start, 5, 6, 7, 5, 6], 3) == {7}  # 5 6 7 would come again
+    assert banned_by([start, 5, 6, 7, 5, 6], 2) == {7}  # 6 7
+    assert banned_by([start, 5, 6, 5, 6, 8, 5], 2) == {6}  # one ban for two matches
+    assert banned_by([start, 5, 6, 7, 5, 6], 1) == {5, 6, 7}  # every token output
+    assert banned_by([start, 6, 5, 7, 5], 2) == {7}
+    assert banned_by([start, 5, EOS, 5], 2) == set()  # 5 EOS would repeat, but a row must be able to end
+    assert banned_by([start, 5, 6, 7, 5, 6], 0) == set()  # off
+    assert banned_by([start, 5, 5], 3) == set()  # no n-gram of 3 yet
+    assert banned_by([start, start, 5], 2) == set()  # the start token is not output
+
+
+def reference_greedy_without_repeats(
+    model: Seq2SeqBase, seq: list[int], max_len: int, size: int
+) -> Hypothesis:
+    """Greedy with the ban, written apart from search.py: Python sets of n-grams, full forward passes,
+    and the score the model's unrenormalized log-probs (the ban removes tokens, not mass)."""
+    out: list[int] = []
+    total = 0.0
+    with torch.no_grad():
+        for step in range(max_len + 1):
+            lprobs = F.log_softmax(
+                model(collate_src([seq]), torch.tensor([[BOS, *out]]))[0, -1].float(), dim=-1
+            )
+            lprobs[list(BANNED)] = float("-inf")
+            seen = {tuple(out[i : i + size]) for i in range(len(out) - size + 1)}
+            tail = tuple(out[len(out) - size + 1 :]) if size > 1 else ()
+            for token in range(lprobs.numel()):
+                if token != EOS and len(out) >= size and (*tail, token) in seen:
+                    lprobs[token] = float("-inf")
+            token = EOS if step == max_len else int(lprobs.argmax())
+            total += float(lprobs[token])
+            if token == EOS:
+                break
+            out.append(token)
+    return Hypothesis(out, total / length_penalty(len(out) + 1, 1.0))
+
+
+@pytest.mark.parametrize("size", [1, 2, 3])
+def test_greedy_with_the_ban_equals_a_reference_in_tokens_and_scores(size: int) -> None:
+    model = tiny_model("encoder_decoder", seed=3, vocab=12)  # few tokens: outputs repeat without the ban
+    seqs = random_seqs(12, 12, seed=2, longest=12)
+    plain = decode(model, seqs, beam=1, max_len_a=1.5)
+    assert any(repeats_an_ngram(hyps[0].tokens, size) for hyps in plain)  # so that the ban has work
+    found = decode(model, seqs, beam=1, max_len_a=1.5, no_repeat_ngram_size=size)
+    for seq, (hyp,) in zip(seqs, found):
+        want = reference_greedy_without_repeats(model, seq, int(1.5 * len(seq) + 3), size)
+        assert hyp.tokens == want.tokens
+        assert hyp.score == pytest.approx(want.score, abs=1e-4)
+
+
+@pytest.mark.parametrize("size", [1, 2, 3])
+@pytest.mark.parametrize("how", ["beam", "sampling"])
+def test_no_hypothesis_repeats_an_ngram_of_the_banned_size(size: int, how: str) -> None:
+    model = FixedDistribution(RANKED)  # always the same favourite: unbanned outputs are one token repeated
+    seqs = random_seqs(6, 20, seed=1, longest=8)
+    kw: dict = dict(max_len_a=2.0, max_len_b=4)
+    if how == "sampling":
+        plain, found = (
+            sample(model, seqs, n_best=3, top_k=2, **kw, no_repeat_ngram_size=n) for n in (0, size)
+        )
+    else:
+        plain, found = (
+            decode(model, seqs, beam=4, n_best=4, **kw, no_repeat_ngram_size=n) for n in (0, size)
+        )
+    assert sum(repeats_an_ngram(h.tokens, size) for hyps in plain for h in hyps) >= len(seqs)
+    assert all(not repeats_an_ngram(h.tokens, size) for hyps in found for h in hyps)
+    drawable = RANKED.numel() - len(BANNED) - 1  # EOS, the least likely, ends an output only when it must
+    for seq, hyps in zip(seqs, found):
+        assert all(len(h.tokens) == min(int(2.0 * len(seq) + 4), drawable if size == 1 else 99) for h in hyps)
+
+
+def test_the_ban_decodes_the_same_with_and_without_the_cache() -> None:
+    model = tiny_model("decoder_only", seed=3, vocab=12)
+    seqs = random_seqs(8, 12, seed=4, longest=10)
+    cached = decode(model, seqs, beam=4, n_best=2, no_repeat_ngram_size=2)
+    assert tokens_of(cached) == tokens_of(
+        decode(model, seqs, beam=4, n_best=2, no_repeat_ngram_size=2, use_cache=False)
+    )
+    assert tokens_of(cached) != tokens_of(decode(model, seqs, beam=4, n_best=2))

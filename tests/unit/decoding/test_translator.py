@@ -124,3 +124,13 @@ def test_a_corpus_in_chunks_samples_what_one_call_does(translator: Translator) -
     chunked = list(sampler.translate_corpus(iter(corpus), chunk_lines=4))
     assert chunked == sampler.translate(corpus) == translator.translate(corpus, sample=True, top_k=8, seed=9)
     assert chunked[: len(LINES)] == chunked[len(LINES) : 2 * len(LINES)]
+
+
+def test_no_repeat_ngram_size_from_the_settings_or_the_call(translator: Translator) -> None:
+    lines = ["der hund springt über die straße", "ein mann"]
+    banned = dataclasses.replace(translator.settings, no_repeat_ngram_size=1)
+    own = Translator(translator.model, translator.vocab, translator.params, banned, translator.device)
+    assert own.translate(lines) == translator.translate(lines, no_repeat_ngram_size=1)
+    assert own.translate(lines, no_repeat_ngram_size=0) == translator.translate(lines)
+    with pytest.raises(UserError, match=r"^no_repeat_ngram_size: must be non-negative \(0: off\)$"):
+        translator.translate(lines, no_repeat_ngram_size=-1)

@@ -182,3 +182,18 @@ def test_command_length_penalty_reaches_the_search(model_dir: Path, translator: 
         rows = result.stdout_bytes.decode("utf-8").split("\n")[:-1]
         want = translator.translate_nbest(lines, 3, length_penalty=alpha)
         assert rows == [tr.nbest_row(i, t) for i, ts in enumerate(want) for t in ts]
+
+
+def test_command_no_repeat_ngram_size_reaches_the_search(model_dir: Path, translator: Translator) -> None:
+    lines = ["der hund springt über die straße", "ein mann", "die frau läuft"]
+    for size in (1, 2):
+        result = run(
+            ["--model", str(model_dir), "--device", "cpu", "--no-repeat-ngram-size", str(size)],
+            "\n".join(lines).encode(),
+        )
+        assert result.exit_code == 0, result.output
+        assert result.stdout.splitlines() == translator.translate(lines, no_repeat_ngram_size=size)
+    banned = translator.translate(lines, no_repeat_ngram_size=1)
+    assert banned != translator.translate(lines)  # the test model repeats itself: the ban changed something
+    refused = run(["--model", str(model_dir), "--no-repeat-ngram-size", "-1"], b"ein hund\n")
+    assert refused.exit_code == 2 and "--no-repeat-ngram-size" in refused.output
