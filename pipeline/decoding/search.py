@@ -182,10 +182,10 @@ def ban_repeated_ngrams(lprobs: torch.Tensor, history: torch.Tensor, size: int) 
     followed each match is banned (size 1: every token already output). EOS is never banned,
     so that every row keeps a token to end with. size 0 bans nothing.
     """
-    out = history[:, 1:]
-    t = out.size(1)
-    if size <= 0 or t < size:
+    t = history.size(1) - 1
+    if size <= 0 or t < size:  # every step of every search: nothing made when off
         return
+    out = history[:, 1:]
     grams = out.unfold(1, size, 1)  # (R, t-size+1, size): every n-gram of each output
     hit = (grams[:, :, :-1] == out[:, None, t - size + 1 :]).all(dim=2)  # its first size-1 are the tail
     rows, at = hit.nonzero(as_tuple=True)

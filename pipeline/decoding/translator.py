@@ -205,8 +205,7 @@ def settings_with(settings: DecodeParams, names: Mapping[str, str], given: Mappi
     sampling = dataclasses.replace(settings.sampling, enabled=enabled, **drawn)
     if given.get("sample") and "beam" not in given:
         given["beam"] = 1
-    searched_fields = ("beam", "length_penalty", "batch_tokens", "n_best", "no_repeat_ngram_size")
-    searched = {name: given[name] for name in searched_fields if name in given}
+    searched = {name: value for name, value in given.items() if not FIELDS[name].startswith("sampling.")}
     new = dataclasses.replace(settings, sampling=sampling, **searched)
     check_decode(new, names={FIELDS[name]: names[name] for name in given}, error=UserError)
     return new

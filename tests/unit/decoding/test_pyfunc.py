@@ -60,6 +60,16 @@ def test_beam_and_n_best_are_inference_params(model: pyfunc.TranslatorModel, tra
         model.predict(None, lines, {"beam": 0})
 
 
+def test_the_ngram_ban_is_an_inference_param(model: pyfunc.TranslatorModel, translator: Translator) -> None:
+    lines = ["der hund springt über die straße", "ein kind läuft"]
+    given = _enforce_params_schema({"no_repeat_ngram_size": 1}, pyfunc.signature().params)
+    banned = model.predict(None, lines, given)
+    assert banned == translator.translate(lines, no_repeat_ngram_size=1)
+    assert banned != model.predict(None, lines, {})  # the test model repeats itself: the ban changed it
+    with pytest.raises(MlflowException, match="no_repeat_ngram_size: must be non-negative"):
+        model.predict(None, lines, {"no_repeat_ngram_size": -1})
+
+
 def test_requirements_pin_every_third_party_import() -> None:
     pins = dict(r.split("==") for r in pyfunc.requirements())
     assert {"torch", "numpy", "sentencepiece", "PyYAML", "mlflow", "pandas"} <= set(pins)
