@@ -30,7 +30,7 @@ from pipeline.errors import UserError
 from pipeline.files import atomic_path, write_text
 from pipeline.model import checkpoint
 from pipeline.model.transformer import Transformer
-from pipeline.tokens import BOS, EOS, PAD, SEP
+from pipeline.tokens import BOS, BOS_PIECE, EOS, PAD, SEP, SEP_PIECE
 from pipeline.tracking.metadata import git_commit
 from pipeline.tracking.run_file import RUN_FILE, RunFile
 
@@ -172,6 +172,11 @@ def write_tokenizer(vocab: Vocab, out: Path, params: P.Params) -> None:
         source_lang=params.data.src_lang,
         target_lang=params.data.tgt_lang,
         model_max_length=params.model.max_positions,
+        # Marian's tokenizer knows </s>, <unk> and <pad>; ours are special too, so that
+        # batch_decode(skip_special_tokens=True) drops the decoder's start <s> (an OPUS-MT import's
+        # sentencepiece models have no <s> piece to hide it).
+        bos_token=BOS_PIECE,
+        sep_token=SEP_PIECE,
     )
     tokenizer.save_pretrained(out)
     shutil.rmtree(staging)

@@ -24,16 +24,23 @@ TGT_WORDS = "the a dog cat man woman child runs jumps over street big white smal
 
 
 def train_marian_spm(path: Path, words: list[str], vocab_size: int = 40, seed: int = 0) -> list[str]:
-    """A sentencepiece model with Marian's (sentencepiece's default) ids: unk 0, bos 1, eos 2; its pieces."""
+    """A sentencepiece model with the ids Marian trains its own with (</s> 0, <unk> 1, no <s>, as
+    OPUS-MT's); its pieces."""
     rng = random.Random(seed)
     lines = [" ".join(rng.choices(words, k=rng.randint(2, 8))) for _ in range(300)]
     buffer = io.BytesIO()
     spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(lines), model_writer=buffer, vocab_size=vocab_size, minloglevel=2
+        sentence_iterator=iter(lines),
+        model_writer=buffer,
+        vocab_size=vocab_size,
+        eos_id=0,
+        unk_id=1,
+        bos_id=-1,
+        minloglevel=2,
     )
     path.write_bytes(buffer.getvalue())
     sp = spm.SentencePieceProcessor(model_file=str(path))
-    return [sp.id_to_piece(i) for i in range(3, sp.get_piece_size())]
+    return [sp.id_to_piece(i) for i in range(2, sp.get_piece_size())]
 
 
 def marian_pairs(n: int, seed: int = 0) -> list[tuple[str, str]]:

@@ -16,7 +16,7 @@ from pipeline.decoding.hf_export import export_hf, generation_config
 from pipeline.decoding.hf_import import import_hf
 from pipeline.decoding.translator import Translator
 from pipeline.errors import UserError
-from pipeline.tokens import BOS
+from pipeline.tokens import BOS, EOS, PAD, SEP, UNK
 from tests.support.hf import hf_translate, make_trained_model_dir, marian_pairs, our_translate
 from tests.support.models import make_ct2_model_dir
 from tests.support.repo import BASE, REPO
@@ -165,3 +165,21 @@ def test_the_model_card_gives_data_params_scores_with_signatures_and_source(
     assert "| val | 16 | 12.3 | 40.1 | 38.2 | 70.0 |" in card and "| set-a | 9 | 10.5 |" in card
     assert "nw:2" in card and "tok:13a" in card
     assert "train: multi30k-train" in card and "norm:" in card and "pipeline commit:" in card
+
+
+def test_an_imported_marian_exported_back_decodes_to_the_originals_text(
+    marian_dir: Path, imported: Path, tmp_path: Path
+) -> None:
+    """transformers → import-hf → export-hf → transformers, as a user fine-tuning OPUS-MT goes: the
+    text batch_decode(skip_special_tokens=True) gives is the original's, with no start token in it."""
+    out = export_hf(imported, tmp_path / "hf")
+    original = hf_translate(marian_dir, TEST_SET, beam=1)
+    assert hf_translate(out, TEST_SET, beam=1) == original
+    assert len(set(original)) > 1 and not any("<" in line for line in original)
+
+
+def test_every_special_token_of_ours_is_special_to_transformers(trained: tuple[Path, Path]) -> None:
+    _, out = trained
+    _, tok = load(out)
+    assert {PAD, UNK, BOS, EOS, SEP} <= set(tok.all_special_ids)
+    assert tok.batch_decode([[BOS, SEP, EOS, PAD]], skip_special_tokens=True) == [""]
