@@ -29,6 +29,7 @@ COMMANDS = {
     "export-ct2": "export_ct2",
     "import-hf": "import_hf",
     "export-hf": "export_hf",
+    "ui": "ui",
 }
 
 

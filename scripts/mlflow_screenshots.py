@@ -5,13 +5,13 @@ opens in headless Chromium (Playwright, driving an installed chromium) the exper
 list, the newest run's page, its report artifact and a comparison of the two newest
 runs, and saves them as PNGs:
 
-    pip install playwright   # no browser download needed: it drives --chromium
+    pip install -e '.[screenshots]'   # playwright; no browser download: it drives --chromium
     python scripts/mlflow_screenshots.py --db mlflow.db --out docs/mlflow [--run ID --run ID]
 
 --run (twice) picks the run page's run and the one it is compared with instead.
 
-Playwright may live in another environment than the project; --mlflow names the
-`mlflow` executable (default: the one next to this Python, else on PATH).
+Run it with the project's Python (it links pages as `python -m pipeline ui` does); --mlflow names
+the `mlflow` executable (default: the one next to this Python, else on PATH).
 """
 
 from __future__ import annotations
@@ -79,9 +79,9 @@ def newest_runs(base: str, experiment: str) -> tuple[str, list[str]]:
 def shoot(base: str, experiment_id: str, runs: list[str], out: Path, chromium: str) -> list[Path]:
     from playwright.sync_api import sync_playwright
 
-    run, view = runs[0], "workflowType=machine_learning"
-    # MLflow 3.17's UI picks GenAI or model-training views by a UI-wide switch (default GenAI, kept in
-    # the browser's localStorage, or this URL parameter), not by the experiment's kind tag.
+    from pipeline.tracking.store import TRAINING_VIEW as view  # the UI's model-training view
+
+    run = runs[0]
     urls = {
         "experiments": f"{base}/#/experiments?{view}",
         "run": f"{base}/#/experiments/{experiment_id}/runs/{run}?{view}",

@@ -27,10 +27,12 @@ QUICK_HTTP_ENV = {
 }
 LOCK_RETRY_DELAYS_S = (0.2, 0.5, 1.0, 2.0)  # on top of SQLite's own 5 s busy wait
 
-# MLflow 3 opens an experiment in its model-training view with this tag (else it guesses, and an
-# experiment without traces may open in the GenAI view). Values: the UI's ExperimentKind.
+# What an experiment holds, for MLflow (values: its UI's ExperimentKind). MLflow 3.17's UI itself
+# picks its GenAI or model-training view by a switch kept per browser (default GenAI), or by
+# TRAINING_VIEW in a link's query, not by this tag: training_runs_url links with both.
 KIND_TAG = "mlflow.experimentKind"
 TRAINING_KIND = "custom_model_development"
+TRAINING_VIEW = "workflowType=machine_learning"
 
 # --- where runs go ---------------------------------------------------------------
 
@@ -92,6 +94,11 @@ def _training_experiment(client: Any, name: str, db: Path | None) -> str:
         # unset, or the UI's guess: a run of this pipeline says what the experiment is
         client.set_experiment_tag(experiment.experiment_id, KIND_TAG, TRAINING_KIND)
     return str(experiment.experiment_id)
+
+
+def training_runs_url(base: str, experiment_id: str) -> str:
+    """The UI's page of an experiment's training runs, in its model-training view."""
+    return f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs?{TRAINING_VIEW}"
 
 
 def log_model(uri: str, run_id: str, name: str, spec: dict[str, Any], register_as: str | None) -> None:
