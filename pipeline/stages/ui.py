@@ -11,8 +11,6 @@ With MLFLOW_TRACKING_URI naming a server, it prints that server's page instead.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import signal
 import subprocess
 import sys
@@ -56,17 +54,25 @@ def wait_up(server: subprocess.Popen, base: str, limit_s: float = START_LIMIT_S)
 
 
 def serve(uri: str, host: str, port: int) -> subprocess.Popen:
-    """`mlflow ui` over the SQLite store at `uri`, from this Python's MLflow, in a process group of
-    its own (stop() ends its workers too)."""
+    """`mlflow ui` over the SQLite store at `uri`, from this Python's MLflow (in this process's
+    group, so a Ctrl-C reaches it too); its log goes to stderr, leaving stdout the page to open."""
     command = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri]
     command += ["--host", host, "--port", str(port), "--workers", "1"]
-    return subprocess.Popen(command, start_new_session=True)
+    return subprocess.Popen(command, stdout=sys.stderr)
 
 
 def stop(server: subprocess.Popen) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(server.pid, signal.SIGTERM)
-    server.wait(timeout=30)
+    """End the server (it ends its own workers), killing it if it will not go in 30 s."""
+    server.terminate()
+    try:
+        server.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait()
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)  # so that `finally` stops the server, as on Ctrl-C
 
 
 @click.command("ui")
@@ -89,11 +95,12 @@ def command(host: str, port: int, experiment: str | None, params_path: Path) -> 
         return
     found = experiment_id(uri, name)  # before starting anything
     base = f"http://{host}:{port}"
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     server = serve(uri, host, port)
     try:
         wait_up(server, base)
         click.echo(f"MLflow UI: the training runs of {name}:\n  {store.training_runs_url(base, found)}")
-        click.echo("Ctrl-C stops it.")
+        click.echo("Ctrl-C stops it.", err=True)
         server.wait()
     except KeyboardInterrupt:
         pass

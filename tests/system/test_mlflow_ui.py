@@ -42,15 +42,15 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def read_url(server: subprocess.Popen, limit_s: float = ui.START_LIMIT_S) -> str:
-    """The page the command prints, once it has printed it."""
-    deadline, seen = time.monotonic() + limit_s, ""
+    """The page the command prints on stdout, once it has printed it."""
     assert server.stdout is not None
+    fd, deadline, seen = server.stdout.fileno(), time.monotonic() + limit_s, b""
     while time.monotonic() < deadline and server.poll() is None:
-        if select.select([server.stdout], [], [], 1.0)[0]:
-            seen += server.stdout.readline()
-            found = re.search(r"http://\S+", seen)
+        if select.select([fd], [], [], 1.0)[0]:
+            seen += os.read(fd, 4096)
+            found = re.search(rb"http://\S+", seen)
             if found:
-                return found.group(0)
+                return found.group(0).decode()
     raise AssertionError(f"no page printed within {limit_s:.0f} s: {seen!r}")
 
 
@@ -64,13 +64,21 @@ def served(project: Path):
         cwd=project,
         env={**env, "PYTHONPATH": str(REPO), "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
         stdout=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
+        stderr=subprocess.DEVNULL,  # mlflow ui's log
     )
     try:
         yield read_url(server), server
     finally:
-        ui.stop(server)
+        ui.stop(server)  # SIGTERM: the command stops its mlflow ui in turn
+    assert not _still_serving(port), "mlflow ui outlived the command"
+
+
+def _still_serving(port: int) -> bool:
+    try:
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
+    except OSError:
+        return False
+    return True
 
 
 def test_the_printed_page_is_the_experiments_training_runs_in_the_training_view(project, served) -> None:
