@@ -18,6 +18,11 @@ from typing import Any
 SIDES = ("src", "tgt")  # the two sides of a parallel split, as its line files are named: {split}.{side}
 
 
+def project_root() -> Path:
+    """DVC_ROOT (set by DVC in every stage, also for --temp/--queue runs in a copy), else the cwd."""
+    return Path(os.environ.get("DVC_ROOT") or Path.cwd()).resolve()
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temporary path beside `path`; on success rename it over `path`.

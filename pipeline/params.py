@@ -29,6 +29,8 @@ SOURCE_FORMATS = ("auto", "text", "tsv", "tmx", "sgm", "xml")
 
 # A test set's name becomes a file name and a metric name (test.<name>.bleu): no dots, no slashes.
 SET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
+# Names a split may give a set of the field's indexes by (pipeline/data/indexes.py resolves them)
+INDEX_PREFIXES = ("mtdata:", "sacrebleu:")
 LANG_CODE = re.compile(r"[A-Za-z]{2,3}(?:[_-][A-Za-z0-9]{2,8})*")  # ms, id, pt_BR, zh-Hant: a tag names it
 
 Precision = Literal["auto", "fp32", "bf16", "fp16"]  # train.precision; auto: training.step.resolve_precision
@@ -699,7 +701,8 @@ def validate_data(d: DataParams) -> None:
             )
     for name in d.test:
         _check(
-            bool(SET_NAME.match(name)) and name not in ("train", "val", "heldout"),
+            (bool(SET_NAME.match(name)) or name.startswith(INDEX_PREFIXES))
+            and name not in ("train", "val", "heldout"),
             "data.test",
             f"{name!r} cannot name a test set: use letters, digits, _ and - (it names files and metrics), "
             "and not train, val or heldout",

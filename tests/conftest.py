@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 
 from pipeline import files
 from pipeline import params as P
-from pipeline.data import fetch
+from pipeline.data import fetch, lock
 from pipeline.decoding.translator import Translator
 from pipeline.tracking import metadata
 from tests.support.dvc_repo import DECODE_SETS, DECODE_STAGE, SCORE_STAGE, dvc
@@ -184,6 +184,15 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
         terminalreporter.section("fuzz cases tried")
         for line in lines:
             terminalreporter.write_line(line)
+
+
+@pytest.fixture(autouse=True)
+def corpus_lock_in_tmp(tmp_path, monkeypatch) -> Path:
+    """A download without a pinned sum records it in corpora.lock at the project root: in a test,
+    tmp_path's, never the repository's."""
+    path = tmp_path / lock.LOCK_FILE
+    monkeypatch.setattr(lock, "lock_path", lambda: path)
+    return path
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -1,10 +1,14 @@
 """Fetching a corpus file: from a local path, an offline mirror, or the network; verified by sha256.
 
-Mirror: a folder that holds https://HOST/PATH at MIRROR/HOST/PATH; a file found
-there is read from there. Otherwise it is downloaded (RETRY_DELAYS between
-tries) into a temporary file renamed only once it is complete. Every file is
-checked against the sum its params give and the one pinned in the catalog,
-pipeline/data/catalog.yaml. Turning the bytes into lines: pipeline/data/formats.py.
+Mirror: a folder that holds https://HOST/PATH at MIRROR/HOST/PATH, or an http(s)
+server laid out the same way (a team's mirror); a file found there is read from
+there. Otherwise it is downloaded (RETRY_DELAYS between tries) into a temporary
+file renamed only once it is complete: a download cut off midway is tried again
+from the start, never read. Every file is checked against the sum its params
+give, the one pinned in the catalog (pipeline/data/catalog.yaml) and the md5 its
+index publishes (sacreBLEU's); a URL that none of them pins is checked against
+corpora.lock, where its first download recorded it (pipeline/data/lock.py).
+Turning the bytes into lines: pipeline/data/formats.py.
 """
 
 from __future__ import annotations
@@ -21,10 +25,11 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 import click
 
-from pipeline.data import corpora
+from pipeline.data import corpora, lock
 from pipeline.errors import UserError
 
 RETRY_DELAYS = (1.0, 2.0, 4.0)  # seconds slept after failed tries 1, 2, 3: four tries in all
@@ -50,6 +55,10 @@ class FetchSpec:
     location: str  # a URL or a local path, as the user gave it
     key: str  # the param that named it, e.g. data.sources.europarl.src, for messages
     sha256: str | None
+    md5: str | None = None  # the digest an index (sacreBLEU's) publishes for the file
+
+
+Mirror = Path | str  # a folder, or the http(s) URL of a server with the same layout
 
 
 @dataclass(frozen=True)
@@ -61,7 +70,7 @@ class Fetched:
     sha256: str
 
 
-def fetch(spec: FetchSpec, scratch: Path, mirror: Path | None) -> Fetched:
+def fetch(spec: FetchSpec, scratch: Path, mirror: Mirror | None) -> Fetched:
     """Get the file's bytes (local path, mirror, or network into `scratch`) and verify its sha256."""
     match = _SCHEME.match(spec.location)
     if match is None:
@@ -81,30 +90,54 @@ def _fetch_local(spec: FetchSpec) -> Fetched:
     return Fetched(path, "local", sha256_file(path))
 
 
-def _fetch_url(url: str, scratch: Path, mirror: Path | None) -> Fetched:
-    if mirror is not None:
+def _fetch_url(url: str, scratch: Path, mirror: Mirror | None) -> Fetched:
+    if isinstance(mirror, Path):
         mirrored = mirror_path(mirror, url)
         if mirrored.is_file():
             return Fetched(mirrored, "mirror", sha256_file(mirrored))
+    elif mirror is not None:
+        found = _from_server_mirror(mirror_url(mirror, url), scratch)
+        if found is not None:
+            return found
     try:
         path = download_url(url, scratch)
     except FetchError as e:
         if mirror is None:
             raise UserError(f"cannot fetch {url}: {e}; {_MIRROR_HELP}") from e
-        raise UserError(
-            f"{url} is not in the mirror (looked for {mirror_path(mirror, url).absolute()}) "
-            f"and cannot be fetched: {e}"
-        ) from e
+        looked = mirror_url(mirror, url) if isinstance(mirror, str) else mirror_path(mirror, url).absolute()
+        raise UserError(f"{url} is not in the mirror (looked for {looked}) and cannot be fetched: {e}") from e
     return Fetched(path, "network", sha256_file(path))
+
+
+def _from_server_mirror(url: str, scratch: Path) -> Fetched | None:
+    """The file from a mirror server; None if it does not have it (then the URL itself is asked)."""
+    try:
+        path = download_url(url, scratch)
+    except FetchError as e:
+        if isinstance(e.__cause__, urllib.error.HTTPError) and e.__cause__.code == 404:
+            return None
+        raise UserError(f"the corpus mirror failed to give {url}: {e}") from e
+    return Fetched(path, "mirror", sha256_file(path))
 
 
 def mirror_path(mirror: Path, url: str) -> Path:
     """Where the mirror keeps `url`: https://HOST/PATH -> MIRROR/HOST/PATH (as `wget -x` stores it)."""
+    host, segments = _host_and_path(url)
+    return Path(mirror, host, *segments)
+
+
+def mirror_url(mirror: str, url: str) -> str:
+    """Where a mirror server keeps `url`: https://HOST/PATH -> MIRROR/HOST/PATH."""
+    host, segments = _host_and_path(url)
+    return "/".join([mirror.rstrip("/"), host, *(urllib.parse.quote(s) for s in segments)])
+
+
+def _host_and_path(url: str) -> tuple[str, list[str]]:
     parts = urllib.parse.urlsplit(url)
-    segments = [s for s in parts.path.split("/") if s]
+    segments = [urllib.parse.unquote(s) for s in parts.path.split("/") if s]
     if not parts.hostname or not segments or any(s in (".", "..") for s in segments):
         raise UserError(f"{url}: not a URL of a file (https://HOST/PATH)")
-    return Path(mirror, parts.hostname, *segments)
+    return parts.hostname, segments
 
 
 class FetchError(Exception):
@@ -164,7 +197,7 @@ def sha256_file(path: Path) -> str:
 
 
 def _expected_sums(spec: FetchSpec) -> list[tuple[str, str]]:
-    """The sums a file must match, each with where it came from."""
+    """The sha256 sums a file must match, each with where it came from."""
     sums = []
     if spec.sha256 is not None:
         sums.append((spec.sha256, f"{spec.key}_sha256"))
@@ -175,19 +208,51 @@ def _expected_sums(spec: FetchSpec) -> list[tuple[str, str]]:
 
 
 def verified_by(spec: FetchSpec) -> str | None:
-    """Which sums the file was checked against, for the manifest: params, pinned, both, or None."""
-    sums = {"params": spec.sha256, "pinned": corpora.PINNED_SHA256.get(spec.location)}
+    """Which sums the file was checked against, for the manifest: params, pinned, md5 (its index's),
+    lock (corpora.lock), joined by +, or None (a local file nothing pins)."""
+    sums = {"params": spec.sha256, "pinned": corpora.PINNED_SHA256.get(spec.location), "md5": spec.md5}
+    if _SCHEME.match(spec.location) and not (sums["params"] or sums["pinned"]):
+        sums["lock"] = "recorded"
     return "+".join(name for name, value in sums.items() if value) or None
 
 
 def _verify(spec: FetchSpec, fetched: Fetched) -> None:
-    for expected, origin in _expected_sums(spec):
-        if fetched.sha256 == expected:
-            continue
-        if fetched.via == "network":
-            fetched.path.unlink()  # never leave a bad download behind
-        where = f" (read from the mirror at {fetched.path})" if fetched.via == "mirror" else ""
-        raise UserError(
-            f"sha256 mismatch for {spec.location}{where}: expected {expected} ({origin}), "
-            f"got {fetched.sha256}; the file is corrupt or changed upstream; check the source or the sum"
-        )
+    expected = _expected_sums(spec)
+    for want, origin in expected:
+        if fetched.sha256 != want:
+            detail = f"expected {want} ({origin}), got {fetched.sha256}"
+            _refuse(spec, fetched, f"sha256 mismatch for {spec.location}", detail)
+    if spec.md5 is not None:
+        got = md5_file(fetched.path)
+        if got != spec.md5:
+            why = f"md5 mismatch for {spec.location}"
+            _refuse(spec, fetched, why, f"expected {spec.md5} (published by its index), got {got}")
+    if not expected and fetched.via != "local":
+        try:
+            if lock.check_or_record(spec.location, fetched.sha256):
+                click.echo(
+                    f"{spec.location}: sha256 {fetched.sha256} recorded in {lock.LOCK_FILE} (first "
+                    "download); commit it, and every later download must match",
+                    err=True,
+                )
+        except UserError:
+            if fetched.via == "network":
+                fetched.path.unlink()
+            raise
+
+
+def _refuse(spec: FetchSpec, fetched: Fetched, what: str, detail: str) -> NoReturn:
+    if fetched.via == "network":
+        fetched.path.unlink()  # never leave a bad download behind
+    where = f" (read from the mirror at {fetched.path})" if fetched.via == "mirror" else ""
+    raise UserError(
+        f"{what}{where}: {detail}; the file is corrupt or changed upstream; check the source or the sum"
+    )
+
+
+def md5_file(path: Path) -> str:
+    digest = hashlib.md5(usedforsecurity=False)
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()

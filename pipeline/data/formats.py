@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import bz2
 import contextlib
+import fnmatch
 import gzip
 import html
 import io
@@ -224,12 +225,22 @@ def _zip_member(archive_file: IO[bytes], member: str, name: str) -> Iterator[IO[
 
 
 def _pick(names: list[str], member: str, name: str) -> str:
-    """The name in `names` that `member` means (a leading ./ on either side ignored)."""
+    """The name in `names` that `member` means (a leading ./ on either side ignored); a member with
+    glob characters (mtdata's `*.en` for an OPUS zip) must match exactly one name."""
     if member in names:
         return member
     for candidate in names:
         if _bare(candidate) == _bare(member):
             return candidate
+    if any(c in member for c in "*?["):
+        matched = [n for n in names if fnmatch.fnmatchcase(_bare(n), _bare(member))]
+        if len(matched) == 1:
+            return matched[0]
+        if matched:
+            raise UserError(
+                f"{name}: {len(matched)} files match {member!r} ({', '.join(matched[:_LISTED])}); "
+                "name the one to read"
+            )
     shown = ", ".join(names[:_LISTED]) or "no regular files"
     more = f" ... and {len(names) - _LISTED} more" if len(names) > _LISTED else ""
     raise UserError(

@@ -18,6 +18,7 @@ from typing import Any
 
 from pipeline import files
 from pipeline.data import detok
+from pipeline.data.fetch import Mirror
 from pipeline.data.planning import plan_monolingual
 from pipeline.data.reading import Reader
 from pipeline.data.text import normalize
@@ -30,7 +31,7 @@ class MonoText:
     stats: dict[str, Any]  # per source: lines read, kept; and the total before and after the sample
 
 
-def read_mono(params: Params, mirror: Path | None, scratch: Path) -> MonoText:
+def read_mono(params: Params, mirror: Mirror | None, scratch: Path) -> MonoText:
     """backtranslation.mono's text in data.tgt_lang, normalized, deduplicated and sampled."""
     bt, data = params.backtranslation, params.data
     # every name is resolved (and refused) before anything is fetched

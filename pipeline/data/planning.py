@@ -2,8 +2,9 @@
 into the files to fetch, each with the sha256 it must have, before anything is fetched.
 
 A name is refused here, with the closest known names, when neither the catalog
-(pipeline/data/catalog.yaml) nor data.sources has it; a data.sources entry whose
-shape is wrong is refused with its key.
+(pipeline/data/catalog.yaml) nor data.sources has it, nor the index it names
+(`mtdata:ID`, `sacrebleu:SET`: pipeline/data/indexes.py); a data.sources entry
+whose shape is wrong is refused with its key.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import difflib
 import re
 from dataclasses import dataclass
 
-from pipeline.data import corpora, formats
+from pipeline.data import corpora, formats, indexes
 from pipeline.data.fetch import FetchSpec
 from pipeline.errors import ParamsError
 from pipeline.files import SIDES
@@ -50,6 +51,7 @@ class CorpusPlan:
     max_lines: int | None = None
     tokenized: str | None = None  # pipeline.data.detok.TOKENIZERS: clean detokenizes the source
     langs: tuple[str, str] = ("", "")  # (source, target) language: data.src_lang/tgt_lang or its own
+    origin: str = ""  # an index it came from (indexes.MTDATA, SACREBLEU without the colon), else ""
 
 
 def plan_sources(data: DataParams) -> dict[str, list[CorpusPlan]]:
@@ -110,6 +112,9 @@ def plan_monolingual(name: str, key: str, data: DataParams) -> tuple[CorpusPlan,
     "tgt") that is in data.tgt_lang. A catalog set or data.sources entry with no such side is refused."""
     want = data.tgt_lang
     spec = data.sources.get(name)
+    if spec is None and indexes.is_indexed(name):  # its data.tgt_lang side, of a src-tgt set
+        langs = (data.src_lang, want)
+        return _from_index(indexes.resolve(name, *langs, key), key, langs), "tgt"
     if spec is None or spec.catalog is not None:
         named = _lookup(name if spec is None else spec.catalog, key, data)  # type: ignore[arg-type]
         if want not in named.langs:
@@ -144,6 +149,9 @@ def plan_monolingual(name: str, key: str, data: DataParams) -> tuple[CorpusPlan,
 
 def _resolve(name: str, key: str, data: DataParams) -> CorpusPlan:
     spec = data.sources.get(name)
+    if spec is None and indexes.is_indexed(name):
+        langs = (data.src_lang, data.tgt_lang)
+        return _from_index(indexes.resolve(name, *langs, key), key, langs)
     if spec is None:
         return _from_catalog(name, _lookup(name, key, data), key, data, None, (data.src_lang, data.tgt_lang))
     key = f"data.sources.{name}"
@@ -188,6 +196,13 @@ def _from_catalog(
         FileRef(role, FetchSpec(side.url, key, None), side.member) for role, side in zip(SIDES, (src, tgt))
     )
     return CorpusPlan(name, True, "text", refs, max_lines=max_lines, tokenized=named.tokenized, langs=langs)
+
+
+def _from_index(named: indexes.IndexedSet, key: str, langs: tuple[str, str]) -> CorpusPlan:
+    """A set mtdata or sacreBLEU names: its sha256 checked against corpora.lock, its md5 where the
+    index publishes one."""
+    refs = tuple(FileRef(f.role, FetchSpec(f.url, key, None, f.md5), f.member) for f in named.files)
+    return CorpusPlan(named.name, False, named.format, refs, named.columns, langs=langs, origin=named.origin)
 
 
 def _from_spec(name: str, spec: CorpusSpec, key: str) -> CorpusPlan:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO
@@ -17,23 +18,26 @@ import click
 
 from pipeline.data import formats, tags
 from pipeline.data.artifacts import CorpusRecord, FileRecord
-from pipeline.data.fetch import Fetched, fetch, verified_by
+from pipeline.data.fetch import Fetched, Mirror, fetch, verified_by
 from pipeline.data.planning import CorpusPlan, FileRef
 from pipeline.errors import UserError
 from pipeline.files import PairedWriter
 from pipeline.params import DataParams
 
 
-def resolve_mirror(data: DataParams) -> Path | None:
-    """The mirror root: env CORPUS_MIRROR if set, else data.mirror (relative to the cwd), else None."""
+def resolve_mirror(data: DataParams) -> Mirror | None:
+    """The mirror: env CORPUS_MIRROR if set, else data.mirror; a folder (relative to the cwd) or the
+    http(s) URL of a server laid out as one; None if neither is set."""
     root = os.environ.get("CORPUS_MIRROR") or data.mirror
-    return Path(root) if root else None
+    if not root:
+        return None
+    return root.rstrip("/") if re.match(r"^https?://", root, re.IGNORECASE) else Path(root)
 
 
 class Reader:
     """Fetches (each file once, however many members are read from it) and copies sources into splits."""
 
-    def __init__(self, scratch: Path, mirror: Path | None, tagged: bool = False) -> None:
+    def __init__(self, scratch: Path, mirror: Mirror | None, tagged: bool = False) -> None:
         """`tagged`: each source line goes behind its source's target-language tag (pipeline.data.tags)."""
         self.scratch, self.mirror, self.tagged = scratch, mirror, tagged
         self._fetched: dict[str, Fetched] = {}

@@ -33,6 +33,7 @@ import pandas as pd
 import yaml
 
 from pipeline import params as P
+from pipeline.data import indexes
 from pipeline.errors import UserError
 from pipeline.tracking import store
 
@@ -104,13 +105,14 @@ def test_sets(frame: pd.DataFrame) -> list[str]:
 
 
 def listed_tests(params: dict[str, str]) -> list[str]:
-    """A run's data.test param as a list of names ([] if absent or not a list)."""
+    """A run's data.test param as a list of the names its sets are scored under ([] if absent or not a
+    list): an index's name as its files are named (sacrebleu:wmt20 -> sacrebleu-wmt20)."""
     text = params.get(TEST_PARAM)
     try:  # param_text's [a, b], or str() of a Python list
         value = yaml.safe_load(text) if isinstance(text, str) else None
     except yaml.YAMLError:
         return []
-    return [str(v) for v in value] if isinstance(value, (list, tuple)) else []
+    return [indexes.safe_name(str(v)) for v in value] if isinstance(value, (list, tuple)) else []
 
 
 class ExperimentsUnavailable(Exception):

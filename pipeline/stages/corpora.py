@@ -1,7 +1,9 @@
 """Command `corpora`: list the named sets of pipeline/data/catalog.yaml, or check them against a mirror.
 
 `--pair en-ru` keeps the sets that hold both languages, in either direction,
-their languages shown in the pair's order. With CORPUS_MIRROR set, a column
+their languages shown in the pair's order. `--index mtdata` or `--index sacrebleu`
+lists what that index has for the pair instead (names to put in a split as
+`mtdata:ID` or `sacrebleu:SET`: pipeline/data/indexes.py). With CORPUS_MIRROR set, a column
 says whether each set's files are in the mirror. `--check MIRROR` reads every
 listed file there and compares its sha256 and line count with the catalog's.
 Not a DVC stage: it writes nothing.
@@ -14,7 +16,7 @@ from pathlib import Path
 
 import click
 
-from pipeline.data import corpora
+from pipeline.data import corpora, indexes
 from pipeline.data.corpora import NamedSet
 from pipeline.data.fetch import mirror_path, sha256_file
 from pipeline.data.formats import archive_member, text_lines
@@ -35,6 +37,26 @@ def listed(pair: str | None) -> list[NamedSet]:
             f"--pair {pair}: no set in the catalog holds {src} and {tgt}; its languages: {', '.join(langs)}"
         )
     return sets
+
+
+def index_table(index: str, src: str, tgt: str) -> list[str]:
+    """What mtdata or sacreBLEU has for the pair, as aligned columns with the name to use."""
+    if index == "mtdata":
+        header = ["name", "corpus", "version", "langs"]  # mtdata's index has no sizes
+        rows = [
+            [f"{indexes.MTDATA}{e.did}", e.did.name, e.did.version, e.did.lang_str]
+            for e in indexes.mtdata_entries(src, tgt)
+        ]
+    else:
+        header = ["name", "pair", "description"]
+        rows = [
+            [f"{indexes.SACREBLEU}{n}", f"{src}-{tgt}", d.description]
+            for n, d in indexes.sacrebleu_sets(src, tgt)
+        ]
+    if not rows:
+        raise UserError(f"--index {index}: nothing for {src}-{tgt}")
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    return ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in [header, *rows]]
 
 
 def table(sets: list[NamedSet], mirror: Path | None) -> list[str]:
@@ -80,14 +102,27 @@ def check(sets: list[NamedSet], mirror: Path) -> list[str]:
     "--pair", default=None, help="SRC-TGT, e.g. de-en: only sets with both languages, either direction."
 )
 @click.option(
+    "--index",
+    type=click.Choice(["catalog", "mtdata", "sacrebleu"]),
+    default="catalog",
+    show_default=True,
+    help="Whose sets to list: the catalog's, or mtdata's or sacreBLEU's for --pair.",
+)
+@click.option(
     "--check",
     "check_mirror",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
     help="A mirror root: verify every listed file there (sha256 and line count) against the catalog.",
 )
-def command(pair: str | None, check_mirror: Path | None) -> None:
-    """List the catalog's named sets: name, languages, lines, domain, license."""
+def command(pair: str | None, check_mirror: Path | None, index: str) -> None:
+    """List the catalog's named sets (name, languages, lines, domain, license), or an index's."""
+    if index != "catalog":
+        if pair is None:
+            raise UserError(f"--index {index}: name a pair with --pair SRC-TGT (its lists are long)")
+        for line in index_table(index, *corpora.parse_pair(pair)):
+            click.echo(line)
+        return
     sets = listed(pair)
     if check_mirror is not None:
         problems = check(sets, check_mirror)
@@ -101,5 +136,6 @@ def command(pair: str | None, check_mirror: Path | None) -> None:
         click.echo(f"{n_files} files of {len(sets)} sets match the catalog")
         return
     mirror = os.environ.get("CORPUS_MIRROR")
-    for line in table(sets, Path(mirror) if mirror else None):
+    folder = Path(mirror) if mirror and "://" not in mirror else None
+    for line in table(sets, folder):
         click.echo(line)

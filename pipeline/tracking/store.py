@@ -17,6 +17,8 @@ from typing import Any
 
 import click
 
+from pipeline.files import project_root
+
 # MLflow's HTTP client retries 7 times with backoff (minutes) and waits 120 s
 # per request; here a dead server must cost seconds. A user's own setting wins.
 QUICK_HTTP_ENV = {
@@ -35,11 +37,6 @@ TRAINING_KIND = "custom_model_development"
 TRAINING_VIEW = "workflowType=machine_learning"
 
 # --- where runs go ---------------------------------------------------------------
-
-
-def project_root() -> Path:
-    """DVC_ROOT (set by DVC in every stage, also for --temp/--queue runs), else the cwd."""
-    return Path(os.environ.get("DVC_ROOT") or Path.cwd()).resolve()
 
 
 def tracking_uri() -> str:
