@@ -188,7 +188,8 @@ def utilization(
         peak = flops.measured_peak(gemms, PRECISION_DTYPES[precision], 0.005 if first.smoke else 0.05)
         say(f"{precision} matmul peak at the update's shapes: {peak / 1e12:.3f} TFLOP/s")
         out += [
-            row(PEAK, first.task, precision, "gemm_peak_tflops", peak / 1e12, digits=4),
+            # to 1 MFLOP/s: a slow CPU's bf16 peak (emulated, under 0.01 TFLOP/s) keeps its digits
+            row(PEAK, first.task, precision, "gemm_peak_tflops", peak / 1e12, digits=7),
             row(PEAK, first.task, precision, "model_mflop_per_target_token", per_token / 1e6, digits=2),
         ]
         out += [
