@@ -350,7 +350,7 @@ def targets_table(checked: list[tuple[str, str, bool]]) -> list[str]:
     table = [[target, measured, "yes" if ok else "**no**"] for target, measured, ok in checked]
     # not escaped: the targets' <= and >= are text, and **no** is bold
     targets = markdown_table(["target", "measured", "met"], table, escape=False)
-    return [f"The issue's targets: {met} of {len(checked)} met.", "", targets]
+    return [f"The targets set for these stages: {met} of {len(checked)} met.", "", targets]
 
 
 @click.command()

@@ -89,7 +89,7 @@ from pipeline.reporting.tables import fmt, fmt_whole, markdown_table
 
 REPO = Path(__file__).resolve().parents[1]
 DECODE_START, DECODE_END = "<!-- decode:start -->", "<!-- decode:end -->"
-# The issue's reference numbers (sentences/s, batch 64, 20 output tokens, same dimensions).
+# Reference numbers we aimed at (sentences/s, batch 64, 20 output tokens, same dimensions).
 REFERENCE = {
     ("hf-marian-generate", "fp32"): {"decode_greedy": 173, "decode_beam5": 62},
     ("ctranslate2", "fp32"): {"decode_greedy": 217, "decode_beam5": 93},
@@ -179,14 +179,14 @@ def decode_section(
 
 
 def speed_table(value: Key3, tok: Key3, systems: list[tuple[str, str]]) -> str:
-    """Sentences/s and tokens/s per (system, precision) and task, beside the issue's reference."""
+    """Sentences/s and tokens/s per (system, precision) and task, beside the reference numbers."""
     header = ["system", "precision", "greedy sent/s", "greedy tok/s", "beam 5 sent/s", "beam 5 tok/s"]
     rows = []
     for s, p in systems:
         ref = REFERENCE.get((s, p), {})
         cells = [x for t in TASKS for x in (fmt(value.get((s, p, t)), 1), fmt_whole(tok.get((s, p, t))))]
         rows.append([s, p, *cells, " / ".join(str(ref.get(t, "-")) for t in TASKS)])
-    return markdown_table([*header, "issue's reference (greedy / beam 5)"], rows, "llrrrrl")
+    return markdown_table([*header, "reference figures, sent/s (greedy / beam 5)"], rows, "llrrrrl")
 
 
 # (label, a system, the one it is compared with, the bar or None, invert: other / system, at most the bar)

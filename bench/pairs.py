@@ -1,4 +1,4 @@
-"""The low-resource pairs' recipes and sweep, as DVC experiments, and their results (issue 26).
+"""The low-resource pairs' recipes and sweep, as DVC experiments, and their results.
 
     python -m bench.pairs queue --pair ru-en --recipe baseline      # the README's command on the new data
     python -m bench.pairs queue --pair ru-en --recipe lowres        # the literature's starting point
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import shlex
 import shutil
@@ -181,7 +182,7 @@ RECIPES: dict[str, Recipe] = {
         "(subword regularization, alpha 0.1-0.5)",
         LOWRES,
         # ru-en: ~45k pairs at half the batch size; 12 epochs keep it near the 90-minute budget (the
-        # README's 36k pairs took 69 minutes for 15 epochs at 2,048 tokens). en-ms: 15 of the
+        # 46k-pair baseline took 77 minutes for 15 epochs at 2,048 tokens). en-ms: 15 of the
         # baseline's 30 epochs, for the same budget: on an AVX2-only AMD EPYC (Zen 3) in fp32 an
         # epoch of ~315 sampled 1,024-token batches of the 10+2 model took 5 minutes. The vocabulary
         # sizes are those bpe.vocab_size: auto gave when the recipe ran first (the literature's rule;
@@ -707,8 +708,8 @@ def table(
     report = collect(params_file, given, archive)
     report.notes += notes
     archive_new_runs(report, archive)
-    files.write_json(out.with_suffix(".json"), report.to_json())
-    files.write_text(out, render(report))
+    files.write_json(out.with_suffix(".json"), repo_relative(report.to_json()))
+    files.write_text(out, repo_relative(render(report)))
     click.echo(f"wrote {out.with_suffix('.json')} and {out}")
 
 
@@ -716,8 +717,30 @@ def archive_new_runs(report: Report, archive: Path) -> None:
     """Save each finished run read from MLflow (not already archived) for the next table to read."""
     for row in (r for pair in report.pairs for r in [*pair.rows, *pair.sweep]):
         if row.status == "finished" and (not row.archived or row.amended):
-            run = run_archive.ArchivedRun(row.record, row.tags, row.summary, row.hyps)
+            record = replace(row.record, params=repo_relative(row.record.params))
+            run = run_archive.ArchivedRun(
+                record, repo_relative(row.tags), repo_relative(row.summary), row.hyps
+            )
             run_archive.save(archive, row.name, run)
+
+
+def repo_relative(value: Any, root: Path | None = None) -> Any:
+    """`value` (a string, or dicts and lists of them) with the absolute paths of this checkout (the cwd),
+    and of a queued run's copy of it under .dvc/tmp/exps, made relative to it: the files `table` writes
+    are committed, and name no machine's folders."""
+    base = re.escape(str((root or Path.cwd()).resolve()))
+    inside = re.compile(base + r"/(?:\.dvc/tmp/exps/(?:standalone/)?[^/\s\"'\],]+/)?")
+
+    def walk(v: Any) -> Any:
+        if isinstance(v, str):
+            return inside.sub("", v)
+        if isinstance(v, dict):
+            return {k: walk(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [walk(x) for x in v]
+        return v
+
+    return walk(value)
 
 
 # --- the runs ----------------------------------------------------------------------
@@ -1046,7 +1069,8 @@ def references(
             reader.copy_split([source], tmp / "test" / source.name)
     except UserError as e:
         return None, None, [f"{pair}: the test references could not be read ({e}); give --refs {pair}=DIR"]
-    via = f"mirror {mirror}" if mirror else "the network"
+    shown = os.path.relpath(mirror) if isinstance(mirror, Path) else mirror  # ../shared/corpora, or a URL
+    via = f"mirror {shown}" if mirror else "the network"
     return tmp, f"the catalog via {via} (the download stage's reader)", []
 
 
@@ -1164,7 +1188,7 @@ def sweep_json(row: Row) -> dict[str, Any]:
 
 def render(report: Report) -> str:
     lines = [
-        "# Low-resource pairs: recipes and sweep (issue 26)",
+        "# Low-resource pairs: recipes and sweep",
         "",
         "Written by `python -m bench.pairs table` from the runs in MLflow and those archived in git "
         "(`reports/pairs/runs/`, one JSON per finished run with its hypotheses); every number comes from a "
@@ -1188,7 +1212,10 @@ def render(report: Report) -> str:
                 f"{name} BLEU {fmt_score(s['bleu'])}, chrF {fmt_score(s['chrf'])}"
                 for name, s in pair.copy_source.items()
             )
-            lines += ["", f"The source copied unchanged as the translation (a floor): {copied}."]
+            lines += [
+                "",
+                f"The source copied unchanged as the translation (what a model should beat): {copied}.",
+            ]
         lines += ["", full_table(pair) if pair.rows else "No full-budget run yet."]
         lines += ["", "### Sweep (val only)", "", sweep_table(pair) if pair.sweep else "No ranking run yet."]
     lines += ["", "## Notes", "", *(f"- {escape_cell(n)}" for n in report.notes or ["none"])]
