@@ -81,12 +81,23 @@ class DataParams:
     workers: int
 
 
+FilterRule = Literal["min_words", "boilerplate", "repeated", "untranslated", "numbers", "script", "langid"]
+
+
 @dataclass(frozen=True)
 class CleanParams:
     max_words: int
     max_ratio: float
     dedupe: bool
     decontaminate: bool
+    # Rules for web-crawled data (pipeline/data/filters.py), for the train sources: `filters` for the
+    # catalog's sets and the user's own, `web_filters` for mtdata's (web-crawled and mined), and a
+    # source's own list under its name in `source_filters`
+    filters: tuple[FilterRule, ...]
+    web_filters: tuple[FilterRule, ...]
+    source_filters: dict[str, tuple[FilterRule, ...]]
+    min_words: int  # the min_words rule: each side has at least this many words
+    min_script_ratio: float  # the script rule: this share of a side's letters in its language's script
 
 
 @dataclass(frozen=True)
@@ -277,6 +288,11 @@ def from_dict(raw: Any) -> Params:
 _ADDED = {
     ("data", "workers"): 1,  # one process: what clean ran on before
     ("clean", "decontaminate"): False,
+    ("clean", "filters"): [],
+    ("clean", "web_filters"): [],
+    ("clean", "source_filters"): {},
+    ("clean", "min_words"): 1,
+    ("clean", "min_script_ratio"): 0.5,
     ("bpe", "sample_lines"): 2**62,  # every line: what the bpe stage trained on before
     ("bpe", "seed"): 1,
     ("bpe", "model_type"): "bpe",
@@ -553,6 +569,18 @@ def validate_backtranslation(b: BacktranslationParams, d: DataParams, init_from:
 def validate_clean(c: CleanParams) -> None:
     _check(c.max_words >= 1, "clean.max_words", "must be at least 1")
     _check(c.max_ratio >= 1.0, "clean.max_ratio", "must be at least 1.0")
+    _check(
+        c.min_words >= 1,
+        "clean.min_words",
+        f"must be at least 1 (got {c.min_words}); to keep pairs of any "
+        "length, leave min_words out of clean.filters",
+    )
+    _check(
+        0.0 < c.min_script_ratio <= 1.0,
+        "clean.min_script_ratio",
+        f"must be in (0, 1] (got "
+        f"{c.min_script_ratio}); to check no script, leave script out of clean.filters",
+    )
 
 
 def validate_bpe(b: BpeParams) -> None:

@@ -60,6 +60,7 @@ class CorpusRecord(_CorpusRecord, total=False):
     tgt_lang: str
     heldout_from: str
     parts: list[dict[str, Any]]
+    origin: str  # the index that named it (mtdata, sacrebleu): clean's rules for web data follow it
 
 
 class Manifest(TypedDict, total=False):

@@ -1,18 +1,17 @@
 """Cleaning: every line of every split normalized; training pairs filtered, and only they.
 
 Normalization is pipeline.data.text.normalize, after pipeline.data.detok for the lines of a
-source the download manifest marks tokenized. Filtering (training pairs only), by the first rule
-that applies: empty, too_long (over clean.max_words words), ratio (character-length ratio over
-clean.max_ratio), heldout_overlap (clean.decontaminate: the normalized source or target is a line
-of a val or test set), duplicate (clean.dedupe: the same pair as an earlier kept one). Val and
+source the download manifest marks tokenized. Training pairs are dropped by the first rule that
+applies: empty, too_long (clean.max_words), ratio (clean.max_ratio), the rules for web data that
+apply to the pair's source (pipeline.data.filters; docs/cleaning.md), heldout_overlap
+(clean.decontaminate: a side is a line of a val or test set), duplicate (clean.dedupe). Val and
 test sets are never filtered, so scores stay comparable with published ones.
 
 Streamed in chunks of CHUNK_PAIRS pairs through data.workers processes, taken in order, so the
 output is the same for any number of workers. Dedupe and decontamination compare 64-bit blake2b
-hashes (collision odds: docs/corpora.md); dedupe spills them to disk and drops duplicates in a
-second pass, so memory stays flat. stats.json: per split (test: per set) lines_in, lines_out,
-dropped per reason, per side the lines each normalization step (and detokenization) changed;
-train also per source.
+hashes (collision odds: docs/corpora.md); dedupe spills them to disk, so memory stays flat.
+stats.json: per split (test: per set) lines in and out, dropped per reason, per side the lines
+each normalization step (and detokenization) changed; train also per source.
 """
 
 from __future__ import annotations
@@ -24,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.data import filters
 from pipeline.data.artifacts import Manifest, SplitCounts
 from pipeline.data.detok import detokenize_lines
 from pipeline.data.tags import split_tags
@@ -32,7 +32,7 @@ from pipeline.errors import UserError
 from pipeline.files import SIDES
 from pipeline.params import CleanParams
 
-DROP_REASONS = ("empty", "heldout_overlap", "too_long", "ratio", "duplicate")
+DROP_REASONS = ("empty", "heldout_overlap", "too_long", "ratio", *filters.REASONS, "duplicate")
 CHUNK_PAIRS = 10_000  # pairs a worker cleans at a time: memory is a few chunks per worker
 HASH_BYTES = 8  # 64-bit hashes: the collision rate is in the module docstring
 
@@ -120,6 +120,62 @@ class Tokenized:
 UNTOKENIZED = Tokenized()  # a split no source of which ships tokenized
 
 
+@dataclass(frozen=True)
+class SourceRules:
+    """The web-data rules of each source's lines (ranges [start, end) of a split or chunk), and the
+    languages of its sides; lines outside every range get none."""
+
+    ranges: tuple[tuple[int, int, filters.Rules, tuple[str, str]], ...] = ()
+
+    def within(self, start: int, end: int) -> SourceRules:
+        """The ranges of lines start..end, counted from `start`."""
+        return SourceRules(
+            tuple(
+                (max(lo, start) - start, min(hi, end) - start, rules, langs)
+                for lo, hi, rules, langs in self.ranges
+                if lo < end and hi > start
+            )
+        )
+
+    def at(self, n: int) -> list[tuple[filters.Rules, tuple[str, str]] | None]:
+        """Per line of n, its rules and languages (None: no rule applies)."""
+        out: list[tuple[filters.Rules, tuple[str, str]] | None] = [None] * n
+        for lo, hi, rules, langs in self.ranges:
+            if rules.any:
+                out[lo:hi] = [(rules, langs)] * (hi - lo)
+        return out
+
+
+NO_RULES = SourceRules()
+
+
+def rules_for(params: CleanParams, name: str, origin: str) -> filters.Rules:
+    """The web-data rules of the train source `name`: its own (clean.source_filters), else
+    clean.web_filters for a set of mtdata's (web-crawled and mined), else clean.filters."""
+    chosen = params.source_filters.get(name, params.web_filters if origin == "mtdata" else params.filters)
+    return filters.Rules(
+        min_words=params.min_words if "min_words" in chosen else 0,
+        boilerplate="boilerplate" in chosen,
+        repeated="repeated" in chosen,
+        untranslated="untranslated" in chosen,
+        numbers="numbers" in chosen,
+        min_script_ratio=params.min_script_ratio if "script" in chosen else 0.0,
+        langid="langid" in chosen,
+    )
+
+
+def train_rules(params: CleanParams, manifest: Manifest) -> SourceRules:
+    """Each train source's rules over its lines, in the manifest's order (the split's)."""
+    ranges, start = [], 0
+    default = (manifest.get("src_lang", ""), manifest.get("tgt_lang", ""))
+    for record in manifest.get("splits", {}).get("train", []):
+        langs = (record.get("src_lang", default[0]), record.get("tgt_lang", default[1]))
+        rules = rules_for(params, record["name"], record.get("origin", ""))
+        ranges.append((start, start + record["lines"], rules, langs))
+        start += record["lines"]
+    return SourceRules(tuple(ranges))
+
+
 def clean_lines(
     src: list[str],
     tgt: list[str],
@@ -127,10 +183,12 @@ def clean_lines(
     train: bool,
     heldout: Heldout,
     tokenized: Tokenized = UNTOKENIZED,
+    rules: SourceRules = NO_RULES,
 ) -> Cleaned:
     """Detokenize (where `tokenized` says) and normalize a chunk of pairs; for train apply every rule
-    whose answer is the pair's own. A source line's target-language tag is set aside first and put
-    back last: the rules see the text (a tagged line overlaps a test line of the same text)."""
+    whose answer is the pair's own (those of `rules` to each source's lines). A source line's
+    target-language tag is set aside first and put back last: the rules see the text (a tagged line
+    overlaps a test line of the same text)."""
     src_tags, src = split_tags(src)
     src, tgt, detokenized = _detokenized(src, tgt, tokenized)
     normalized = {side: SideStats() for side in SIDES}
@@ -141,8 +199,10 @@ def clean_lines(
     codes = bytearray(len(src))
     kept_src, kept_tgt, hashes = [], [], []
     decontaminate = params.decontaminate and (heldout.src or heldout.tgt)
-    for i, (tag, s, t) in enumerate(zip(src_tags, src, tgt)):
+    for i, (tag, s, t, web) in enumerate(zip(src_tags, src, tgt, rules.at(len(src)))):
         reason = drop_reason(s, t, params)
+        if reason is None and web is not None:
+            reason = filters.noise_reason(s, t, web[1], web[0])
         if reason is None and decontaminate and heldout.overlaps(s, t):
             reason = "heldout_overlap"
         if reason is not None:
@@ -195,6 +255,7 @@ class Job:
     sizes: tuple[int, int]
     train: bool
     tokenized: Tokenized = UNTOKENIZED
+    rules: SourceRules = NO_RULES
 
     def read(self) -> tuple[bytes, bytes]:
         sides = []
@@ -207,7 +268,7 @@ class Job:
 
 def clean_job(job: Job, params: CleanParams, heldout: Heldout) -> Cleaned:
     src, tgt = (_decode(data, name) for data, name in zip(job.read(), job.names))
-    return clean_lines(src, tgt, params, job.train, heldout, job.tokenized)
+    return clean_lines(src, tgt, params, job.train, heldout, job.tokenized, job.rules)
 
 
 @dataclass(frozen=True)

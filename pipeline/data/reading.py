@@ -92,6 +92,8 @@ class Reader:
         }
         if plan.format == "tmx":
             record["tmx_units_skipped"] = skipped
+        if plan.origin:  # only then: a manifest of the catalog's and the user's sets stays as it was
+            record["origin"] = plan.origin
         if plan.tokenized:  # only then: a manifest without tokenized sources stays as it was
             record["tokenized"] = plan.tokenized
         if self.tagged:  # likewise: a one-pair manifest stays as it was

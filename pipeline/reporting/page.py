@@ -27,6 +27,7 @@ HEATMAP_WORDS = (5, 15)  # source words of the heatmap sentences: enough context
 SCORE_NAMES = {"bleu": "BLEU", "chrf": "chrF", "chrfpp": "chrF++", "ter": "TER"}
 OPTIONAL_SCORES = {"chrfpp"}  # shown when the metrics have it (score writes it since chrF++ was added)
 # data/clean/stats.json's drop reasons, in the order the clean stage applies them.
+# Drop reasons the cleaning table always shows; others (the web-data rules'), where a count is not 0
 DROP_REASONS = ("empty", "heldout_overlap", "too_long", "ratio", "duplicate")
 
 EXPERIMENTS_SHOWN = 15  # table rows in the report (plus this run if lower); the command lists all
@@ -312,8 +313,9 @@ def cleaning_table(stats: dict[str, Any]) -> str:
         named.append(("val", stats["val"]))
     named += [(f"test: {n}", s) for n, s in (stats.get("test") or {}).items() if isinstance(s, dict)]
     found = [r for s in (s for _, s in named) for r in (s.get("dropped") or {})]
+    counted = {r for _, s in named for r, n in (s.get("dropped") or {}).items() if n}
     reasons = [r for r in DROP_REASONS if r in found] + [
-        r for r in dict.fromkeys(found) if r not in DROP_REASONS
+        r for r in dict.fromkeys(found) if r not in DROP_REASONS and r in counted
     ]
     rows = [
         [

@@ -23,9 +23,11 @@ from pipeline.data import artifacts, dedupe
 from pipeline.data.cleaning import (
     CHUNK_PAIRS,
     NO_HELDOUT,
+    NO_RULES,
     UNTOKENIZED,
     Heldout,
     Job,
+    SourceRules,
     SplitStats,
     Tokenized,
     TrainFilter,
@@ -34,6 +36,7 @@ from pipeline.data.cleaning import (
     joined,
     start_worker,
     tokenized_ranges,
+    train_rules,
     worker_job,
 )
 from pipeline.data.lines import skip_lines
@@ -88,8 +91,7 @@ def clean(
             else:
                 tests[stem.removeprefix("test/")] = split_stats.to_dict()
         heldout = Heldout(frozenset(heldout_src), frozenset(heldout_tgt))
-        tokenized = Tokenized(tokenized_ranges(manifest, "train"), langs)
-        train = _clean_train(params, raw, tmp / "train", heldout, workers, tmp.parent, tokenized, extra)
+        train = _clean_train(params, raw, tmp / "train", heldout, workers, tmp.parent, manifest, extra)
         assert val is not None  # evals[0]
         # unicode_version: NFC and the categories depend on it
         stats: artifacts.CleanStats = {
@@ -112,12 +114,15 @@ def _clean_train(
     heldout: Heldout,
     workers: int,
     scratch: Path,
-    tokenized: Tokenized = UNTOKENIZED,
+    manifest: artifacts.Manifest,
     extra: Path | None = None,
 ) -> artifacts.SplitCounts:
     """Clean the train split (raw's, then extra's) into out.{src,tgt}: the candidates (every rule
-    but dedupe) go to `scratch` with their hashes spilled beside them, then a pass in order drops
-    the duplicates."""
+    but dedupe; each source's rules for web data) go to `scratch` with their hashes spilled beside
+    them, then a pass in order drops the duplicates."""
+    langs = (manifest.get("src_lang", ""), manifest.get("tgt_lang", ""))
+    tokenized = Tokenized(tokenized_ranges(manifest, "train"), langs)
+    rules = train_rules(params, manifest)
     corpora = artifacts.listed_corpora(raw / artifacts.MANIFEST)
     more, n_more = _extra_corpora(extra, bool(corpora))
     stats = SplitStats(detokenized=dict.fromkeys(SIDES, 0) if tokenized.ranges else None)
@@ -128,7 +133,7 @@ def _clean_train(
         if corpus.pair:
             stats.sources[corpus.name]["pair"] = corpus.pair
     candidates = scratch / "train.candidates"
-    jobs = _jobs(raw, "train", train=True, tokenized=tokenized)
+    jobs = _jobs(raw, "train", train=True, tokenized=tokenized, rules=rules)
     if more:
         assert extra is not None
         _check_exists(extra, "train")
@@ -150,10 +155,10 @@ def _clean_train(
             raw / artifacts.MANIFEST, corpora, stats.lines_in - n_more, raw / "train.src", "download"
         )
         if not stats.lines_out:
-            dropped = ", ".join(f"{k} {v}" for k, v in stats.dropped.items())
+            dropped = ", ".join(f"{k} {v}" for k, v in stats.dropped.items() if v)
             raise UserError(
-                f"clean dropped all {stats.lines_in} training pairs ({dropped}); "
-                "raise clean.max_words or clean.max_ratio, or check the corpus"
+                f"clean dropped all {stats.lines_in} training pairs ({dropped}); raise clean.max_words "
+                "or clean.max_ratio, loosen clean's rules for web data, or check the corpus"
             )
         duplicates = hashes.duplicates() if hashes is not None else None
     _drop_duplicates(train, duplicates, candidates, out)
@@ -201,10 +206,12 @@ def _jobs(
     stem: str,
     train: bool,
     tokenized: Tokenized = UNTOKENIZED,
+    rules: SourceRules = NO_RULES,
 ) -> Iterator[Job]:
     """The split's pairs as files hold them, CHUNK_PAIRS at a time; sides of unequal length refused.
 
-    `tokenized`: the split's tokenized lines; each job gets those of its chunk.
+    `tokenized`: the split's tokenized lines, `rules` its sources' web-data rules; each job gets
+    those of its chunk.
     """
     paths = [raw / f"{stem}.{side}" for side in SIDES]
     names = (str(paths[0]), str(paths[1]))
@@ -225,8 +232,11 @@ def _jobs(
                 for lo, hi in tokenized.ranges
                 if lo < done + n_src and hi > done
             )
+            chunk_rules = rules.within(done, done + n_src)
             done += n_src
-            yield Job(names, starts, (size_src, size_tgt), train, Tokenized(ranges, tokenized.langs))
+            yield Job(
+                names, starts, (size_src, size_tgt), train, Tokenized(ranges, tokenized.langs), chunk_rules
+            )
             starts = (starts[0] + size_src, starts[1] + size_tgt)
 
 

@@ -7,7 +7,17 @@ from pipeline.data import cleaning
 from pipeline.data.cleaning import NO_HELDOUT, Heldout, clean_lines, digest
 from pipeline.params import CleanParams
 
-RULES = CleanParams(max_words=4, max_ratio=3.0, dedupe=True, decontaminate=True)
+RULES = CleanParams(
+    max_words=4,
+    max_ratio=3.0,
+    dedupe=True,
+    decontaminate=True,
+    filters=(),
+    web_filters=(),
+    source_filters={},
+    min_words=1,
+    min_script_ratio=0.5,
+)
 
 
 def test_each_dropped_train_pair_carries_its_first_reason_and_val_keeps_all():

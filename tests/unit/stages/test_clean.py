@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import multiprocessing
+import re
 import unicodedata
 from pathlib import Path
 
@@ -150,7 +151,7 @@ def test_clean_writes_every_split_and_its_stats(tmp_path):
 
 def test_nothing_left_of_train_is_an_error_and_writes_nothing(tmp_path):
     raw = write_raw(tmp_path / "raw", {"train": (["", "a"], ["x", "abcdefgh"]), **EVAL})
-    counts = r"\(empty 1, heldout_overlap 0, too_long 0, ratio 1, duplicate 0\)"
+    counts = r"\(empty 1, ratio 1\)"
     with pytest.raises(UserError, match=rf"dropped all 2 training pairs {counts}"):
         clean.clean(CLEAN, raw, tmp_path / "clean")
     assert not (tmp_path / "clean").exists()
@@ -387,3 +388,60 @@ def test_a_held_out_split_detokenizes_the_lines_it_took_from_a_tokenized_source(
     assert files.read_lines(tmp_path / "clean" / "val.src") == ["x", "y."]
     assert stats["val"]["detokenized"] == {"src": 1, "tgt": 1}
     assert files.read_lines(tmp_path / "clean" / "train.src") == ["a."]
+
+
+# --- rules for web-crawled data, per source ----------------------------------------------------------
+
+WEB = [
+    ("Ein Mann fährt mit dem Fahrrad über eine Brücke.", "A man rides a bike across a bridge."),  # kept
+    ("Zwei Hunde spielen im Schnee.", "Zwei Hunde spielen im Schnee."),  # untranslated
+    ("Eine Frau liest ein Buch im Park.", "Une femme lit un livre dans le parc."),  # wrong_language
+    ("Es sind 3 Kinder am Strand.", "There are 5 children on the beach."),  # numbers
+    ("Mehr unter www.beispiel.de lesen", "Read more about it here"),  # boilerplate
+]
+
+
+def web_raw(tmp_path: Path, origin: str) -> Path:
+    """One curated source of the WEB pairs, then one of `origin` (mtdata: web-crawled) of the same."""
+    src, tgt = (list(side) for side in zip(*WEB))
+    raw = write_raw(tmp_path / "raw", {"train": (src + src, tgt + tgt), **EVAL})
+    train = [{"name": "curated", "lines": len(WEB)}, {"name": "crawl", "lines": len(WEB), "origin": origin}]
+    files.write_json(raw / "manifest.json", {"src_lang": "de", "tgt_lang": "en", "splits": {"train": train}})
+    return raw
+
+
+def test_web_rules_apply_to_mtdata_sources_by_default_and_count_per_source(tmp_path):
+    settings = dataclasses.replace(CLEAN, max_words=20, dedupe=False)
+    stats = clean.clean(settings, web_raw(tmp_path, "mtdata"), tmp_path / "clean")
+    sources = stats["train"]["sources"]
+    assert sources["curated"]["lines_out"] == len(WEB)  # clean.filters: [] for curated sets
+    dropped = {reason: n for reason, n in sources["crawl"]["dropped"].items() if n}
+    assert dropped == {"untranslated": 1, "wrong_language": 1, "numbers": 1, "boilerplate": 1}
+    assert sources["crawl"]["lines_out"] == 1
+
+
+def test_a_sources_own_rules_win_over_the_defaults(tmp_path):
+    settings = dataclasses.replace(
+        CLEAN, max_words=20, dedupe=False, source_filters={"curated": ("untranslated",), "crawl": ()}
+    )
+    stats = clean.clean(settings, web_raw(tmp_path, "mtdata"), tmp_path / "clean")
+    sources = stats["train"]["sources"]
+    assert {r: n for r, n in sources["curated"]["dropped"].items() if n} == {"untranslated": 1}
+    assert sources["crawl"]["lines_out"] == len(WEB)
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        ({"min_words": 0}, "clean.min_words: must be at least 1"),
+        ({"min_script_ratio": 1.5}, "clean.min_script_ratio: must be in (0, 1]"),
+        ({"filters": ["langid", "spam"]}, "clean.filters"),
+    ],
+)
+def test_a_rule_setting_out_of_range_is_refused_naming_the_key(tmp_path, change, says):
+    raw = yaml.safe_load((REPO / "params.yaml").read_text(encoding="utf-8"))
+    raw["clean"].update(change)
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    with pytest.raises(params.ParamsError, match=re.escape(says)):
+        params.load(path)
