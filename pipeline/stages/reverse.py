@@ -91,7 +91,8 @@ def data_key(params: P.Params, raw: Path) -> dict[str, Any]:
     manifest = hashlib.sha256((raw / artifacts.MANIFEST).read_bytes()).hexdigest()
     clean, bpe = (dataclasses.asdict(s) for s in (params.clean, params.backtranslation.reverse.bpe))
     code = {m: fingerprint(f"pipeline.stages.{m}") for m in ("reverse", "clean", "bpe", "binarize")}
-    return {"manifest_sha256": manifest, "sizes": sizes, "clean": clean, "bpe": bpe, "code": code}
+    key = {"manifest_sha256": manifest, "sizes": sizes, "clean": clean, "bpe": bpe, "code": code}
+    return json.loads(json.dumps(key))  # as KEY stores it: tuples (clean's rule lists) become lists
 
 
 def check_sources(params: P.Params, raw: Path) -> None:
