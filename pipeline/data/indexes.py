@@ -146,6 +146,12 @@ def _mtdata_layout(entry: Any, order: tuple[int, int], what: str) -> tuple[str, 
     if ext.startswith("tsv") or (not entry.is_archive and in_ext == "tsv"):
         return "tsv", (IndexedFile("both", entry.url),)
     formats = {"txt": "text", "sgm": "sgm", "tmx": "tmx", "tsv": "tsv", "wmt21xml": "xml"}
+    if len(paths) == 2 and paths[0] == paths[1]:  # mtdata 0.5.1's FLORES-101 entries, for one
+        raise UserError(
+            f"{what}: mtdata's entry names the same file ({paths[0]}) for both sides, a fault of the "
+            "index; use another set (FLORES-200: mtdata:Flores-flores200_dev-1-...), or name the files "
+            "in data.sources"
+        )
     if entry.is_archive and in_ext in formats:
         if len(paths) == 2 and formats[in_ext] in ("text", "sgm"):
             return formats[in_ext], tuple(IndexedFile(r, entry.url, paths[i]) for r, i in zip(roles, order))

@@ -80,6 +80,12 @@ def test_a_name_the_index_lacks_is_refused_in_one_line_with_the_closest(name, pa
     assert says in message and "\n" not in message and message.startswith("data.train[0]: ")
 
 
+def test_an_entry_naming_one_file_for_both_sides_is_refused_not_read_twice():
+    """mtdata 0.5.1's FLORES-101 entries all name flores101_dataset/dev/zul_Latn.dev twice."""
+    with pytest.raises(UserError, match=r"names the same file .* for both sides"):
+        indexes.resolve("mtdata:Flores-flores101_devtest-1-eng-msa", "en", "ms", "data.test[0]")
+
+
 def test_corpora_lists_what_an_index_has_for_a_pair():
     result = CliRunner().invoke(corpora_stage.command, ["--pair", "en-ms", "--index", "mtdata"])
     assert result.exit_code == 0, result.output
@@ -165,6 +171,7 @@ def test_an_mtdata_corpus_downloads_from_its_host_and_its_sum_is_locked(host, tm
     assert len(train) == len(EN) - 10 and set(train) <= set(EN)  # 5 held out for val, 5 for test
     (record,) = manifest["splits"]["train"]
     assert {f["via"] for f in record["files"]} == {"mirror"} and record["files"][0]["verified"] == "lock"
+    assert record["origin"] == "mtdata"  # clean's rules for web data follow it
     body = fetch.mirror_path(host.root, CCMATRIX).read_bytes()
     assert lock.read(lock.lock_path()) == {CCMATRIX: hashlib.sha256(body).hexdigest()}
 
