@@ -30,6 +30,7 @@ COMMANDS = {
     "import-hf": "import_hf",
     "export-hf": "export_hf",
     "ui": "ui",
+    "score-pairs": "score_pairs",
 }
 
 

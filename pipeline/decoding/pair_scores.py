@@ -1,0 +1,75 @@
+"""How well a model explains each translation pair: for finding misaligned pairs, which rules miss.
+
+The cross-entropy of a pair is the target's mean negative log-probability per token (EOS
+included) given its source, teacher-forced. Junczys-Dowmunt (2018, "Dual Conditional
+Cross-Entropy Filtering of Noisy Parallel Corpora") scores a pair with a forward and a reverse
+model, H_A (tgt | src) and H_B (src | tgt), as |H_A - H_B| + (H_A + H_B) / 2: low when both
+models find the pair likely and agree on it; a misaligned pair is unlikely under both. With one
+model the score is its cross-entropy. mozilla/translations filters with the same kind of score.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+import torch
+
+from pipeline.model.transformer import Seq2SeqBase
+from pipeline.tokens import BOS, EOS, PAD
+
+
+def cross_entropies(
+    model: Seq2SeqBase, src: Sequence[Sequence[int]], tgt: Sequence[Sequence[int]], batch_tokens: int = 4000
+) -> np.ndarray:
+    """Per pair of id sequences (no EOS or BOS), the target's mean cross-entropy in nats per token."""
+    if len(src) != len(tgt):
+        raise ValueError(f"{len(src)} sources but {len(tgt)} targets")
+    device = next(model.parameters()).device
+    out = np.empty(len(src), dtype=np.float64)
+    with torch.inference_mode():
+        for batch in _batches(src, tgt, batch_tokens):
+            s = _padded([[*src[i], EOS] for i in batch], device)  # (B, S)
+            t_in = _padded([[BOS, *tgt[i]] for i in batch], device)  # (B, T)
+            t_out = _padded([[*tgt[i], EOS] for i in batch], device)  # (B, T)
+            logp = torch.log_softmax(model(s, t_in).float(), dim=-1)  # (B, T, V)
+            nll = -logp.gather(-1, t_out.unsqueeze(-1)).squeeze(-1)  # (B, T)
+            real = t_out != PAD
+            out[batch] = ((nll * real).sum(1) / real.sum(1)).cpu().numpy()
+    return out
+
+
+def dual_cross_entropy(forward: np.ndarray, reverse: np.ndarray) -> np.ndarray:
+    """|H_A - H_B| + (H_A + H_B) / 2 per pair (Junczys-Dowmunt 2018, eq. 2, before its exp(-x))."""
+    return np.abs(forward - reverse) + (forward + reverse) / 2
+
+
+def worst(scores: np.ndarray, fraction: float) -> np.ndarray:
+    """A mask of the `fraction` of pairs with the highest scores (the least likely), ties to the later."""
+    n = round(len(scores) * fraction)
+    mask = np.zeros(len(scores), dtype=bool)
+    if n:
+        mask[np.argsort(scores, kind="stable")[-n:]] = True
+    return mask
+
+
+def _batches(
+    src: Sequence[Sequence[int]], tgt: Sequence[Sequence[int]], batch_tokens: int
+) -> Iterator[list[int]]:
+    """Indices of pairs of like length, at most batch_tokens padded tokens a side (one pair at least)."""
+    order = sorted(range(len(src)), key=lambda i: (len(tgt[i]), len(src[i])))
+    batch: list[int] = []
+    longest = 0
+    for i in order:
+        longest = max(longest, len(src[i]) + 1, len(tgt[i]) + 1)
+        if batch and longest * (len(batch) + 1) > batch_tokens:
+            yield batch
+            batch, longest = [], max(len(src[i]), len(tgt[i])) + 1
+        batch.append(i)
+    if batch:
+        yield batch
+
+
+def _padded(seqs: list[list[int]], device: torch.device) -> torch.Tensor:
+    width = max(map(len, seqs))
+    return torch.tensor([s + [PAD] * (width - len(s)) for s in seqs], device=device)
