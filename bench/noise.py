@@ -1,6 +1,7 @@
 """A noisy Multi30k: the real training pairs with known shares of the noise web corpora carry.
 
-    CORPUS_MIRROR=../shared/corpora python -m bench.noise --out data/noise
+    CORPUS_MIRROR=../shared/corpora python -m bench.noise make --out data/noise
+    python -m bench.noise removed --noise data/noise --clean data/clean   # what a clean run dropped
 
 Seeded and recorded: every planted line's index and kind goes to planted.json beside the
 corpus, so that what a cleaning run removed can be told apart per kind, and from the clean pairs
@@ -19,9 +20,12 @@ import gzip
 import json
 import os
 import random
+from collections import Counter
 from pathlib import Path
 
 import click
+
+from pipeline.data.text import normalize
 
 M30K = "raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw"
 KINDS = ("misaligned", "wrong_language", "untranslated", "fragment")
@@ -69,7 +73,12 @@ def plant(
     return noisy, planted
 
 
-@click.command()
+@click.group()
+def main() -> None:
+    """Plant noise in Multi30k's training pairs, and count what cleaning removed of it."""
+
+
+@main.command()
 @click.option("--out", type=click.Path(path_type=Path), default=Path("data/noise"), show_default=True)
 @click.option("--seed", type=int, default=1, show_default=True)
 @click.option(
@@ -81,7 +90,7 @@ def plant(
     + ", ".join(f"{k} {v}" for k, v in DEFAULT_SHARES.items())
     + ")",
 )
-def main(out: Path, seed: int, shares: tuple[tuple[str, float], ...]) -> None:
+def make(out: Path, seed: int, shares: tuple[tuple[str, float], ...]) -> None:
     """Write OUT/train.{de,en} (Multi30k's training pairs with noise planted) and OUT/planted.json."""
     mirror = os.environ.get("CORPUS_MIRROR")
     if not mirror:
@@ -99,6 +108,38 @@ def main(out: Path, seed: int, shares: tuple[tuple[str, float], ...]) -> None:
     record = {"seed": seed, "shares": chosen, "lines": len(src), "planted": planted}
     (out / "planted.json").write_text(json.dumps(record) + "\n", encoding="utf-8")
     click.echo(", ".join(f"{k}: {len(v)}" for k, v in planted.items()) + f" of {len(src)} lines -> {out}")
+
+
+def removed_shares(
+    src: list[str], noisy: list[str], planted: dict[str, list[int]], kept_src: list[str], kept_tgt: list[str]
+) -> dict[str, dict[str, float]]:
+    """Per kind (and "clean" for the pairs planted with none), the pairs, those removed and the
+    share; pairs are matched by their normalized text, as clean writes it, each kept pair once."""
+    kept = Counter(zip(kept_src, kept_tgt))
+    kinds = {i: kind for kind, lines in planted.items() for i in lines}
+    counts = {kind: [0, 0] for kind in [*planted, "clean"]}
+    for i, (s, t) in enumerate(zip(src, noisy)):
+        pair = (normalize(s), normalize(t))
+        kind = kinds.get(i, "clean")
+        counts[kind][0] += 1
+        if kept[pair]:
+            kept[pair] -= 1
+        else:
+            counts[kind][1] += 1
+    return {k: {"pairs": n, "removed": r, "share": r / n if n else 0.0} for k, (n, r) in counts.items()}
+
+
+@main.command()
+@click.option("--noise", type=click.Path(file_okay=False, path_type=Path), default=Path("data/noise"))
+@click.option("--clean", "clean_dir", type=click.Path(file_okay=False, path_type=Path), required=True)
+def removed(noise: Path, clean_dir: Path) -> None:
+    """Print, as JSON, the share of each kind of planted noise (and of the clean pairs) that the
+    clean stage's output at CLEAN no longer holds."""
+    record = json.loads((noise / "planted.json").read_text(encoding="utf-8"))
+    src = (noise / "train.de").read_text(encoding="utf-8").splitlines()
+    noisy = (noise / "train.en").read_text(encoding="utf-8").splitlines()
+    kept = [(clean_dir / f"train.{side}").read_text(encoding="utf-8").splitlines() for side in ("src", "tgt")]
+    click.echo(json.dumps(removed_shares(src, noisy, record["planted"], *kept), indent=2))
 
 
 if __name__ == "__main__":

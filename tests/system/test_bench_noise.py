@@ -27,3 +27,15 @@ def test_the_same_seed_plants_the_same_noise_and_another_seed_other_lines():
     assert (
         noise.plant(SRC, TGT, OTHERS, SHARES, seed=4)[1] != noise.plant(SRC, TGT, OTHERS, SHARES, seed=3)[1]
     )
+
+
+def test_removed_shares_count_each_kind_and_the_clean_pairs_lost():
+    noisy, planted = noise.plant(SRC, TGT, OTHERS, SHARES, seed=3)
+    drop = set(planted["untranslated"]) | set(planted["misaligned"][:10]) | {i for i in range(5)}
+    kept = [(s, t) for i, (s, t) in enumerate(zip(SRC, noisy)) if i not in drop]
+    shares = noise.removed_shares(SRC, noisy, planted, [s for s, _ in kept], [t for _, t in kept])
+    assert shares["untranslated"] == {"pairs": 10, "removed": 10, "share": 1.0}
+    assert shares["misaligned"]["removed"] == 10 and shares["wrong_language"]["removed"] == 0
+    planted_lines = {i for lines in planted.values() for i in lines}
+    lost = len({i for i in range(5)} - planted_lines)
+    assert shares["clean"]["removed"] == lost and shares["clean"]["pairs"] == 200 - len(planted_lines)
