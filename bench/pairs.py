@@ -729,7 +729,8 @@ def repo_relative(value: Any, root: Path | None = None) -> Any:
     and of a queued run's copy of it under .dvc/tmp/exps, made relative to it: the files `table` writes
     are committed, and name no machine's folders."""
     base = re.escape(str((root or Path.cwd()).resolve()))
-    inside = re.compile(base + r"/(?:\.dvc/tmp/exps/(?:standalone/)?[^/\s\"'\],]+/)?")
+    exps = re.escape("/".join((".dvc", "tmp", "exps")))  # DVC's copies of the repo for queued runs
+    inside = re.compile(base + r"/(?:" + exps + r"/(?:standalone/)?[^/\s\"'\],]+/)?")
 
     def walk(v: Any) -> Any:
         if isinstance(v, str):
