@@ -81,7 +81,24 @@ class DataParams:
     workers: int
 
 
-FilterRule = Literal["min_words", "boilerplate", "repeated", "untranslated", "numbers", "script", "langid"]
+FilterRule = Literal[
+    "min_words", "boilerplate", "repeated", "untranslated", "numbers", "script", "langid", "score"
+]
+
+
+@dataclass(frozen=True)
+class PairScoreParams:
+    """clean.score: the score rule, for misaligned pairs that pass every other rule. Models of the
+    project trained on trusted data score each pair by its cross-entropy, or with a reverse model by
+    the dual conditional cross-entropy (pipeline/decoding/pair_scores.py); the worst are dropped."""
+
+    forward: str | None  # a model directory translating src -> tgt; null: no model to score with
+    reverse: str | None  # one translating tgt -> src: the score becomes the dual cross-entropy
+    drop_worst: float  # this share of the scored pairs, the least likely first
+    max_score: float | None  # ... and every pair scoring above this; null: none
+    # each cross-entropy over the same model's with no input: how little the source explains the target
+    relative: bool
+    batch_tokens: int
 
 
 @dataclass(frozen=True)
@@ -98,6 +115,7 @@ class CleanParams:
     source_filters: dict[str, tuple[FilterRule, ...]]
     min_words: int  # the min_words rule: each side has at least this many words
     min_script_ratio: float  # the script rule: this share of a side's letters in its language's script
+    score: PairScoreParams  # the score rule's models and cut
 
 
 @dataclass(frozen=True)
@@ -293,6 +311,14 @@ _ADDED = {
     ("clean", "source_filters"): {},
     ("clean", "min_words"): 1,
     ("clean", "min_script_ratio"): 0.5,
+    ("clean", "score"): {
+        "forward": None,
+        "reverse": None,
+        "drop_worst": 0.0,
+        "max_score": None,
+        "relative": False,
+        "batch_tokens": 4000,
+    },
     ("bpe", "sample_lines"): 2**62,  # every line: what the bpe stage trained on before
     ("bpe", "seed"): 1,
     ("bpe", "model_type"): "bpe",
@@ -581,6 +607,39 @@ def validate_clean(c: CleanParams) -> None:
         f"must be in (0, 1] (got "
         f"{c.min_script_ratio}); to check no script, leave script out of clean.filters",
     )
+    score = c.score
+    listed = [*c.filters, *c.web_filters, *(r for rules in c.source_filters.values() for r in rules)]
+    _check(
+        score.forward is not None or "score" not in listed,
+        "clean.score.forward",
+        "is null, but a list in clean names the score rule; name a model directory trained on "
+        "trusted data (docs/cleaning.md), or leave score out of clean's lists",
+    )
+    _check(
+        score.forward is None or "score" in listed,
+        "clean.score.forward",
+        "names a model, but no list in clean names the score rule; add score to clean.filters (the "
+        "catalog's sets and your own), clean.web_filters (mtdata's) or a source's clean.source_filters",
+    )
+    _check(
+        score.reverse is None or score.forward is not None,
+        "clean.score.reverse",
+        "is only read with clean.score.forward; name the forward model too",
+    )
+    _check(
+        0.0 <= score.drop_worst < 1.0, "clean.score.drop_worst", f"must be in [0, 1) (got {score.drop_worst})"
+    )
+    _check(
+        score.max_score is None or score.max_score > 0.0,
+        "clean.score.max_score",
+        f"must be above 0, or null (got {score.max_score})",
+    )
+    _check(
+        score.forward is None or score.drop_worst > 0.0 or score.max_score is not None,
+        "clean.score.drop_worst",
+        "is 0 and clean.score.max_score null, so the score rule would drop nothing; set either",
+    )
+    _check(score.batch_tokens >= 1, "clean.score.batch_tokens", "must be at least 1")
 
 
 def validate_bpe(b: BpeParams) -> None:

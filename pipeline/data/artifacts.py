@@ -97,10 +97,25 @@ class _CleanStats(TypedDict):
     unicode_version: str  # NFC and the character categories depend on it
 
 
+class ScoreRecord(TypedDict):
+    """What the score rule scored with (each model's directory and the sha256 of its model.pt) and
+    what it dropped: of the `scored` pairs, `dropped`; the highest score of a pair kept."""
+
+    forward: str
+    forward_sha256: str
+    reverse: str | None
+    reverse_sha256: str | None
+    relative: bool  # clean.score.relative
+    scored: int
+    dropped: int
+    highest_kept: float | None
+
+
 class CleanStats(_CleanStats, total=False):
     """data/clean/stats.json."""
 
     tags: list[str]  # the manifest's target-language tags, for bpe to make pieces of
+    score: ScoreRecord  # where a train source has the score rule
 
 
 # --- meta.json ---------------------------------------------------------------------------------

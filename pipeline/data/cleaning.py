@@ -32,7 +32,8 @@ from pipeline.errors import UserError
 from pipeline.files import SIDES
 from pipeline.params import CleanParams
 
-DROP_REASONS = ("empty", "heldout_overlap", "too_long", "ratio", *filters.REASONS, "duplicate")
+# In the order they are tried; score last, over the pairs every other rule kept (the clean stage's)
+DROP_REASONS = ("empty", "heldout_overlap", "too_long", "ratio", *filters.REASONS, "duplicate", "score")
 CHUNK_PAIRS = 10_000  # pairs a worker cleans at a time: memory is a few chunks per worker
 HASH_BYTES = 8  # 64-bit hashes: the collision rate is in the module docstring
 
@@ -149,10 +150,23 @@ class SourceRules:
 NO_RULES = SourceRules()
 
 
-def rules_for(params: CleanParams, name: str, origin: str) -> filters.Rules:
-    """The web-data rules of the train source `name`: its own (clean.source_filters), else
+def chosen_rules(params: CleanParams, name: str, origin: str) -> tuple[str, ...]:
+    """The names of the train source `name`'s web-data rules: its own (clean.source_filters), else
     clean.web_filters for a set of mtdata's (web-crawled and mined), else clean.filters."""
-    chosen = params.source_filters.get(name, params.web_filters if origin == "mtdata" else params.filters)
+    return params.source_filters.get(name, params.web_filters if origin == "mtdata" else params.filters)
+
+
+def scored_sources(params: CleanParams, manifest: Manifest) -> list[bool]:
+    """Per train source, in the manifest's order, whether the score rule is among its rules."""
+    return [
+        "score" in chosen_rules(params, record["name"], record.get("origin", ""))
+        for record in manifest.get("splits", {}).get("train", [])
+    ]
+
+
+def rules_for(params: CleanParams, name: str, origin: str) -> filters.Rules:
+    """The rules of chosen_rules that look at one pair alone (all but score)."""
+    chosen = chosen_rules(params, name, origin)
     return filters.Rules(
         min_words=params.min_words if "min_words" in chosen else 0,
         boilerplate="boilerplate" in chosen,
@@ -353,18 +367,26 @@ class TrainFilter:
         """Count candidates start.. (after every chunk was taken) where `duplicate` is True as dropped."""
         if self._candidate_ends is None:
             self._candidate_ends = np.cumsum([counts["lines_out"] for _, _, counts in self._ranges])
-        n = int(duplicate.sum())
-        if not n:
+        self._drop("duplicate", self._candidate_ends, np.flatnonzero(duplicate) + start)
+
+    def kept_ends(self) -> np.ndarray:
+        """Per source, the end of its pairs among those kept so far (they are in the sources' order)."""
+        return np.cumsum([counts["lines_out"] for _, _, counts in self._ranges])
+
+    def drop_scored(self, dropped: np.ndarray) -> None:
+        """Count the kept pairs (after dedupe) where `dropped` is True as dropped by the score rule."""
+        self._drop("score", self.kept_ends(), np.flatnonzero(dropped))
+
+    def _drop(self, reason: str, ends: np.ndarray, at: np.ndarray) -> None:
+        """Count the pairs at `at` as dropped for `reason`, each in the source whose range holds it."""
+        if not len(at):
             return
-        self.stats.lines_out -= n
-        self.stats.dropped["duplicate"] += n
-        at = np.flatnonzero(duplicate) + start
-        per_source = np.bincount(
-            np.searchsorted(self._candidate_ends, at, side="right"), minlength=len(self._ranges)
-        )
+        self.stats.lines_out -= len(at)
+        self.stats.dropped[reason] += len(at)
+        per_source = np.bincount(np.searchsorted(ends, at, side="right"), minlength=len(self._ranges))
         for (_, _, counts), k in zip(self._ranges, per_source.tolist()):
             counts["lines_out"] -= k
-            counts["dropped"]["duplicate"] += k
+            counts["dropped"][reason] += k
 
 
 def tokenized_ranges(manifest: Manifest, stem: str) -> tuple[tuple[int, int], ...]:

@@ -24,7 +24,9 @@ from pipeline.params import FilterRule
 
 # Why a pair is dropped, in the order the rules are tried (the first that applies counts)
 REASONS = ("too_few_words", "boilerplate", "repeated", "untranslated", "numbers", "script", "wrong_language")
-RULES = typing.get_args(FilterRule)  # the names clean.filters lists them by, in the same order
+# The names clean.filters lists them by, in the same order; its last, score, is the model score's,
+# which the clean stage applies to the pairs every other rule kept (pipeline/decoding/pair_scores.py)
+RULES = typing.get_args(FilterRule)[:-1]
 
 # Languages identified as one another's that a side may be: Malay and Indonesian share most of their
 # words, and every detector measured confuses them (reports/langid.md).

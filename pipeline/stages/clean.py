@@ -34,6 +34,7 @@ from pipeline.data.cleaning import (
     clean_job,
     digest,
     joined,
+    scored_sources,
     start_worker,
     tokenized_ranges,
     train_rules,
@@ -44,7 +45,8 @@ from pipeline.data.pool import ordered_results, resolve_workers
 from pipeline.data.tags import split_tags
 from pipeline.errors import UserError
 from pipeline.files import SIDES, PairedWriter
-from pipeline.params import CleanParams
+from pipeline.lineage import sha256
+from pipeline.params import CleanParams, PairScoreParams
 from pipeline.stages.options import load_params, params_option
 
 
@@ -91,7 +93,9 @@ def clean(
             else:
                 tests[stem.removeprefix("test/")] = split_stats.to_dict()
         heldout = Heldout(frozenset(heldout_src), frozenset(heldout_tgt))
-        train = _clean_train(params, raw, tmp / "train", heldout, workers, tmp.parent, manifest, extra)
+        train, scored = _clean_train(
+            params, raw, tmp / "train", heldout, workers, tmp.parent, manifest, extra
+        )
         assert val is not None  # evals[0]
         # unicode_version: NFC and the categories depend on it
         stats: artifacts.CleanStats = {
@@ -100,6 +104,7 @@ def clean(
             "test": tests,
             "unicode_version": unicodedata.unidata_version,
         }
+        stats.update({"score": scored} if scored is not None else {})
         tags = [*manifest.get("tags", []), *(artifacts.manifest(extra).get("tags", []) if extra else [])]
         if tags:
             stats["tags"] = list(dict.fromkeys(tags))
@@ -116,10 +121,11 @@ def _clean_train(
     scratch: Path,
     manifest: artifacts.Manifest,
     extra: Path | None = None,
-) -> artifacts.SplitCounts:
+) -> tuple[artifacts.SplitCounts, artifacts.ScoreRecord | None]:
     """Clean the train split (raw's, then extra's) into out.{src,tgt}: the candidates (every rule
-    but dedupe; each source's rules for web data) go to `scratch` with their hashes spilled beside
-    them, then a pass in order drops the duplicates."""
+    but dedupe and score; each source's rules for web data) go to `scratch` with their hashes
+    spilled beside them, then a pass in order drops the duplicates, and where a source has the score
+    rule a last pass drops its pairs the models find least likely. Also what scored them, if any."""
     langs = (manifest.get("src_lang", ""), manifest.get("tgt_lang", ""))
     tokenized = Tokenized(tokenized_ranges(manifest, "train"), langs)
     rules = train_rules(params, manifest)
@@ -161,8 +167,85 @@ def _clean_train(
                 "or clean.max_ratio, loosen clean's rules for web data, or check the corpus"
             )
         duplicates = hashes.duplicates() if hashes is not None else None
-    _drop_duplicates(train, duplicates, candidates, out)
-    return stats.to_dict()
+    scored = [name in _scored_names(params, manifest) for name, _ in sources]
+    record = _write_kept(params.score, train, duplicates, candidates, out, scored)
+    return stats.to_dict(), record
+
+
+def _write_kept(
+    params: PairScoreParams,
+    train: TrainFilter,
+    duplicates: np.ndarray | None,
+    candidates: Path,
+    out: Path,
+    scored: list[bool],
+) -> artifacts.ScoreRecord | None:
+    """Write the candidates but the duplicates, and, where a source is `scored`, the pairs the score
+    rule drops, to out.{src,tgt}; what scored them, if anything did."""
+    if not any(scored):
+        _drop_duplicates(train, duplicates, candidates, out)
+        return None
+    deduped = Path(f"{candidates}.deduped")
+    _drop_duplicates(train, duplicates, candidates, deduped)
+    return _drop_scored(params, train, scored, deduped, out)
+
+
+def _scored_names(params: CleanParams, manifest: artifacts.Manifest) -> set[str]:
+    records = manifest.get("splits", {}).get("train", [])
+    return {r["name"] for r, on in zip(records, scored_sources(params, manifest)) if on}
+
+
+def _drop_scored(
+    params: PairScoreParams, train: TrainFilter, scored: list[bool], kept: Path, out: Path
+) -> artifacts.ScoreRecord:
+    """Write the pairs at kept.{src,tgt} to out.{src,tgt} but those of the `scored` sources (a flag
+    per source) that the score rule drops; counted in `train`. Scored a chunk at a time."""
+    from pipeline.decoding.pair_scores import PairScorer, dropped  # torch: only where a rule scores
+
+    assert params.forward is not None  # validate_clean: the score rule needs a model
+    reverse = None if params.reverse is None else Path(params.reverse)
+    scorer = PairScorer(Path(params.forward), reverse, params.batch_tokens, params.relative)
+    ends = train.kept_ends()
+    on = np.repeat(np.array(scored), np.diff(ends, prepend=0))  # per kept pair: is it scored?
+    scores = np.full(len(on), np.nan)
+    done = 0
+    for src, tgt in _line_chunks(kept):
+        idx = np.flatnonzero(on[done : done + len(src)])
+        if len(idx):
+            text_src = split_tags([src[i].decode("utf-8").rstrip("\n") for i in idx])[1]
+            text_tgt = [tgt[i].decode("utf-8").rstrip("\n") for i in idx]
+            scores[done + idx] = scorer(text_src, text_tgt)
+        done += len(src)
+    drop = dropped(scores, params.drop_worst, params.max_score)
+    train.drop_scored(drop)
+    with PairedWriter(out) as writer:
+        done = 0
+        for src, tgt in _line_chunks(kept):
+            keep = ~drop[done : done + len(src)]
+            writer.write_pair(
+                b"".join(itertools.compress(src, keep)), b"".join(itertools.compress(tgt, keep))
+            )
+            done += len(src)
+    for side in SIDES:
+        Path(f"{kept}.{side}").unlink()
+    worst_kept = np.nanmax(np.where(drop, np.nan, scores)) if (~drop & on).any() else None
+    return {
+        "forward": params.forward,
+        "forward_sha256": sha256(Path(params.forward) / "model.pt"),
+        "reverse": params.reverse,
+        "reverse_sha256": sha256(Path(params.reverse) / "model.pt") if params.reverse else None,
+        "relative": params.relative,
+        "scored": int(on.sum()),
+        "dropped": int(drop.sum()),
+        "highest_kept": None if worst_kept is None else round(float(worst_kept), 4),
+    }
+
+
+def _line_chunks(stem: Path) -> Iterator[tuple[list[bytes], list[bytes]]]:
+    """The pairs of stem.{src,tgt} as lines (bytes, newline kept), CHUNK_PAIRS at a time."""
+    with open(f"{stem}.src", "rb") as fs, open(f"{stem}.tgt", "rb") as ft:
+        while src := list(itertools.islice(fs, CHUNK_PAIRS)):
+            yield src, list(itertools.islice(ft, len(src)))
 
 
 def _extra_corpora(extra: Path | None, after: bool) -> tuple[list[artifacts.Corpus], int]:

@@ -5,8 +5,9 @@ cross-entropy under a forward and a reverse model (pipeline/decoding/pair_scores
         --src data/clean/train.src --tgt data/clean/train.tgt --out data/scores.txt
 
 One score a line, in the pairs' order; higher is worse (a pair the models find unlikely, as a
-misaligned one is). Not a DVC stage yet: the clean stage does not read the scores. It prints the
-pairs scored per second, and torch's threads, so that its cost on a corpus can be estimated.
+misaligned one is). The clean stage's score rule drops pairs by the same score (clean.score in
+params.yaml); this command shows the scores themselves, and prints the pairs scored per second and
+torch's threads, so that the rule's cost on a corpus can be estimated.
 """
 
 from __future__ import annotations
@@ -15,36 +16,12 @@ import time
 from pathlib import Path
 
 import click
-import numpy as np
 import torch
 
 from pipeline import files
-from pipeline.data.vocab import Vocab
-from pipeline.decoding.pair_scores import cross_entropies, dual_cross_entropy
-from pipeline.decoding.translator import Translator
+from pipeline.decoding.pair_scores import PairScorer
 from pipeline.errors import UserError
-from pipeline.model.transformer import Seq2SeqBase
 from pipeline.stages.options import model_option
-
-
-def score_pairs(
-    model_dir: Path, reverse_dir: Path | None, src: list[str], tgt: list[str], batch_tokens: int
-) -> np.ndarray:
-    """The pairs' cross-entropies under model_dir's model, or their dual cross-entropy with reverse_dir's."""
-    forward, vocab = _load(model_dir)
-    scores = cross_entropies(forward, vocab.encode_src(src), vocab.encode_tgt(tgt), batch_tokens)
-    if reverse_dir is None:
-        return scores
-    reverse, rvocab = _load(reverse_dir)
-    back = cross_entropies(reverse, rvocab.encode_src(tgt), rvocab.encode_tgt(src), batch_tokens)
-    return dual_cross_entropy(scores, back)
-
-
-def _load(model_dir: Path) -> tuple[Seq2SeqBase, Vocab]:
-    """A model directory's one model (no ensemble: its own settings name none) and vocabulary."""
-    translator = Translator.from_dir(model_dir, device="cpu", workers=1)
-    assert isinstance(translator.model, Seq2SeqBase)
-    return translator.model, translator.vocab
 
 
 @click.command("score-pairs")
@@ -60,8 +37,19 @@ def _load(model_dir: Path) -> tuple[Seq2SeqBase, Vocab]:
 @click.option("--tgt", type=click.Path(dir_okay=False, exists=True, path_type=Path), required=True)
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True)
 @click.option("--batch-tokens", type=click.IntRange(min=1), default=4000, show_default=True)
+@click.option(
+    "--relative",
+    is_flag=True,
+    help="Divide each cross-entropy by the model's with no source (clean.score.relative).",
+)
 def command(
-    model_dir: Path, reverse_dir: Path | None, src: Path, tgt: Path, out: Path, batch_tokens: int
+    model_dir: Path,
+    reverse_dir: Path | None,
+    src: Path,
+    tgt: Path,
+    out: Path,
+    batch_tokens: int,
+    relative: bool,
 ) -> None:
     """Score each pair of SRC and TGT by how well the model(s) explain it; one score a line to OUT."""
     src_lines, tgt_lines = files.read_lines(src), files.read_lines(tgt)
@@ -70,7 +58,7 @@ def command(
             f"{src} has {len(src_lines)} lines but {tgt} has {len(tgt_lines)}; give aligned files"
         )
     start = time.perf_counter()
-    scores = score_pairs(model_dir, reverse_dir, src_lines, tgt_lines, batch_tokens)
+    scores = PairScorer(model_dir, reverse_dir, batch_tokens, relative)(src_lines, tgt_lines)
     seconds = time.perf_counter() - start
     files.write_lines(out, [f"{s:.4f}" for s in scores])
     click.echo(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pipeline.data import cleaning
 from pipeline.data.cleaning import NO_HELDOUT, Heldout, clean_lines, digest
-from pipeline.params import CleanParams
+from pipeline.params import CleanParams, PairScoreParams
 
 RULES = CleanParams(
     max_words=4,
@@ -17,6 +17,9 @@ RULES = CleanParams(
     source_filters={},
     min_words=1,
     min_script_ratio=0.5,
+    score=PairScoreParams(
+        forward=None, reverse=None, drop_worst=0.0, max_score=None, relative=True, batch_tokens=4000
+    ),
 )
 
 
