@@ -2,6 +2,7 @@
 
     CORPUS_MIRROR=../shared/corpora python -m bench.noise make --out data/noise
     python -m bench.noise removed --noise data/noise --clean data/clean   # what a clean run dropped
+    python -m bench.noise report --refs data/raw   # reports/noise.{md,json} from reports/noise/
 
 Seeded and recorded: every planted line's index and kind goes to planted.json beside the
 corpus, so that what a cleaning run removed can be told apart per kind, and from the clean pairs
@@ -25,7 +26,13 @@ from pathlib import Path
 
 import click
 
+from bench import run_archive
+from pipeline import files
 from pipeline.data.text import normalize
+from pipeline.reporting.hypotheses import RunHypotheses, label
+from pipeline.reporting.metrics import SIGNIFICANCE_LEVEL
+from pipeline.reporting.significance import Comparison, compare, comparison_markdown
+from pipeline.reporting.tables import markdown_table
 
 M30K = "raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw"
 KINDS = ("misaligned", "wrong_language", "untranslated", "fragment")
@@ -140,6 +147,124 @@ def removed(noise: Path, clean_dir: Path) -> None:
     noisy = (noise / "train.en").read_text(encoding="utf-8").splitlines()
     kept = [(clean_dir / f"train.{side}").read_text(encoding="utf-8").splitlines() for side in ("src", "tgt")]
     click.echo(json.dumps(removed_shares(src, noisy, record["planted"], *kept), indent=2))
+
+
+# The experiment's runs, archived under reports/noise/runs/<name>.json, in the report's order; what
+# each cleaning run removed is reports/noise/removed/<name>.json (`removed`'s output)
+RUNS = {
+    "clean": "(a) clean corpus",
+    "noisy-clean-today": "(b) noisy, four base rules",
+    "noisy-web-rules": "noisy, + seven web rules",
+    "noisy-web-score": "(c) noisy, + web rules and model score",
+}
+FLICKR = "test/multi30k-test_2016_flickr"
+
+
+@main.command()
+@click.option(
+    "--dir", "folder", type=click.Path(file_okay=False, path_type=Path), default=Path("reports/noise")
+)
+@click.option(
+    "--refs",
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
+    required=True,
+    help="The default run's data/raw: val.tgt and test/<name>.tgt, the references every run was scored on.",
+)
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=Path("reports/noise.md"))
+def report(folder: Path, refs: Path, out: Path) -> None:
+    """Write OUT (and its .json): per run of the experiment, what its cleaning removed of each kind
+    of noise, and BLEU/chrF on val and the test sets with sacreBLEU's paired bootstrap against the
+    clean corpus's run (a) and the noisy one with the base rules (b)."""
+    archived = {name: run_archive.load(run_archive.path_of(folder / "runs", name)) for name in RUNS}
+    hyps = {}
+    for name, run in archived.items():
+        if run.hyps is None:
+            raise click.ClickException(f"{folder}/runs/{name}.json has no hypotheses; archive a scored run")
+        hyps[name] = RunHypotheses(RUNS[name], run.hyps.hyps, run.hyps.refs_sha256)
+    names = list(RUNS)
+    against_a = compare(hyps[names[0]], [hyps[n] for n in names[1:]], refs)
+    against_b = compare(hyps[names[1]], [hyps[n] for n in names[2:]], refs)
+    removed = {
+        name: json.loads(path.read_text(encoding="utf-8"))
+        for name in names[1:]
+        if (path := folder / "removed" / f"{name}.json").is_file()
+    }
+    body = {
+        "runs": {name: {"label": RUNS[name], "run_id": archived[name].record.id} for name in names},
+        "removed": removed,
+        "scores": _scores(against_a, against_b),
+        "recovered": _recovered(against_a),
+    }
+    files.write_json(out.with_suffix(".json"), body)
+    out.write_text(_markdown(body, against_a, against_b), encoding="utf-8")
+    click.echo(f"wrote {out} and {out.with_suffix('.json')}")
+
+
+def _scores(against_a: Comparison, against_b: Comparison) -> dict[str, dict[str, dict[str, object]]]:
+    """Per set and run: BLEU and chrF, their intervals, and the difference and p against (a) and (b)."""
+    out: dict[str, dict[str, dict[str, object]]] = {}
+    by_b = {split.split: split.scores for split in against_b.splits}
+    for split in against_a.splits:
+        rows = out.setdefault(split.split, {})
+        for label_, scores in split.scores.items():
+            row: dict[str, object] = {}
+            for metric, c in scores.items():
+                row[metric] = {"score": c.score, "ci95": list(c.ci95), "vs_a": [c.delta, c.p_value]}
+                b = by_b.get(split.split, {}).get(label_)
+                if b is not None and b[metric].p_value is not None:
+                    row[metric]["vs_b"] = [b[metric].delta, b[metric].p_value]  # type: ignore[index]
+            rows[label_] = row
+    return out
+
+
+def _recovered(against_a: Comparison) -> dict[str, float] | None:
+    """On test_2016_flickr, the share of the BLEU the noise cost (b) that each later run recovered."""
+    split = next((s for s in against_a.splits if s.split == FLICKR), None)
+    if split is None:
+        return None
+    a, b, *later = (scores["bleu"].score for scores in split.scores.values())
+    lost = a - b
+    names = list(split.scores)[2:]
+    return {name: round((score - b) / lost, 3) for name, score in zip(names, later)} if lost > 0 else None
+
+
+def _markdown(body: dict, against_a: Comparison, against_b: Comparison) -> str:
+    kinds = [*KINDS, "clean"]
+    rows = []
+    for name, shares in body["removed"].items():
+        rows.append([RUNS[name], *(f"{100 * shares[k]['share']:.1f}%" for k in kinds)])
+    planted: dict[str, dict[str, float]] = next(iter(body["removed"].values()), {})
+    header = [
+        "run",
+        *(f"{k.replace('_', ' ')} ({planted[k]['pairs']:,})" if k in planted else k for k in kinds),
+    ]
+    header[-1] = header[-1].replace("clean", "clean pairs lost")
+    lines = [
+        "# Cleaning a noisy corpus: what the rules and the model score remove, and what it is worth",
+        "",
+        "Multi30k de→en's training pairs with seeded noise planted (`python -m bench.noise make`, seed 1:",
+        "10% misaligned, 5% wrong language, 5% untranslated, 3% fragments or boilerplate), cleaned three",
+        "ways and each used to train the default model; (a) trains on the real pairs. Made by",
+        "`python -m bench.noise report --refs data/raw` from the archived runs in `reports/noise/runs/`",
+        "and the removed shares in `reports/noise/removed/`; how each run was made is in docs/cleaning.md.",
+        "",
+        "## Removed, per kind of planted noise",
+        "",
+        markdown_table(header, rows, "l" + "r" * len(kinds)),
+        "",
+        "## Translation quality against the clean corpus's run (a)",
+        "",
+        comparison_markdown(against_a),
+        "",
+        "## Against the noisy corpus with the base rules (b)",
+        "",
+        comparison_markdown(against_b),
+    ]
+    if body["recovered"]:
+        shares = ", ".join(f"{name}: {100 * share:.0f}%" for name, share in body["recovered"].items())
+        lines += ["", f"Share of the {label(FLICKR)} BLEU that (b) lost against (a) recovered: {shares}."]
+    lines.append(f"\nSignificant: p < {SIGNIFICANCE_LEVEL}.")
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

@@ -1,8 +1,17 @@
-"""bench/noise.py: planted noise is seeded, of the asked shares, disjoint, and of the kind it says."""
+"""bench/noise.py: planted noise is seeded, of the asked shares, disjoint, and of the kind it says;
+the report compares the runs against (a) and (b)."""
 
 from __future__ import annotations
 
-from bench import noise
+import json
+
+from click.testing import CliRunner
+
+from bench import noise, run_archive
+from pipeline import files
+from pipeline.reporting.hypotheses import RunHypotheses
+from pipeline.reporting.runs import RunRecord
+from pipeline.reporting.significance import sha256_of
 
 SRC = [f"Satz {i} auf Deutsch" for i in range(200)]
 TGT = [f"sentence {i} in English" for i in range(200)]
@@ -39,3 +48,43 @@ def test_removed_shares_count_each_kind_and_the_clean_pairs_lost():
     planted_lines = {i for lines in planted.values() for i in lines}
     lost = len({i for i in range(5)} - planted_lines)
     assert shares["clean"]["removed"] == lost and shares["clean"]["pairs"] == 200 - len(planted_lines)
+
+
+def test_the_report_compares_every_run_with_a_and_b_and_says_what_c_recovered(tmp_path):
+    refs_dir = tmp_path / "raw"
+    (refs_dir / "test").mkdir(parents=True)
+    refs = [f"a small dog number {i} runs across the green field" for i in range(40)]
+    files.write_lines(refs_dir / "test" / "multi30k-test_2016_flickr.tgt", refs)
+    sha = {noise.FLICKR: sha256_of(refs_dir / "test" / "multi30k-test_2016_flickr.tgt")}
+    damaged = [" ".join(line.split()[:4]) for line in refs]  # the first four words only
+    outputs = {
+        "clean": refs,
+        "noisy-clean-today": damaged,
+        "noisy-web-rules": damaged[:20] + refs[20:],
+        "noisy-web-score": refs[:36] + damaged[36:],
+    }
+    for name, hyps in outputs.items():
+        run = run_archive.ArchivedRun(
+            RunRecord(name, id=name), hyps=RunHypotheses(name, {noise.FLICKR: hyps}, sha)
+        )
+        run_archive.save(tmp_path / "noise" / "runs", name, run)
+    noisy, planted = noise.plant(SRC, TGT, OTHERS, SHARES, seed=3)
+    shares = noise.removed_shares(SRC, noisy, planted, SRC[:100], noisy[:100])
+    files.write_json(tmp_path / "noise" / "removed" / "noisy-web-score.json", shares)
+    out = tmp_path / "noise.md"
+    result = CliRunner().invoke(
+        noise.main, ["report", "--dir", str(tmp_path / "noise"), "--refs", str(refs_dir), "--out", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    body = json.loads(out.with_suffix(".json").read_text(encoding="utf-8"))
+    flickr = body["scores"][noise.FLICKR]
+    a, b, c = (
+        flickr[noise.RUNS[n]]["bleu"]["score"] for n in ("clean", "noisy-clean-today", "noisy-web-score")
+    )
+    assert a == 100.0 and b < c < a
+    assert body["recovered"][noise.RUNS["noisy-web-score"]] == round((c - b) / (a - b), 3)
+    assert flickr[noise.RUNS["noisy-web-score"]]["bleu"]["vs_b"][1] < 0.05  # c is better than b
+    assert "vs_b" not in flickr[noise.RUNS["noisy-clean-today"]]["bleu"]  # b is that baseline
+    text = out.read_text(encoding="utf-8")
+    assert "(c) noisy, + web rules and model score" in text and "(b) lost against (a) recovered" in text
+    assert body["removed"]["noisy-web-score"]["untranslated"]["share"] == shares["untranslated"]["share"]
