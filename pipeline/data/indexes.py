@@ -82,6 +82,28 @@ def _mtdata_index() -> Any:
     return Index.get_instance()
 
 
+# Macrolanguages whose corpora are also filed under a member language: OPUS and NLLB file Malay as
+# Standard Malay (zsm, FLORES-200's zsm_Latn) or Malay (zlm) beside msa. A pair of the macrolanguage
+# takes its members' sets, and a member's pair the macrolanguage's.
+MACROLANGUAGES = {
+    "msa": frozenset({"zsm", "zlm"}),
+    "zho": frozenset({"cmn"}),
+    "ara": frozenset({"arb"}),
+    "fas": frozenset({"pes"}),
+    "swa": frozenset({"swh"}),
+    "est": frozenset({"ekk"}),
+    "lav": frozenset({"lvs"}),
+    "nor": frozenset({"nob"}),
+    "uzb": frozenset({"uzn"}),
+    "aze": frozenset({"azj"}),
+    "sqi": frozenset({"als"}),
+    "mon": frozenset({"khk"}),
+    "nep": frozenset({"npi"}),
+    "ori": frozenset({"ory"}),
+    "pus": frozenset({"pbt"}),
+}
+
+
 def iso3(lang: str) -> str:
     """Our language code (ISO 639-1, or any BCP 47 tag) as mtdata's (ISO 639-3): en -> eng."""
     from mtdata.iso.bcp47 import bcp47
@@ -89,17 +111,36 @@ def iso3(lang: str) -> str:
     return str(bcp47(lang))
 
 
+def same_language(ours: str, theirs: Any) -> bool:
+    """Whether mtdata's language `theirs` (a BCP 47 tag: zsm_Latn, msa_MY) is our ISO 639-3 code
+    `ours`, script and region aside, a macrolanguage and its members alike."""
+    base = str(getattr(theirs, "lang", theirs)).split("_")[0]
+    return base == ours or base in MACROLANGUAGES.get(ours, ()) or ours in MACROLANGUAGES.get(base, ())
+
+
+def pair_order(langs: Any, src: str, tgt: str) -> tuple[int, int] | None:
+    """Which of an entry's two languages is the source and which the target: (0, 1), (1, 0), or
+    None where the entry is not of the pair src-tgt (our codes)."""
+    if len(langs) != 2:
+        return None
+    a, b = iso3(src), iso3(tgt)
+    if same_language(a, langs[0]) and same_language(b, langs[1]):
+        return (0, 1)
+    if same_language(a, langs[1]) and same_language(b, langs[0]):
+        return (1, 0)
+    return None
+
+
 def mtdata_entries(src: str, tgt: str) -> list[Any]:
     """mtdata's entries of the pair, in either order, sorted by ID."""
-    want = {iso3(src), iso3(tgt)}
-    found = [e for did, e in _mtdata_index().entries.items() if {str(x) for x in did.langs} == want]
+    found = [e for did, e in _mtdata_index().entries.items() if pair_order(did.langs, src, tgt) is not None]
     return sorted(found, key=lambda e: str(e.did))
 
 
 def _mtdata_set(ident: str, src: str, tgt: str, key: str) -> IndexedSet:
     entry = _mtdata_entry(ident, src, tgt, key)
-    langs = [str(x) for x in entry.did.langs]
-    order = (0, 1) if langs == [iso3(src), iso3(tgt)] else (1, 0)
+    order = pair_order(entry.did.langs, src, tgt)
+    assert order is not None  # _mtdata_entry refuses an entry of another pair
     name = f"{MTDATA}{ident}"
     fmt, files = _mtdata_layout(entry, order, f"{key}: {name}")
     name = safe_name(name)
@@ -126,7 +167,7 @@ def _mtdata_entry(ident: str, src: str, tgt: str, key: str) -> Any:
             f"{key}: mtdata has no dataset {ident!r}; {hint} (`python -m pipeline corpora --pair "
             f"{src}-{tgt} --index mtdata` lists them)"
         )
-    if {str(x) for x in entry.did.langs} != {iso3(src), iso3(tgt)}:
+    if pair_order(entry.did.langs, src, tgt) is None:
         same = [i for i in pair_ids if i.rsplit("-", 2)[0] == ident.rsplit("-", 2)[0]]
         hint = f"for {src}-{tgt}: {', '.join(same[:CLOSE])}" if same else f"it has no {src}-{tgt} version"
         raise ParamsError(

@@ -43,6 +43,24 @@ def test_an_opus_id_is_its_moses_zip_with_one_member_per_side_in_the_pairs_order
     assert [(f.role, f.member) for f in backwards.files] == [("src", "*.ms"), ("tgt", "*.en")]
 
 
+def test_a_malay_pair_takes_the_sets_filed_under_standard_malay_and_by_region_but_not_indonesian():
+    flores = indexes.resolve("mtdata:Flores-flores200_devtest-1-eng-zsm_Latn", "en", "ms", "data.test[0]")
+    assert [f.member for f in flores.files] == [
+        "flores200_dataset/devtest/eng_Latn.devtest",
+        "flores200_dataset/devtest/zsm_Latn.devtest",
+    ]
+    tatoeba = indexes.resolve("mtdata:OPUS-tatoeba-v20230412-eng-zsm", "ms", "en", "data.train[0]")
+    assert [(f.role, f.member) for f in tatoeba.files] == [("src", "*.zsm"), ("tgt", "*.en")]
+    listed = {str(e.did) for e in indexes.mtdata_entries("en", "ms")}
+    assert {
+        "AllenAi-nllb-1-eng-zsm_Latn",
+        "Statmt-ccaligned-1-eng-msa_MY",
+        "OPUS-ccmatrix-v1-eng-msa",
+    } <= listed
+    assert not any(ident.endswith(("-ind", "-eng-ind_ID")) for ident in listed)
+    assert indexes.pair_order(["eng", "ind"], "en", "ms") is None
+
+
 def test_a_statmt_id_is_its_tarballs_sgml_members():
     named = indexes.resolve("mtdata:Statmt-newstest_ruen-2018-rus-eng", "ru", "en", "data.test[0]")
     assert named.format == "sgm"
