@@ -31,6 +31,14 @@ SOURCE_FORMATS = ("auto", "text", "tsv", "tmx", "sgm", "xml")
 SET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 # Names a split may give a set of the field's indexes by (pipeline/data/indexes.py resolves them)
 INDEX_PREFIXES = ("mtdata:", "sacrebleu:")
+
+
+def safe_name(name: str) -> str:
+    """A set's `name` as split files and MLflow metric keys can hold it (no colon, no slash):
+    mtdata:OPUS-ccmatrix-v1-eng-msa is the source mtdata-OPUS-ccmatrix-v1-eng-msa."""
+    return re.sub(r"[^\w.-]+", "-", name)
+
+
 LANG_CODE = re.compile(r"[A-Za-z]{2,3}(?:[_-][A-Za-z0-9]{2,8})*")  # ms, id, pt_BR, zh-Hant: a tag names it
 
 Precision = Literal["auto", "fp32", "bf16", "fp16"]  # train.precision; auto: training.step.resolve_precision
@@ -529,6 +537,7 @@ def validate(p: Params) -> None:
     """Refuse values that are well-typed but invalid or inconsistent, a section at a time."""
     validate_data(p.data)
     validate_clean(p.clean)
+    _check_source_filters(p.clean, p.data)
     validate_bpe(p.bpe)
     validate_model(p.model, p.bpe)
     # with back-translation on, its synthetic pairs are one more train source (weights may name it)
@@ -640,6 +649,17 @@ def validate_clean(c: CleanParams) -> None:
         "is 0 and clean.score.max_score null, so the score rule would drop nothing; set either",
     )
     _check(score.batch_tokens >= 1, "clean.score.batch_tokens", "must be at least 1")
+
+
+def _check_source_filters(c: CleanParams, d: DataParams) -> None:
+    """clean.source_filters names train sources, as data.train spells them or as the files do."""
+    known = {*d.train, *map(safe_name, d.train)}
+    for name in c.source_filters:
+        _check(
+            name in known,
+            f"clean.source_filters.{name}",
+            f"is not a train source (data.train: {', '.join(d.train)}); name one of them",
+        )
 
 
 def validate_bpe(b: BpeParams) -> None:

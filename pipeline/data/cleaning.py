@@ -30,7 +30,7 @@ from pipeline.data.tags import split_tags
 from pipeline.data.text import SideStats, drop_reason, normalize_lines
 from pipeline.errors import UserError
 from pipeline.files import SIDES
-from pipeline.params import CleanParams
+from pipeline.params import CleanParams, safe_name
 
 # In the order they are tried; score last, over the pairs every other rule kept (the clean stage's)
 DROP_REASONS = ("empty", "heldout_overlap", "too_long", "ratio", *filters.REASONS, "duplicate", "score")
@@ -153,7 +153,8 @@ NO_RULES = SourceRules()
 def chosen_rules(params: CleanParams, name: str, origin: str) -> tuple[str, ...]:
     """The names of the train source `name`'s web-data rules: its own (clean.source_filters), else
     clean.web_filters for a set of mtdata's (web-crawled and mined), else clean.filters."""
-    return params.source_filters.get(name, params.web_filters if origin == "mtdata" else params.filters)
+    own = {safe_name(key): rules for key, rules in params.source_filters.items()}  # mtdata:ID or mtdata-ID
+    return own.get(name, params.web_filters if origin == "mtdata" else params.filters)
 
 
 def scored_sources(params: CleanParams, manifest: Manifest) -> list[bool]:

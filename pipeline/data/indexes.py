@@ -17,12 +17,11 @@ from __future__ import annotations
 import difflib
 import functools
 import logging
-import re
 from dataclasses import dataclass
 from typing import Any
 
 from pipeline.errors import ParamsError, UserError
-from pipeline.params import INDEX_PREFIXES
+from pipeline.params import INDEX_PREFIXES, safe_name
 
 PREFIXES = INDEX_PREFIXES
 MTDATA, SACREBLEU = PREFIXES
@@ -52,11 +51,6 @@ class IndexedSet:
 
 def is_indexed(name: str) -> bool:
     return name.startswith(PREFIXES)
-
-
-def safe_name(name: str) -> str:
-    """`name` as split files and MLflow metric keys can hold it (no colon, no slash)."""
-    return re.sub(r"[^\w.-]+", "-", name)
 
 
 def resolve(name: str, src: str, tgt: str, key: str) -> IndexedSet:
