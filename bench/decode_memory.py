@@ -9,7 +9,7 @@ the model's decode settings), as a served model does, and prints its RSS after e
 again after handing the heap's free pages back to the system (`release_free_memory`, what the
 served model's batcher does when idle), with the number of float32 product shapes oneDNN has met
 so far (each one a compiled kernel in its cache, up to ONEDNN_PRIMITIVE_CACHE_CAPACITY). The model
-loads as the served model does (pipeline.decoding.pyfunc.TranslatorModel), so the cache holds
+loads as the served model does (pipeline.serving.pyfunc.TranslatorModel), so the cache holds
 its model_config's onednn_kernels unless the environment sets the capacity; the table says which.
 RSS after the trim that keeps rising batch after batch is memory held, not freed heap.
 """
@@ -27,11 +27,11 @@ import psutil
 import torch
 
 from bench.common import machine_info
-from pipeline.decoding import pyfunc
 from pipeline.files import read_lines
 from pipeline.model import linear
 from pipeline.onednn import CACHE
 from pipeline.reporting.tables import markdown_table
+from pipeline.serving import pyfunc
 
 
 @contextlib.contextmanager

@@ -12,7 +12,7 @@ target tokens/s of greedy search and beam 5 for
 - pytorch-no-cache: the same search re-running the whole prefix each step (use_cache=False),
 - hf-marian-generate: transformers' MarianMTModel.generate() at the same dimensions, random
   weights (built from a MarianConfig, nothing from the hub),
-- ctranslate2 float32 and int8: pipeline/decoding/ct2.py's export of the same model,
+- ctranslate2 float32 and int8: pipeline/interop/ct2.py's export of the same model,
 - ctranslate2-2-workers: float32, all batches in one call over 2 inter_threads
   (CTranslate2's own way to decode batches at once; with 2+ threads).
 
@@ -107,10 +107,10 @@ BACKEND_TASK = "translate_beam5_real"
 def backend_overhead(
     model_dir: Path, split_file: Path, sentences: int, repeats: int, seed: int, say: Callable[[str], None]
 ) -> list[dict]:
-    """`translate --backend ctranslate2` (pipeline.decoding.ct2.CT2Translator, raw text in and out) against
+    """`translate --backend ctranslate2` (pipeline.interop.ct2.CT2Translator, raw text in and out) against
     ctranslate2.Translator.translate_batch called directly on the same sentences' pieces, beam 5,
     fp32, the same batches (decode.batch_tokens / beam source tokens): what the backend costs."""
-    from pipeline.decoding.ct2 import CT2Translator
+    from pipeline.interop.ct2 import CT2Translator
 
     lines = [x for x in read_lines(split_file) if x.strip()][:sentences]
     ours = CT2Translator.from_dir(model_dir, device="cpu")

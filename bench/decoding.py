@@ -21,9 +21,9 @@ from pipeline import params as P
 from pipeline.data.batching import collate_src
 from pipeline.data.text import normalize
 from pipeline.data.vocab import Vocab
-from pipeline.decoding.hf_export import hf_config
 from pipeline.decoding.search import default_workers, translate_ids
 from pipeline.files import read_lines
+from pipeline.interop.hf_export import hf_config
 from pipeline.model import checkpoint
 from pipeline.model.transformer import Seq2SeqBase, Transformer, build_model
 from pipeline.tokens import N_SPECIAL, PAD
@@ -178,7 +178,7 @@ def ct2_runner(
     inter_threads of threads / workers intra_threads, CTranslate2's own way to run batches at once."""
     import ctranslate2
 
-    from pipeline.decoding import ct2
+    from pipeline.interop import ct2
 
     ct2.check_expressible(subject.model.cfg)
     assert isinstance(subject.model, Transformer)  # check_expressible refused the decoder-only model

@@ -7,7 +7,7 @@ the same model decoding the same sentences offline.
 
 Not a test: it measures, in one run, on one machine and with one model and backend:
 
-1. offline: the model as the server loads it (pipeline.decoding.pyfunc.TranslatorModel, same
+1. offline: the model as the server loads it (pipeline.serving.pyfunc.TranslatorModel, same
    backend, same decode settings) translating every sentence of the load in one call, as the
    `translate` command does (its batching and workers), after a warm-up; sentences/s. Then the
    same sentences in the load's rounds, one call each (every client's r-th request together, what

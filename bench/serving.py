@@ -73,7 +73,7 @@ def save_pyfunc(model_dir: Path, out: Path, backend: str, example: Sequence[str]
     """The model as the score stage logs it (model_spec), saved as a local MLflow model directory."""
     import mlflow
 
-    from pipeline.decoding import pyfunc
+    from pipeline.serving import pyfunc
 
     spec = pyfunc.model_spec(model_dir, list(example), backend=backend)
     mlflow.pyfunc.save_model(path=str(out), **spec)
@@ -131,7 +131,7 @@ def rss_mb(pid: int) -> float:
 def rss_at_rest(pid: int) -> float:
     """rss_mb once the served model has been idle past its release_memory_after_ms, when it hands
     freed heap back: what it holds between loads, so that the growth is what a load leaves behind."""
-    from pipeline.decoding import pyfunc
+    from pipeline.serving import pyfunc
 
     time.sleep(pyfunc.SERVING["release_memory_after_ms"] / 1000 + 1.0)
     return rss_mb(pid)
@@ -257,7 +257,7 @@ class Offline:
 
 def offline_translator(model_dir: Path, backend: str) -> Any:
     """The translator the pyfunc model decodes with, loaded in this process as the server loads it."""
-    from pipeline.decoding import pyfunc
+    from pipeline.serving import pyfunc
 
     model = pyfunc.TranslatorModel()
     context = SimpleNamespace(artifacts={pyfunc.ARTIFACT: str(model_dir)}, model_config={"backend": backend})

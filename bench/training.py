@@ -27,7 +27,7 @@ from bench.common import TINY
 from bench.timing import measure_round
 from pipeline import params as P
 from pipeline.data.batching import Batch
-from pipeline.decoding.hf_export import hf_config
+from pipeline.interop.hf_export import hf_config
 from pipeline.model.transformer import build_model
 from pipeline.tokens import BOS, EOS, N_SPECIAL, PAD
 from pipeline.training.distributed import Dist

@@ -25,7 +25,7 @@ from pipeline.errors import ParamsError, UserError
 PARENT_FILE = "parent.json"
 MODEL_FILE = "model.pt"  # checkpoint.MODEL_FILE, without importing torch into the bpe stage
 RUN_FILE = "mlflow_run.json"  # the train stage's record of its MLflow run (pipeline/tracking/run_file.py)
-IMPORT_FILE = "import.json"  # import-hf's record of where a model came from (pipeline/decoding/hf_import.py)
+IMPORT_FILE = "import.json"  # import-hf's record of where a model came from (pipeline/interop/hf_import.py)
 PARAMS_FILE = "params.yaml"
 
 # The model settings that are its architecture, which a child keeps: they shape the weights or the

@@ -1,1 +1,1 @@
-"""Decoding: beam search, the Translator, the CTranslate2 backend, attention heatmaps."""
+"""Decoding: beam search, sampling, ensembles, the Translator, pair scores."""

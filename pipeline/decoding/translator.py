@@ -3,7 +3,7 @@
 Raw lines are normalized as the training text was (pipeline.data.text.normalize),
 encoded, searched and detokenized; a blank line gives an empty output without
 running the model. `TextTranslator` is that for any backend; `Translator` is the
-torch one, and pipeline/decoding/ct2.py the CTranslate2 one. A call's settings
+torch one, and pipeline/interop/ct2.py the CTranslate2 one. A call's settings
 (`settings_with`, sampling's among them) are checked by
 pipeline.params.check_decode. The command, its n-best format and the backends:
 docs/translate.md; sampling: docs/sampling.md.

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import click
 
-from pipeline.decoding.ct2 import export
 from pipeline.decoding.translator import QUANTIZATIONS
+from pipeline.interop.ct2 import export
 from pipeline.stages.options import model_option, out_dir_option
 
 

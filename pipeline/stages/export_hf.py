@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from pipeline.decoding.hf_export import export_hf
+from pipeline.interop.hf_export import export_hf
 from pipeline.stages.options import model_option, out_dir_option
 
 

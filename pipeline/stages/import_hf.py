@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 
-from pipeline.decoding.hf_import import import_hf
+from pipeline.interop.hf_import import import_hf
 from pipeline.stages.options import load_params, out_dir_option, params_option
 
 

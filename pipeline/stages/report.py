@@ -276,8 +276,8 @@ def draw_heatmaps(
 ) -> tuple[list[tuple[str, str]], str | None]:
     """Cross-attention PNGs of fixed sentences of `test_set` (its `sources`) into `figures_dir`:
     ([(caption, file name)], why none)."""
-    if importlib.util.find_spec("pipeline.decoding.heatmaps") is None:
-        return [], "No attention heatmaps: this version has no pipeline/decoding/heatmaps.py."
+    if importlib.util.find_spec("pipeline.reporting.heatmaps") is None:
+        return [], "No attention heatmaps: this version has no pipeline/reporting/heatmaps.py."
     if model_dir is None or not (model_dir / MODEL_FILE).is_file():
         return [], "No attention heatmaps: no trained model was given (--model)."
     lines = heatmap_lines(sources)
@@ -285,8 +285,8 @@ def draw_heatmaps(
         low, high = HEATMAP_WORDS
         return [], f"No attention heatmaps: no sentence of {test_set} has {low}-{high} words."
     # Imported here: torch and the model load only when there is a model to draw.
-    from pipeline.decoding import heatmaps
     from pipeline.decoding.translator import Translator
+    from pipeline.reporting import heatmaps
 
     # The decode stage's settings, so the heatmaps show the translations the scores are about.
     translator = Translator.from_dir(model_dir, device="cpu", settings=decode)

@@ -98,7 +98,7 @@ def log_trained_model(model_dir: Path, params: P.Params, example: list[str]) -> 
     with Tracker.from_run_file(model_dir / RUN_FILE) as tracker:
         if not tracker.enabled:
             return
-        from pipeline.decoding import pyfunc  # mlflow and torch: only when there is a run to log to
+        from pipeline.serving import pyfunc  # mlflow and torch: only when there is a run to log to
 
         spec = pyfunc.model_spec(model_dir, example, backend=params.tracking.serve_backend)
         tracker.log_model("model", spec, register_as=params.tracking.register_model)

@@ -9,7 +9,7 @@ running the model. Bytes that are not UTF-8 become U+FFFD, counted once on stder
 output is always UTF-8. When stdin is a terminal it prompts and answers each line.
 
 --backend torch runs pipeline.decoding.translator.Translator; ctranslate2 runs a
-CTranslate2 conversion of the same model (pipeline/decoding/ct2.py, the optional
+CTranslate2 conversion of the same model (pipeline/interop/ct2.py, the optional
 `ct2` extra), made on first use. --sample draws instead of searching (torch only).
 More: docs/translate.md, docs/ctranslate2.md, docs/sampling.md.
 """
@@ -25,7 +25,6 @@ from typing import BinaryIO
 
 import click
 
-from pipeline.decoding import ct2
 from pipeline.decoding.translator import (
     CHUNK_LINES,
     FIELDS,
@@ -39,6 +38,7 @@ from pipeline.decoding.translator import (
 from pipeline.devices import DEVICES
 from pipeline.errors import UserError
 from pipeline.files import atomic_path
+from pipeline.interop import ct2
 from pipeline.stages.options import model_option
 
 Members = tuple[str, ...]  # --ensemble: other model directories

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import torch
 
-from pipeline.decoding import pyfunc
+from pipeline.serving import pyfunc
 from pipeline.stages.score import log_final_scores, log_trained_model
 from pipeline.stages.train import train
 from pipeline.tracking import metadata, store

@@ -184,7 +184,7 @@ def test_the_mlflow_model_takes_the_target_language_as_a_param(run):
 
     from mlflow.exceptions import MlflowException
 
-    from pipeline.decoding import pyfunc
+    from pipeline.serving import pyfunc
 
     root, _ = run
     served = pyfunc.TranslatorModel()

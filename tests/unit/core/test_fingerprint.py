@@ -41,7 +41,7 @@ def test_closure_follows_imports_and_counts_the_packages_init_files():
     assert {"stages/train.py", "model/transformer.py", "model/attention.py", "model/dropout.py"} <= files
     # importing pipeline.model.attention runs pipeline/__init__.py and pipeline/model/__init__.py
     assert {"__init__.py", "model/__init__.py", "training/__init__.py"} <= files
-    assert "stages/report.py" not in files and "decoding/ct2.py" not in files
+    assert "stages/report.py" not in files and "interop/ct2.py" not in files
 
 
 def test_a_pipeline_name_that_is_no_module_fails_loudly():
@@ -67,8 +67,8 @@ def test_every_stage_depends_on_exactly_the_code_it_imports():
 
 def test_decode_and_report_do_not_run_the_ctranslate2_backend_and_training_not_the_report():
     stages = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
-    assert "pipeline/decoding/ct2.py" not in _expand(stages["decode"]["deps"])
-    assert "pipeline/decoding/ct2.py" not in _expand(stages["report"]["deps"])
+    assert "pipeline/interop/ct2.py" not in _expand(stages["decode"]["deps"])
+    assert "pipeline/interop/ct2.py" not in _expand(stages["report"]["deps"])
     assert not any("report" in dep for dep in _expand(stages["train"]["deps"]))
 
 

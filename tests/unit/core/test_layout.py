@@ -18,10 +18,22 @@ BENCH = REPO / "bench"
 
 # Each subpackage's layer; the modules at the top of the package are the core (layer 0).
 # A module may import its own subpackage and any lower layer, never a sibling of its own layer.
-# training sits above decoding: validation decodes greedily to score BLEU. tracking (MLflow) sits
-# below every layer that logs to a run or reads mlflow_run.json, and imports only the core.
-LAYERS = {"model": 1, "data": 1, "tracking": 1, "decoding": 2, "reporting": 2, "training": 3, "stages": 4}
-ENTRY = {"cli": 5, "__main__": 6}  # `python -m pipeline`: __main__ runs cli, which dispatches to the stages
+# training sits above decoding: validation decodes greedily to score BLEU; so do interop (CTranslate2
+# decodes with search's rules), reporting (the heatmaps decode) and serving (which serves the torch
+# or the CTranslate2 translator). tracking (MLflow) sits below every layer that logs to a run or
+# reads mlflow_run.json, and imports only the core.
+LAYERS = {
+    "model": 1,
+    "data": 1,
+    "tracking": 1,
+    "decoding": 2,
+    "reporting": 3,
+    "training": 3,
+    "interop": 3,
+    "serving": 4,
+    "stages": 5,
+}
+ENTRY = {"cli": 6, "__main__": 7}  # `python -m pipeline`: __main__ runs cli, which dispatches to the stages
 
 
 def modules() -> list[str]:
@@ -187,7 +199,7 @@ def test_the_hf_commands_import_transformers_only_when_they_run(command: str):
     assert result.returncode == 0, result.stderr[-2000:]
     imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if "|" in line}
     assert f"Usage: python -m pipeline {command}" in result.stdout
-    assert f"pipeline.decoding.hf_{command.removesuffix('-hf')}" in imported
+    assert f"pipeline.interop.hf_{command.removesuffix('-hf')}" in imported
     assert not {name for name in imported if name.split(".")[0] in ("transformers", "safetensors")}
 
 

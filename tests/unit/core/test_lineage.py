@@ -50,7 +50,7 @@ def test_every_architecture_key_is_compared(key):
 
 
 def test_the_file_names_are_those_their_own_modules_write():
-    from pipeline.decoding import hf_import
+    from pipeline.interop import hf_import
     from pipeline.model import checkpoint
     from pipeline.tracking import run_file
 

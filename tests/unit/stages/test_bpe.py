@@ -19,8 +19,8 @@ from sentencepiece import sentencepiece_model_pb2
 from pipeline import lineage, tokens
 from pipeline import params as P
 from pipeline.data.vocab import Vocab
-from pipeline.decoding.hf_import import import_hf
 from pipeline.errors import ParamsError, UserError
+from pipeline.interop.hf_import import import_hf
 from pipeline.params import BpeParams
 from pipeline.stages import bpe as bpe_stage
 from pipeline.stages.bpe import copy_parent

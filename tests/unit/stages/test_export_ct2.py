@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 pytest.importorskip("ctranslate2")
 
-from pipeline.decoding import ct2
+from pipeline.interop import ct2
 from pipeline.stages import export_ct2
 from pipeline.stages import translate as translate_stage
 from tests.support.models import make_ct2_model_dir

@@ -519,7 +519,7 @@ def test_experiments_figure_draws_each_run_by_rank_this_one_in_black(ranked, sav
 
 
 def test_heatmaps_of_two_fixed_test_sentences(tmp_path: Path, saved_figures) -> None:
-    pytest.importorskip("pipeline.decoding.heatmaps")
+    pytest.importorskip("pipeline.reporting.heatmaps")
 
     paths = write_inputs(tmp_path)
     make_model_dir(tmp_path / "data/model")

@@ -26,9 +26,9 @@ import yaml
 
 from pipeline import params as P
 from pipeline.data.vocab import PIECE_MAP, SRC_MODEL, TGT_MODEL, PieceMap
-from pipeline.decoding import hf_weights
 from pipeline.errors import UserError
 from pipeline.files import atomic_path, write_json, write_text
+from pipeline.interop import hf_weights
 from pipeline.model import checkpoint
 from pipeline.model.transformer import build_model
 from pipeline.tokens import BOS, BOS_PIECE, EOS, EOS_PIECE, N_SPECIAL, PAD, PAD_PIECE, SEP, SEP_PIECE, UNK

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pipeline.decoding import hf_weights
+from pipeline.interop import hf_weights
 from pipeline.model.transformer import build_model
 from tests.support.models import tiny_model_params
 

@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from pipeline.decoding.batcher import Batcher
+from pipeline.serving.batcher import Batcher
 
 
 def upper(lines: list[str], key: object) -> list[str]:

@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from pipeline import params
-from pipeline.decoding.hf_export import export_hf, generation_config
-from pipeline.decoding.hf_import import import_hf
 from pipeline.decoding.translator import Translator
 from pipeline.errors import UserError
+from pipeline.interop.hf_export import export_hf, generation_config
+from pipeline.interop.hf_import import import_hf
 from pipeline.tokens import BOS, EOS, PAD, SEP, UNK
 from tests.support.hf import hf_translate, make_trained_model_dir, marian_pairs, our_translate
 from tests.support.models import make_ct2_model_dir

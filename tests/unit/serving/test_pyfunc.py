@@ -12,9 +12,9 @@ import pytest
 from mlflow.exceptions import MlflowException
 from mlflow.models.utils import _enforce_params_schema
 
-from pipeline.decoding import pyfunc
 from pipeline.decoding.translator import Translator
 from pipeline.errors import UserError
+from pipeline.serving import pyfunc
 
 
 @pytest.fixture(scope="module")
@@ -142,7 +142,7 @@ def test_the_ctranslate2_backend_serves_the_models_conversion(model_dir: Path, t
     pytest.importorskip("ctranslate2")
     import shutil
 
-    from pipeline.decoding.ct2 import CT2Translator
+    from pipeline.interop.ct2 import CT2Translator
 
     copy = shutil.copytree(model_dir, tmp_path / "model")  # the conversion is made beside it
     served = pyfunc.TranslatorModel()
@@ -193,7 +193,7 @@ def test_a_served_model_decodes_together_more_requests_than_asyncios_default_thr
 
 RELEASE = """
 import gc, json, psutil
-from pipeline.decoding import pyfunc
+from pipeline.serving import pyfunc
 rss = lambda: psutil.Process().memory_info().rss
 before = rss()
 chunks = [bytearray(64 * 1024) for _ in range(3_000)]  # 197 MB in the heap (under mmap's threshold)

@@ -9,7 +9,7 @@ n_best, best first); `beam`, `n_best`, `no_repeat_ngram_size` and sampling's `sa
 as the model's code (MLflow's models from code: nothing pickled), the model
 directory as an artifact, this package as code, its pinned requirements, a
 signature, an input example and the serving config (`SERVING`, MLflow's model_config).
-Concurrent requests are decoded together by a dynamic batcher (pipeline/decoding/batcher.py);
+Concurrent requests are decoded together by a dynamic batcher (pipeline/serving/batcher.py);
 served, the model widens the server's thread pool and bounds its own memory (widen_server_pool,
 pipeline/onednn.py, release_free_memory).
 Serving and the registry: docs/mlflow.md.
@@ -37,11 +37,11 @@ from mlflow.models import ModelSignature, set_model
 from mlflow.pyfunc import PythonModel
 from mlflow.types import ColSpec, DataType, ParamSchema, ParamSpec, Schema
 
-from pipeline.decoding.batcher import Batcher
 from pipeline.decoding.translator import QUANTIZATIONS, TextTranslator, Translator, one_line
 from pipeline.errors import UserError
 from pipeline.fingerprint import PACKAGE, module_closure
 from pipeline.onednn import KERNELS, keep_kernels
+from pipeline.serving.batcher import Batcher
 
 INPUT_COLUMN = "text"  # the DataFrame column of source lines (a single column of any name works too)
 ARTIFACT = "model_dir"  # the model directory (model.pt, sentencepiece model(s), params.yaml)
@@ -63,7 +63,7 @@ SERVING: dict[str, Any] = {
     "max_request_chars": 200_000,
     "max_line_chars": 10_000,
     # What decodes: the model itself (torch), or its CTranslate2 conversion, made at load beside the
-    # model directory (pipeline/decoding/ct2.py; int8 and the others trade exactness for speed).
+    # model directory (pipeline/interop/ct2.py; int8 and the others trade exactness for speed).
     "backend": "torch",
     "quantization": "float32",
 }
@@ -81,7 +81,7 @@ class TranslatorModel(PythonModel):
         keep_kernels(self.config["onednn_kernels"])
         self.translator: TextTranslator
         if self.config["backend"] == "ctranslate2":
-            from pipeline.decoding.ct2 import CT2Translator
+            from pipeline.interop.ct2 import CT2Translator
 
             model_dir = context.artifacts[ARTIFACT]
             self.translator = CT2Translator.from_dir(model_dir, "auto", self.config["quantization"])
@@ -303,5 +303,5 @@ def model_spec(model_dir: str | Path, example: Sequence[str], backend: str = "to
 
 # MLflow runs this file to load the logged model (models from code): set_model names what it
 # serves. Imported as a module of the package, as the score stage does, the file sets nothing.
-if __name__ != "pipeline.decoding.pyfunc":
+if __name__ != "pipeline.serving.pyfunc":
     set_model(TranslatorModel())

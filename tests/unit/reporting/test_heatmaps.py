@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.decoding import heatmaps
 from pipeline.decoding.translator import Translator
 from pipeline.errors import UserError
+from pipeline.reporting import heatmaps
 from tests.support.figures import png_size
 from tests.support.models import make_model_dir
 

@@ -25,9 +25,9 @@ import yaml
 
 from pipeline import params as P
 from pipeline.data.vocab import PIECE_MAP, Vocab
-from pipeline.decoding import hf_weights
 from pipeline.errors import UserError
 from pipeline.files import atomic_path, write_text
+from pipeline.interop import hf_weights
 from pipeline.model import checkpoint
 from pipeline.model.transformer import Transformer
 from pipeline.tokens import BOS, BOS_PIECE, EOS, PAD, SEP, SEP_PIECE

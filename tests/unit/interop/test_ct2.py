@@ -14,10 +14,10 @@ from click.testing import CliRunner
 pytest.importorskip("ctranslate2")
 
 from pipeline.data.batching import collate_src
-from pipeline.decoding import ct2
 from pipeline.decoding import translator as tr
 from pipeline.decoding.search import Hypothesis, length_penalty, translate_ids
 from pipeline.errors import UserError
+from pipeline.interop import ct2
 from pipeline.model import checkpoint
 from pipeline.model.transformer import Seq2SeqBase
 from pipeline.stages import translate as translate_stage

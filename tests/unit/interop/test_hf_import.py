@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from pipeline.decoding import hf_import
-from pipeline.decoding.hf_import import import_hf
 from pipeline.decoding.translator import Translator
 from pipeline.errors import UserError
+from pipeline.interop import hf_import
+from pipeline.interop.hf_import import import_hf
 from pipeline.tokens import BOS, PAD, SEP
 from tests.support.hf import hf_translate, marian_pairs, our_translate
 from tests.support.repo import BASE
@@ -88,7 +88,7 @@ def test_greedy_and_beam_outputs_equal_transformers(imported: Path, marian_dir: 
 def test_the_imported_directory_exports_to_ctranslate2_and_translates_the_same(
     imported: Path, tmp_path: Path
 ) -> None:
-    ct2 = pytest.importorskip("pipeline.decoding.ct2")
+    ct2 = pytest.importorskip("pipeline.interop.ct2")
     pytest.importorskip("ctranslate2")
     shutil.copytree(imported, tmp_path / "model")
     ours = Translator.from_dir(tmp_path / "model", workers=1).translate(LINES, beam=4)
@@ -164,7 +164,7 @@ def test_the_decode_stage_and_the_mlflow_model_take_the_imported_directory(
     from types import SimpleNamespace
 
     from pipeline import files
-    from pipeline.decoding import pyfunc
+    from pipeline.serving import pyfunc
     from pipeline.stages import decode as decode_stage
 
     clean = tmp_path / "clean"

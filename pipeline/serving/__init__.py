@@ -1,0 +1,1 @@
+"""The trained model served: the MLflow pyfunc model and its dynamic batcher."""
