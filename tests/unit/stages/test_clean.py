@@ -439,7 +439,10 @@ def test_a_sources_own_rules_may_name_it_as_data_train_does(tmp_path):
 @pytest.mark.parametrize(
     ("change", "says"),
     [
-        ({"source_filters": {"my-crawl": ["langid"]}}, "clean.source_filters.my-crawl: is not a train source"),
+        (
+            {"source_filters": {"my-crawl": ["langid"]}},
+            "clean.source_filters.my-crawl: is not a train source",
+        ),
         ({"min_words": 0}, "clean.min_words: must be at least 1"),
         ({"min_script_ratio": 1.5}, "clean.min_script_ratio: must be in (0, 1]"),
         ({"filters": ["langid", "spam"]}, "clean.filters"),
