@@ -8,7 +8,7 @@ from the start, never read. Every file is checked against the sum its params
 give, the one pinned in the catalog (pipeline/data/catalog.yaml) and the md5 its
 index publishes (sacreBLEU's); a URL that none of them pins is checked against
 corpora.lock, where its first download recorded it (pipeline/data/lock.py).
-Turning the bytes into lines: pipeline/data/formats.py.
+Turning the bytes into lines: pipeline/data/containers.py and formats.py.
 """
 
 from __future__ import annotations

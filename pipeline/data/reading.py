@@ -16,7 +16,7 @@ from typing import IO
 
 import click
 
-from pipeline.data import formats, tags
+from pipeline.data import containers, formats, tags
 from pipeline.data.artifacts import CorpusRecord, FileRecord
 from pipeline.data.fetch import Fetched, Mirror, fetch, verified_by
 from pipeline.data.planning import CorpusPlan, FileRef
@@ -136,10 +136,10 @@ class Reader:
         """The file's bytes (the member's, for an archive) as a decompressed stream."""
         with open(self._fetch(ref).path, "rb") as raw:
             if ref.member is None:
-                yield formats.open_decompressed(raw, ref.name)
+                yield containers.open_decompressed(raw, ref.name)
                 return
-            with formats.open_member(raw, ref.member, ref.source.location) as member:
-                yield formats.open_decompressed(member, ref.name)
+            with containers.open_member(raw, ref.member, ref.source.location) as member:
+                yield containers.open_decompressed(member, ref.name)
 
 
 class _Tagging:

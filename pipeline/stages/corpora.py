@@ -19,7 +19,8 @@ import click
 from pipeline.data import corpora, indexes
 from pipeline.data.corpora import NamedSet
 from pipeline.data.fetch import mirror_path, sha256_file
-from pipeline.data.formats import archive_member, text_lines
+from pipeline.data.containers import archive_member
+from pipeline.data.formats import text_lines
 from pipeline.errors import UserError
 
 COLUMNS = ("name", "langs", "lines", "domain", "license")

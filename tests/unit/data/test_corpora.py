@@ -7,7 +7,7 @@ import re
 import pytest
 import yaml
 
-from pipeline.data import corpora, fetch, formats
+from pipeline.data import containers, corpora, fetch, formats
 from pipeline.data.detok import TOKENIZERS
 from pipeline.errors import UserError
 from tests.support.corpora import M30K
@@ -63,7 +63,7 @@ def test_every_entry_matches_the_mirror(mirror):
             assert fetch.sha256_file(path) == side.sha256, side.url
             data = path.read_bytes()
             if side.member is not None:
-                data = formats.archive_member(data, side.member, side.url)
+                data = containers.archive_member(data, side.member, side.url)
             assert len(formats.text_lines(data, side.url)) == named.lines, (side.url, side.member)
     # every corpus file in the mirror is named by some set (a license file beside one is not a corpus)
     assert covered == {path for path in listed if not path.endswith("/LICENSE")}

@@ -14,7 +14,7 @@ import zipfile
 
 import pytest
 
-from pipeline.data import formats
+from pipeline.data import containers, formats
 from pipeline.errors import UserError
 
 
@@ -72,12 +72,12 @@ def test_guess_format_reads_the_suffix_under_any_compression(name, expected):
 @pytest.mark.parametrize("compress", [gzip.compress, lzma.compress, bz2.compress])
 def test_decompress_knows_gzip_xz_and_bzip2_by_their_bytes_not_their_name(compress):
     data = "ä\nb\n".encode()
-    assert formats.decompress(compress(data), "plain.txt") == data
+    assert containers.decompress(compress(data), "plain.txt") == data
 
 
 def test_decompress_passes_plain_data_through_even_if_it_starts_like_bzip2():
     for plain in (b"a\nb\n", b"BZh9 is a line\n", b""):
-        assert formats.decompress(plain, "f.gz") == plain
+        assert containers.decompress(plain, "f.gz") == plain
 
 
 @pytest.mark.parametrize(
@@ -86,7 +86,7 @@ def test_decompress_passes_plain_data_through_even_if_it_starts_like_bzip2():
 def test_a_truncated_or_corrupt_stream_names_the_file_and_says_fetch_again(compress, kind):
     data = compress(b"a line\n" * 1000)
     for broken in (data[:-10], data[:20] + b"\x00" * 20 + data[40:]):
-        text = message(formats.decompress, broken, "corpus.bin")
+        text = message(containers.decompress, broken, "corpus.bin")
         assert text.startswith(f"corpus.bin: a corrupt or truncated {kind} file (")
         assert text.endswith("; fetch it again")
 
@@ -101,24 +101,24 @@ def test_reads_each_member_of_a_tar_plain_or_compressed(tmp_path, compression):
     path = tmp_path / "corpus.tar"
     path.write_bytes(tar_bytes(MEMBERS, compression))
     for member, data in MEMBERS.items():
-        assert formats.archive_member(path.read_bytes(), member, str(path)) == data
+        assert containers.archive_member(path.read_bytes(), member, str(path)) == data
 
 
 def test_reads_a_member_of_a_zip(tmp_path):
     path = tmp_path / "corpus.zip"
     path.write_bytes(zip_bytes(MEMBERS))
-    assert formats.archive_member(path.read_bytes(), "corpus/train.en", str(path)) == b"one\ntwo\n"
+    assert containers.archive_member(path.read_bytes(), "corpus/train.en", str(path)) == b"one\ntwo\n"
 
 
 def test_a_leading_dot_slash_does_not_matter():
     data = tar_bytes({"./corpus/train.de": b"eins\n"}, "gz")
-    assert formats.archive_member(data, "corpus/train.de", "c.tgz") == b"eins\n"
-    assert formats.archive_member(tar_bytes(MEMBERS), "./corpus/train.de", "c.tar") == b"eins\nzwei\n"
+    assert containers.archive_member(data, "corpus/train.de", "c.tgz") == b"eins\n"
+    assert containers.archive_member(tar_bytes(MEMBERS), "./corpus/train.de", "c.tar") == b"eins\nzwei\n"
 
 
 @pytest.mark.parametrize("build", [lambda m: tar_bytes(m, "gz"), zip_bytes])
 def test_a_missing_member_lists_the_files_the_archive_holds(build):
-    text = message(formats.archive_member, build(MEMBERS), "corpus/train.fr", "corpus.tgz")
+    text = message(containers.archive_member, build(MEMBERS), "corpus/train.fr", "corpus.tgz")
     assert text == (
         "corpus.tgz: the archive holds no file 'corpus/train.fr'; fix the member name. "
         "It holds: corpus/train.de, corpus/train.en"
@@ -127,7 +127,7 @@ def test_a_missing_member_lists_the_files_the_archive_holds(build):
 
 def test_a_long_listing_stops_at_twenty_names():
     members = {f"f{i:02}": b"x\n" for i in range(25)}
-    text = message(formats.archive_member, tar_bytes(members), "g", "big.tar")
+    text = message(containers.archive_member, tar_bytes(members), "g", "big.tar")
     assert text.endswith("It holds: " + ", ".join(f"f{i:02}" for i in range(20)) + " ... and 5 more")
 
 
@@ -137,22 +137,22 @@ def test_a_directory_is_no_member():
         info = tarfile.TarInfo("corpus")
         info.type = tarfile.DIRTYPE
         tar.addfile(info)
-    text = message(formats.archive_member, buffer.getvalue(), "corpus", "dirs.tar")
+    text = message(containers.archive_member, buffer.getvalue(), "corpus", "dirs.tar")
     assert text.endswith("It holds: no regular files")
 
 
 def test_data_that_is_no_archive_is_refused_as_such():
     for data in (b"just a line\n" * 100, gzip.compress(b"just a line\n" * 100)):
-        text = message(formats.archive_member, data, "train.de", "train.de.gz")
+        text = message(containers.archive_member, data, "train.de", "train.de.gz")
         assert text.startswith("train.de.gz: not a tar or zip archive, plain or compressed (invalid header)")
         assert "holds no 'train.de'" in text
 
 
 def test_a_corrupt_archive_says_fetch_again():
     tgz = tar_bytes(MEMBERS, "gz")
-    assert "corrupt or truncated gzip file" in message(formats.archive_member, tgz[:-30], "m", "c.tgz")
+    assert "corrupt or truncated gzip file" in message(containers.archive_member, tgz[:-30], "m", "c.tgz")
     archive = zip_bytes(MEMBERS)
-    text = message(formats.archive_member, archive[: len(archive) // 2], "corpus/train.de", "c.zip")
+    text = message(containers.archive_member, archive[: len(archive) // 2], "corpus/train.de", "c.zip")
     assert text.startswith("c.zip: a corrupt or truncated zip archive (") and text.endswith("fetch it again")
 
 
@@ -206,7 +206,7 @@ def test_chunks_of_any_size_read_the_same_lines(monkeypatch, chunk):
     monkeypatch.setattr(formats, "CHUNK", chunk)
     for data, lines in zip(files_, whole):
         chunks = list(
-            formats.line_chunks(formats.open_decompressed(io.BytesIO(gzip.compress(data)), "f"), "f")
+            formats.line_chunks(containers.open_decompressed(io.BytesIO(gzip.compress(data)), "f"), "f")
         )
         assert [line for c in chunks for line in c] == lines
     text = message(formats.text_lines, "ok\nü\n".encode() + b"bad \xff byte\nok\n", "a.src")
@@ -216,7 +216,7 @@ def test_chunks_of_any_size_read_the_same_lines(monkeypatch, chunk):
 def test_a_member_is_read_as_a_stream_of_its_bytes(tmp_path):
     path = tmp_path / "c.tar.xz"
     path.write_bytes(tar_bytes(MEMBERS, "xz"))
-    with open(path, "rb") as raw, formats.open_member(raw, "corpus/train.en", str(path)) as found:
+    with open(path, "rb") as raw, containers.open_member(raw, "corpus/train.en", str(path)) as found:
         assert found.read(3) == b"one" and found.read() == b"\ntwo\n"
 
 
