@@ -1,4 +1,4 @@
-"""Training data: memory-mapped token arrays in shards, source weights, token-budget batches, padded tensors.
+"""Training data: memory-mapped token arrays in shards, token-budget batches, padded tensors.
 
 Shapes: B sentences in a batch, S source length, T target length (both
 including the EOS or BOS that is added here; the stored ids have neither).
@@ -107,54 +107,6 @@ class ParallelData:
 
     def __len__(self) -> int:
         return len(self.src)
-
-
-# --- source weights ---------------------------------------------------------------
-
-
-def source_factors(
-    sizes: Sequence[int],
-    weights: Sequence[float],
-    temperature: float,
-    groups: Sequence[str | None] | None = None,
-) -> list[float]:
-    """How many times each source's pairs are drawn per epoch (1.0 each: natural proportions).
-
-    Temperature first: source k's share of the epoch becomes p_k ∝ (n_k / N)^(1/T) (T=1
-    keeps n_k / N; larger T flattens towards equal shares), the epoch keeping N pairs;
-    then its weight multiplies what it draws. Factor k = weight_k * N * p_k / n_k.
-    With `groups` (each source's language pair, where there are several), the temperature is
-    over the groups' sizes N_g, as multilingual training samples language pairs, and a group's
-    share goes to its sources by their sizes: p_k = (n_k / N_g) * p_g.
-    """
-    total = sum(sizes)
-    if groups is None or len(set(groups)) < 2:
-        shares = [(n / total) ** (1.0 / temperature) if n else 0.0 for n in sizes]
-    else:
-        per_group: dict[str | None, int] = {}
-        for n, g in zip(sizes, groups):
-            per_group[g] = per_group.get(g, 0) + n
-        group_share = {g: (m / total) ** (1.0 / temperature) if m else 0.0 for g, m in per_group.items()}
-        shares = [n / per_group[g] * group_share[g] if n else 0.0 for n, g in zip(sizes, groups)]
-    norm = sum(shares)
-    return [w * total * (p / norm) / n if n else 0.0 for n, w, p in zip(sizes, weights, shares)]
-
-
-def draw_sources(sizes: Sequence[int], factors: Sequence[float], seed: int, epoch: int) -> np.ndarray:
-    """Sentence ids of one epoch: source k (the k-th run of sizes[k] ids) drawn round(factor_k * n_k) times.
-
-    A factor of 2.5 takes every pair twice and a seeded half once more; 0.3 a seeded
-    30% without repeats. Sorted ids; the same for the same (seed, epoch).
-    """
-    rng = np.random.default_rng([seed, epoch, 0x5EED])
-    parts, start = [], 0
-    for n, factor in zip(sizes, factors):
-        draws = round(factor * n)
-        whole, rest = divmod(draws, n) if n else (0, 0)
-        ids = np.arange(start, start + n, dtype=np.int64)
-        parts += [ids] * whole + [np.sort(rng.choice(ids, size=rest, replace=False))]
-        start += n
-    return np.sort(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
 
 
 # --- batching ------------------------------------------------------------------

@@ -17,9 +17,9 @@ from pathlib import Path
 import click
 
 from pipeline.data import corpora, indexes
+from pipeline.data.containers import archive_member
 from pipeline.data.corpora import NamedSet
 from pipeline.data.fetch import mirror_path, sha256_file
-from pipeline.data.containers import archive_member
 from pipeline.data.formats import text_lines
 from pipeline.errors import UserError
 

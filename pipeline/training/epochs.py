@@ -3,23 +3,22 @@
 `TrainSplit` loads data/bin's train split and keeps the sentences that fit
 model.max_positions. Each epoch trains on data/bin's segmentation, or with
 subword sampling on a fresh one made ahead by a `Prefetcher`; train sources may
-be drawn in other proportions than they come (`CorpusDraws`). An epoch's
+be drawn in other proportions than they come (`CorpusDraws`, pipeline/data/draws.py). An epoch's
 batches are a pure function of (train.seed, epoch, rank), so a resumed run
 sees the same ones (docs/exact-resume.md).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from pipeline import params as P
-from pipeline.data import artifacts, batching
+from pipeline.data import batching
 from pipeline.data.batching import ParallelData, TokenArray
+from pipeline.data.draws import CorpusDraws
 from pipeline.data.sampling import Prefetcher, Sampling, read_text
 from pipeline.data.vocab import Vocab
 from pipeline.errors import UserError
@@ -70,49 +69,6 @@ def sampling_text(params: P.Params, paths: Paths, vocab: Vocab, n_train: int) ->
             f"train.subword_sampling: {kind} segments the clean text each epoch; pass --clean data/clean"
         )
     return read_text(paths.clean_dir, n_train)
-
-
-@dataclass(frozen=True)
-class CorpusDraws:
-    """How many pairs each train source gives an epoch (train.source_weights, train.source_temperature)."""
-
-    names: tuple[str, ...]
-    sizes: tuple[int, ...]
-    factors: tuple[float, ...]
-
-    @classmethod
-    def plan(cls, bin_dir: Path, n_train: int, t: P.TrainParams) -> CorpusDraws:
-        listed = artifacts.train_corpora(
-            bin_dir / artifacts.BIN_META, n_train, bin_dir / "train.src", "binarize"
-        )
-        names = tuple(c.name for c in listed)
-        unknown = sorted(set(t.source_weights) - set(names))
-        if unknown:
-            raise UserError(
-                f"train.source_weights: no train source named {', '.join(unknown)}; "
-                f"the train sources are {', '.join(names)}"
-            )
-        sizes = tuple(c.lines for c in listed)
-        weights = [t.source_weights.get(name, 1.0) for name in names]
-        pairs = [c.pair for c in listed] if any(c.pair for c in listed) else None
-        factors = tuple(batching.source_factors(sizes, weights, t.source_temperature, pairs))
-        return cls(names, sizes, factors)
-
-    @property
-    def natural(self) -> bool:
-        return all(math.isclose(f, 1.0) for f in self.factors)
-
-    def epoch_ids(self, fitting: np.ndarray, seed: int, epoch: int) -> np.ndarray:
-        """The fitting sentences an epoch trains on: all of them, or each source's draws (seeded by epoch)."""
-        if self.natural:
-            return fitting
-        drawn = batching.draw_sources(self.sizes, self.factors, seed, epoch)
-        fits = np.zeros(sum(self.sizes), dtype=bool)
-        fits[fitting] = True
-        return drawn[fits[drawn]]
-
-    def drawn_per_epoch(self) -> dict[str, int]:
-        return {name: round(f * n) for name, n, f in zip(self.names, self.sizes, self.factors)}
 
 
 class TrainSplit:
