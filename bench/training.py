@@ -32,7 +32,7 @@ from pipeline.model.transformer import build_model
 from pipeline.tokens import BOS, EOS, N_SPECIAL, PAD
 from pipeline.training.distributed import Dist
 from pipeline.training.optim import inverse_sqrt, parameter_groups
-from pipeline.training.step import UpdateStep
+from pipeline.training.step import UpdateStep, resolve_train
 
 SYSTEMS = ("ours", "hf-marian", "torch-nn-transformer")
 SYNTHETIC = "train_synthetic"  # the task of the synthetic batch's rows, with its size: train_synthetic_128x16
@@ -125,7 +125,10 @@ def synthetic_batch(vocab: int, batch: int, length: int, seed: int) -> Batch:
 def ours(params: P.Params, vocab: int, seed: int) -> StepFn:
     """pipeline.training.step.UpdateStep itself: the update training runs, built with no files."""
     torch.manual_seed(seed)
-    step = UpdateStep(params, build_model(params.model, vocab, vocab).train(), torch.device("cpu"), Dist())
+    cpu = torch.device("cpu")
+    step = UpdateStep(
+        resolve_train(params, cpu), build_model(params.model, vocab, vocab).train(), cpu, Dist()
+    )
     return lambda batch: step.update([batch])
 
 

@@ -10,7 +10,6 @@ docs/exact-resume.md.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import shutil
@@ -47,7 +46,7 @@ from pipeline.training.state import (
     gather_rng,
     seed_everything,
 )
-from pipeline.training.step import UpdateStep, check_precision, resolve_compile, resolve_precision
+from pipeline.training.step import UpdateStep, check_precision, resolve_train
 from pipeline.training.validation import ValSplit
 
 STEPS_HEADER = LogRow._fields
@@ -59,11 +58,7 @@ class Trainer:
 
     def __init__(self, params: P.Params, paths: Paths, dist: Dist = ALONE):
         self.device = torch_device(params.train.device, index=dist.local_rank, key="train.device")
-        # train.precision and compile auto become what is used, in the state, the logs and data/model alike
-        precision = resolve_precision(params.train.precision, self.device)
-        compiled = resolve_compile(params.train.compile, precision, self.device)
-        train = dataclasses.replace(params.train, precision=precision, compile=compiled)
-        params = dataclasses.replace(params, train=train)
+        params = resolve_train(params, self.device)  # auto: what is used, in the state, logs and data/model
         self.params, self.paths, self.dist = params, paths, dist
         t = params.train
         check_precision(t.precision, self.device)

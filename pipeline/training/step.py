@@ -79,6 +79,16 @@ def resolve_compile(setting: bool | str, precision: P.Precision, device: torch.d
     return bool(setting)
 
 
+def resolve_train(params: P.Params, device: torch.device) -> P.Params:
+    """params with train.precision and train.compile auto made what `device` uses: resolved once,
+    by whoever builds the UpdateStep, so that the state, the logs and data/model record the same."""
+    precision = resolve_precision(params.train.precision, device)
+    compiled = resolve_compile(params.train.compile, precision, device)
+    return dataclasses.replace(
+        params, train=dataclasses.replace(params.train, precision=precision, compile=compiled)
+    )
+
+
 def check_precision(precision: str, device: torch.device) -> None:
     if precision == "fp16" and device.type != "cuda":
         raise UserError(
@@ -101,10 +111,8 @@ class UpdateStep:
 
     def __init__(self, params: P.Params, model: Seq2SeqBase, device: torch.device, dist: Dist = ALONE):
         t = params.train
-        if t.precision == "auto":  # the Trainer resolves them; a bare UpdateStep (benchmarks) here
-            t = dataclasses.replace(t, precision=resolve_precision(t.precision, device))
         if t.compile == "auto":
-            t = dataclasses.replace(t, compile=resolve_compile(t.compile, t.precision, device))
+            raise ValueError("train.compile auto must be resolved first (resolve_train)")
         self.cfg = t
         check_precision(t.precision, device)
         self.model, self.device, self.dist = model, device, dist

@@ -27,7 +27,7 @@ from pipeline.training.state import (
     rng_state,
     set_rng_state,
 )
-from pipeline.training.step import UpdateStep
+from pipeline.training.step import UpdateStep, resolve_train
 from tests.support.models import VOCAB, make_corpus, tiny_params
 
 CPU = torch.device("cpu")
@@ -75,7 +75,7 @@ def run_state(tmp_path):
     paths = make_corpus(tmp_path, n_train=20)
 
     def make(dist: Dist = ALONE, **train) -> RunState:
-        params = tiny_params(**train)
+        params = resolve_train(tiny_params(**train), CPU)
         torch.manual_seed(0)
         update = UpdateStep(params, build_model(params.model, VOCAB, VOCAB), CPU)
         return RunState(params, paths, dist, update, Vocab.load(paths.bpe_dir))

@@ -18,7 +18,7 @@ from pipeline.errors import UserError
 from pipeline.model.transformer import build_model
 from pipeline.tokens import BOS, EOS, N_SPECIAL, PAD
 from pipeline.training import step as step_module
-from pipeline.training.step import UpdateStep
+from pipeline.training.step import UpdateStep, resolve_train
 from tests.support.models import VOCAB, tiny_params
 
 CPU = torch.device("cpu")
@@ -51,7 +51,7 @@ def random_rows(n: int, seed: int) -> list[list[int]]:
 def make_step(seed: int = 0, model: dict | None = None, **train) -> UpdateStep:
     params = tiny_params(dict(dropout=0.0) | (model or {}), **train)
     torch.manual_seed(seed)
-    return UpdateStep(params, build_model(params.model, VOCAB, VOCAB), CPU)
+    return UpdateStep(resolve_train(params, CPU), build_model(params.model, VOCAB, VOCAB), CPU)
 
 
 def weights(step: UpdateStep) -> dict[str, torch.Tensor]:
