@@ -47,12 +47,35 @@ PARAMS = "params.yaml"  # in --work: the settings the reverse model's stages run
 
 def reverse_params(params: P.Params) -> P.Params:
     """The settings the reverse model trains with: the languages swapped, its own bpe, model and
-    train, and no back-translation of its own."""
+    train, and no back-translation of its own. The score rule's models swap too, so that the
+    swapped pairs get the same dual score; with a forward model only, which cannot score the
+    pairs the other way round, the reverse corpus goes without the score rule."""
     r, d, bt = params.backtranslation.reverse, params.data, params.backtranslation
     data = dataclasses.replace(d, src_lang=d.tgt_lang, tgt_lang=d.src_lang)
     off = dataclasses.replace(bt, enabled=False, mono=())
-    swapped = dataclasses.replace(params, data=data, backtranslation=off)
+    swapped = dataclasses.replace(params, data=data, backtranslation=off, clean=_swapped_score(params.clean))
     return dataclasses.replace(swapped, bpe=r.bpe, model=r.model, train=r.train)
+
+
+def _swapped_score(c: P.CleanParams) -> P.CleanParams:
+    score = c.score
+    if score.forward is None:
+        return c
+    if score.reverse is not None:
+        return dataclasses.replace(
+            c, score=dataclasses.replace(score, forward=score.reverse, reverse=score.forward)
+        )
+
+    def unscored(rules: tuple[P.FilterRule, ...]) -> tuple[P.FilterRule, ...]:
+        return tuple(rule for rule in rules if rule != "score")
+
+    return dataclasses.replace(
+        c,
+        filters=unscored(c.filters),
+        web_filters=unscored(c.web_filters),
+        source_filters={name: unscored(rules) for name, rules in c.source_filters.items()},
+        score=dataclasses.replace(score, forward=None, drop_worst=0.0, max_score=None),
+    )
 
 
 def swap_raw(raw: Path, out: Path) -> None:

@@ -72,3 +72,20 @@ def test_the_reverse_model_trains_with_its_own_sections_and_no_back_translation(
     assert r.model == BASE.backtranslation.reverse.model and r.train == BASE.backtranslation.reverse.train
     assert not r.backtranslation.enabled
     assert P.from_dict(r.to_dict()) == r  # what --work/params.yaml holds loads and validates
+
+
+def scored(reverse: str | None) -> P.Params:
+    score = dataclasses.replace(BASE.clean.score, forward="fwd", reverse=reverse, drop_worst=0.1)
+    clean = dataclasses.replace(BASE.clean, web_filters=("langid", "score"), filters=("score",), score=score)
+    return dataclasses.replace(with_bt(), clean=clean)
+
+
+def test_the_reverse_corpus_is_scored_by_the_score_models_swapped_or_not_at_all_with_a_forward_only():
+    both = reverse_params(scored("rev")).clean
+    assert (both.score.forward, both.score.reverse) == ("rev", "fwd") and both.web_filters == (
+        "langid",
+        "score",
+    )
+    alone = reverse_params(scored(None)).clean
+    assert alone.score.forward is None and (alone.filters, alone.web_filters) == ((), ("langid",))
+    assert P.from_dict(reverse_params(scored(None)).to_dict()).clean == alone  # it validates
