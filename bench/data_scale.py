@@ -1,4 +1,4 @@
-"""The data stages at scale: download, clean, bpe and binarize on 1M, 4M and 10M pairs (issue 16).
+"""The data stages at scale: download, clean, bpe and binarize on 1M, 4M and 10M pairs.
 
     python -m bench.data_scale                                  # the full run: an idle machine, ~20 min
     python -m bench.data_scale --sizes 20000 --workers 1,2      # a quick look
@@ -9,7 +9,8 @@ Not a test. The corpus: Multi30k's training pairs from the mirror (CORPUS_MIRROR
 by a word of that side's vocabulary, a number appended) so that dedupe keeps most of them,
 written as two local .gz files that download reads as a data.sources entry (val and test
 held out of it). Each stage runs as `python -m pipeline <stage>` with dvc.yaml's arguments;
-clean and binarize with each of --workers. Measured per stage, size and workers: wall
+clean and binarize with each of --workers, and clean once more with the seven rules for web data on
+(data-clean-web, the most workers; --no-web leaves it out). Measured per stage, size and workers: wall
 seconds, lines/s (pairs in / seconds), clean's ns a character and worker (seconds x workers
 / characters of the raw train text), and peak RSS: the largest sum of the RSS of the stage
 process and all its children (its workers), sampled every 20 ms. The floors, on the same
@@ -38,6 +39,7 @@ import sentencepiece as spm
 import yaml
 
 from bench.common import machine_info, merge_rows, write_section
+from pipeline.data.filters import RULES
 from pipeline.data.pool import cores
 from pipeline.files import write_json
 from pipeline.reporting.tables import fmt, fmt_whole, markdown_table
@@ -88,8 +90,14 @@ def write_corpus(mirror: Path, pairs: int, out: Path, seed: int = 1) -> tuple[Pa
     return paths
 
 
-def write_params(path: Path, corpus: tuple[Path, Path], workers: int, vocab_size: int, heldout: int) -> Path:
+def write_params(
+    path: Path, corpus: tuple[Path, Path], workers: int, vocab_size: int, heldout: int, web: bool = False
+) -> Path:
+    """A params.yaml for the corpus; `web`: clean.filters with every rule for web data (not score,
+    which needs models)."""
     params = yaml.safe_load((REPO / "params.yaml").read_text(encoding="utf-8"))
+    if web:
+        params["clean"]["filters"] = list(RULES)
     params["data"].update(
         train=["bench"],
         val=[],
@@ -174,16 +182,17 @@ def row(system: str, task: str, metric: str, pairs: int, workers: int, value: fl
 
 
 def measure(
-    mirror: Path, pairs: int, workers: list[int], vocab_size: int, root: Path, smoke: bool
+    mirror: Path, pairs: int, workers: list[int], vocab_size: int, root: Path, smoke: bool, web: bool = True
 ) -> list[dict]:
-    """Every stage and floor on a corpus of `pairs` pairs."""
+    """Every stage and floor on a corpus of `pairs` pairs; `web`: clean with the web rules too
+    (data-clean-web), with the most workers."""
     rows: list[dict] = []
 
     chars = 0  # of the raw train text, both sides: clean's and read+write's cost a character
 
     def add(system: str, task: str, w: int, seconds: float, rss: float | None) -> None:
         values = {"seconds": seconds, "lines_per_s": pairs / seconds, "peak_rss_mb": rss}
-        if task in ("data-clean", "data-readwrite"):
+        if task in ("data-clean", "data-clean-web", "data-readwrite"):
             values["ns_per_char"] = seconds * w / chars * 1e9  # per worker: what one process spends
         rows.extend(row(system, task, m, pairs, w, v, smoke) for m, v in values.items() if v is not None)
         click.echo(f"{pairs:>10} pairs  {task:<16} {system:<6} workers {w}: {seconds:8.2f} s", err=True)
@@ -204,6 +213,18 @@ def measure(
         params = write_params(root / f"params-{w}.yaml", corpus, w, vocab_size, heldout)
         args = ["clean", "--params", str(params), "--raw", str(data / "raw"), "--out", str(data / "clean")]
         add("ours", "data-clean", w, *run_stage(args, REPO))
+    if web:  # every worker: the rules cost most of it (language ID)
+        params = write_params(root / "params-web.yaml", corpus, workers[-1], vocab_size, heldout, web=True)
+        args = [
+            "clean",
+            "--params",
+            str(params),
+            "--raw",
+            str(data / "raw"),
+            "--out",
+            str(data / "clean-web"),
+        ]
+        add("ours", "data-clean-web", workers[-1], *run_stage(args, REPO))
     args = ["bpe", "--params", str(first), "--clean", str(data / "clean"), "--out", str(data / "bpe")]
     add("ours", "data-bpe", cores(), *run_stage(args, REPO))
     binarize = [
@@ -327,11 +348,12 @@ def targets(rows: list[dict], sizes: list[int]) -> list[tuple[str, str, bool]]:
                 target = f"{task} at {n:,} pairs: 2 workers >= 1.7x as fast as 1"
                 out.append((target, f"{one / two:.2f}x", one / two >= 1.7))
         floor = value(rows, "floor", "data-readwrite", "ns_per_char", n, 1)
-        for w in sorted({r["workers"] for r in rows if r["task"] == "data-clean" and r["pairs"] == n}):
-            cost = value(rows, "ours", "data-clean", "ns_per_char", n, w)
-            if cost and floor:
-                target = f"data-clean at {n:,} pairs, {workers(w)}: <= 100 ns a character and worker"
-                out.append((target, f"{cost:.0f} ns (read+write floor {floor:.2f})", cost <= 100))
+        for task in ("data-clean", "data-clean-web"):
+            for w in sorted({r["workers"] for r in rows if r["task"] == task and r["pairs"] == n}):
+                cost = value(rows, "ours", task, "ns_per_char", n, w)
+                if cost and floor:
+                    target = f"{task} at {n:,} pairs, {workers(w)}: <= 100 ns a character and worker"
+                    out.append((target, f"{cost:.0f} ns (read+write floor {floor:.2f})", cost <= 100))
         most = max((r["workers"] for r in rows if r["task"] == "data-binarize"), default=0)
         ours, floor = (
             value(rows, "ours", "data-binarize", "seconds", n, most),
@@ -374,6 +396,12 @@ def targets_table(checked: list[tuple[str, str, bool]]) -> list[str]:
     show_default=True,
 )
 @click.option("--smoke", is_flag=True, help="Mark the rows as a smoke run's.")
+@click.option(
+    "--web/--no-web",
+    default=True,
+    show_default=True,
+    help="Also time clean with the seven web rules on (data-clean-web), with the most workers.",
+)
 def main(
     sizes: str,
     workers: str,
@@ -383,6 +411,7 @@ def main(
     md: Path,
     plot_path: Path,
     smoke: bool,
+    web: bool,
 ) -> None:
     """Time download, clean, bpe and binarize on corpora of --sizes pairs; write rows and a report."""
     mirror = mirror or Path(os.environ.get("CORPUS_MIRROR") or REPO.parent / "shared/corpora")
@@ -393,7 +422,7 @@ def main(
     rows: list[dict] = []
     for pairs in counts:
         with tempfile.TemporaryDirectory(prefix="data-scale.") as root:
-            rows += measure(mirror, pairs, pool, vocab_size, Path(root), smoke)
+            rows += measure(mirror, pairs, pool, vocab_size, Path(root), smoke, web)
     merged = merge_rows(out, rows)
     write_json(out, merged)
     # The report shows every size measured so far (a run may add one size to earlier ones).

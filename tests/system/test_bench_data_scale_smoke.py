@@ -72,6 +72,12 @@ def test_every_stage_is_measured_in_every_metric_clean_and_binarize_with_each_wo
     )
 
 
+def test_clean_is_also_measured_with_the_web_rules_on_with_the_most_workers(smoke: Smoke) -> None:
+    web = {(r["metric"], r["workers"]) for r in ours(smoke) if r["task"] == "data-clean-web"}
+    assert {(m, max(WORKERS)) for m in (*D.METRICS, "ns_per_char")} == web
+    assert "data-clean-web at 2,000 pairs, 2 workers: <= 100 ns a character and worker" in smoke.report
+
+
 def test_the_floors_are_measured(smoke: Smoke) -> None:
     floors = {(r["task"], r["metric"]) for r in ours(smoke) if r["system"] == "floor"}
     assert {("data-readwrite", "seconds"), ("data-spm-encode", "lines_per_s")} <= floors

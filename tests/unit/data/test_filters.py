@@ -52,3 +52,20 @@ def test_the_script_share_counts_letters_only_and_skips_unknown_languages():
     assert filters.script_ratio("Москва 2024!", "ru") == 1.0
     assert filters.script_ratio("Moskva", "ru") == 0.0
     assert filters.script_ratio("whatever", "xx") == 1.0
+
+
+def test_the_identifier_says_what_py3langid_says_line_for_line():
+    from py3langid.langid import classify
+
+    texts = [
+        "Ein Hund läuft über die Straße.",
+        "A dog runs across the street.",
+        "Un chien traverse la rue.",
+        "Pes běží přes ulici.",
+        "Собака бежит через улицу.",
+        "Seekor anjing berlari melintasi jalan.",
+        "ALL CAPS SHOUTING HERE",
+        "12345",
+        "",
+    ]
+    assert [filters.identify(t) for t in texts] == [classify(t)[0] for t in texts]
