@@ -327,6 +327,7 @@ _ADDED = {
         "relative": False,
         "batch_tokens": 4000,
     },
+    ("clean", "score", "relative"): False,  # saved before relative existed: the plain cross-entropy
     ("bpe", "sample_lines"): 2**62,  # every line: what the bpe stage trained on before
     ("bpe", "seed"): 1,
     ("bpe", "model_type"): "bpe",
