@@ -2,6 +2,7 @@
 
     CORPUS_MIRROR=../shared/corpora python -m bench.noise make --out data/noise
     python -m bench.noise removed --noise data/noise --clean data/clean   # what a clean run dropped
+    python -m bench.noise speed --forward F --reverse R --src S --tgt T   # the score rule's pairs/s
     python -m bench.noise report --refs data/raw   # reports/noise.{md,json} from reports/noise/
 
 Seeded and recorded: every planted line's index and kind goes to planted.json beside the
@@ -21,12 +22,14 @@ import gzip
 import json
 import os
 import random
+import re
 from collections import Counter
 from pathlib import Path
 
 import click
 
 from bench import run_archive
+from bench.common import machine_info
 from pipeline import files
 from pipeline.data.text import normalize
 from pipeline.reporting.hypotheses import RunHypotheses, label
@@ -149,6 +152,48 @@ def removed(noise: Path, clean_dir: Path) -> None:
     click.echo(json.dumps(removed_shares(src, noisy, record["planted"], *kept), indent=2))
 
 
+@main.command()
+@click.option("--forward", type=click.Path(file_okay=False, exists=True, path_type=Path), required=True)
+@click.option("--reverse", type=click.Path(file_okay=False, exists=True, path_type=Path), default=None)
+@click.option("--src", type=click.Path(dir_okay=False, exists=True, path_type=Path), required=True)
+@click.option("--tgt", type=click.Path(dir_okay=False, exists=True, path_type=Path), required=True)
+@click.option("--pairs", "n_pairs", type=click.IntRange(min=1), default=5000, show_default=True)
+@click.option(
+    "--out", type=click.Path(dir_okay=False, path_type=Path), default=Path("reports/noise/speed.json")
+)
+def speed(forward: Path, reverse: Path | None, src: Path, tgt: Path, n_pairs: int, out: Path) -> None:
+    """Time the score rule's scorer (pipeline/decoding/pair_scores.py) on the first --pairs pairs:
+    the forward model's cross-entropy, relative, and with --reverse the dual score, each on one
+    thread and on every core, in pairs a second and a second per core. Writes OUT."""
+    import time
+
+    import torch
+
+    from pipeline.data.pool import cores
+    from pipeline.decoding.pair_scores import PairScorer
+
+    lines = [files.read_lines(path)[:n_pairs] for path in (src, tgt)]
+    kinds: dict[str, tuple[Path | None, bool]] = {"cross-entropy": (None, False), "relative": (None, True)}
+    if reverse is not None:
+        kinds["dual, relative"] = (reverse, True)
+    rows = []
+    for threads in sorted({1, cores()}):
+        torch.set_num_threads(threads)
+        for kind, (back, relative) in kinds.items():
+            scorer = PairScorer(forward, back, relative=relative)
+            scorer(lines[0][:50], lines[1][:50])  # warm: allocations and kernels
+            start = time.perf_counter()
+            scorer(*lines)
+            per_s = len(lines[0]) / (time.perf_counter() - start)
+            rows.append({"score": kind, "threads": threads, "pairs_per_s": round(per_s, 1)})
+            rows[-1]["per_core"] = round(per_s / threads, 1)
+            click.echo(f"{kind:<16} {threads} thread(s): {per_s:8.1f} pairs/s", err=True)
+    files.write_json(
+        out, {"pairs": len(lines[0]), "machine": machine_info("threads", cores(), []), "rows": rows}
+    )
+    click.echo(f"wrote {out}")
+
+
 # The experiment's runs, archived under reports/noise/runs/<name>.json, in the report's order; what
 # each cleaning run removed is reports/noise/removed/<name>.json (`removed`'s output)
 RUNS = {
@@ -156,6 +201,7 @@ RUNS = {
     "noisy-clean-today": "(b) noisy, four base rules",
     "noisy-web-rules": "noisy, + seven web rules",
     "noisy-web-score": "(c) noisy, + web rules and model score",
+    "oracle": "noisy, every planted line removed (an oracle)",
 }
 FLICKR = "test/multi30k-test_2016_flickr"
 
@@ -175,13 +221,18 @@ def report(folder: Path, refs: Path, out: Path) -> None:
     """Write OUT (and its .json): per run of the experiment, what its cleaning removed of each kind
     of noise, and BLEU/chrF on val and the test sets with sacreBLEU's paired bootstrap against the
     clean corpus's run (a) and the noisy one with the base rules (b)."""
-    archived = {name: run_archive.load(run_archive.path_of(folder / "runs", name)) for name in RUNS}
+    present = [name for name in RUNS if run_archive.path_of(folder / "runs", name).is_file()]
+    if present[:2] != list(RUNS)[:2]:
+        raise click.ClickException(
+            f"{folder}/runs/ needs clean.json and noisy-clean-today.json, runs (a) and (b)"
+        )
+    archived = {name: run_archive.load(run_archive.path_of(folder / "runs", name)) for name in present}
     hyps = {}
     for name, run in archived.items():
         if run.hyps is None:
             raise click.ClickException(f"{folder}/runs/{name}.json has no hypotheses; archive a scored run")
         hyps[name] = RunHypotheses(RUNS[name], run.hyps.hyps, run.hyps.refs_sha256)
-    names = list(RUNS)
+    names = present
     against_a = compare(hyps[names[0]], [hyps[n] for n in names[1:]], refs)
     against_b = compare(hyps[names[1]], [hyps[n] for n in names[2:]], refs)
     removed = {
@@ -189,9 +240,11 @@ def report(folder: Path, refs: Path, out: Path) -> None:
         for name in names[1:]
         if (path := folder / "removed" / f"{name}.json").is_file()
     }
+    speed_file = folder / "speed.json"
     body = {
         "runs": {name: {"label": RUNS[name], "run_id": archived[name].record.id} for name in names},
         "removed": removed,
+        "speed": json.loads(speed_file.read_text(encoding="utf-8")) if speed_file.is_file() else None,
         "scores": _scores(against_a, against_b),
         "recovered": _recovered(against_a),
     }
@@ -228,11 +281,18 @@ def _recovered(against_a: Comparison) -> dict[str, float] | None:
     return {name: round((score - b) / lost, 3) for name, score in zip(names, later)} if lost > 0 else None
 
 
+def _subsections(markdown: str) -> str:
+    """A comparison's per-set headings one level down, under the report's own."""
+    return re.sub(r"(?m)^## ", "### ", markdown)
+
+
 def _markdown(body: dict, against_a: Comparison, against_b: Comparison) -> str:
     kinds = [*KINDS, "clean"]
     rows = []
     for name, shares in body["removed"].items():
-        rows.append([RUNS[name], *(f"{100 * shares[k]['share']:.1f}%" for k in kinds)])
+        rows.append(
+            [RUNS[name], *(f"{100 * shares[k]['share']:.{2 if k == 'clean' else 1}f}%" for k in kinds)]
+        )
     planted: dict[str, dict[str, float]] = next(iter(body["removed"].values()), {})
     header = [
         "run",
@@ -243,10 +303,13 @@ def _markdown(body: dict, against_a: Comparison, against_b: Comparison) -> str:
         "# Cleaning a noisy corpus: what the rules and the model score remove, and what it is worth",
         "",
         "Multi30k de→en's training pairs with seeded noise planted (`python -m bench.noise make`, seed 1:",
-        "10% misaligned, 5% wrong language, 5% untranslated, 3% fragments or boilerplate), cleaned three",
-        "ways and each used to train the default model; (a) trains on the real pairs. Made by",
-        "`python -m bench.noise report --refs data/raw` from the archived runs in `reports/noise/runs/`",
-        "and the removed shares in `reports/noise/removed/`; how each run was made is in docs/cleaning.md.",
+        "10% misaligned, 5% wrong language, 5% untranslated, 3% fragments or boilerplate: each replaces",
+        "a real pair's target), cleaned in turn with the four base rules (b), the seven rules for web",
+        "data, and those with the model score (c), each used to train the default model; (a) trains on",
+        "the real pairs, and the oracle on the noisy corpus with exactly the planted lines removed, the",
+        "most any filter can keep. Made by `python -m bench.noise report --refs data/raw` from the runs",
+        "archived in `reports/noise/runs/` and the removed shares in `reports/noise/removed/`; how each",
+        "run was made is in docs/cleaning.md.",
         "",
         "## Removed, per kind of planted noise",
         "",
@@ -254,12 +317,26 @@ def _markdown(body: dict, against_a: Comparison, against_b: Comparison) -> str:
         "",
         "## Translation quality against the clean corpus's run (a)",
         "",
-        comparison_markdown(against_a),
+        _subsections(comparison_markdown(against_a)),
         "",
         "## Against the noisy corpus with the base rules (b)",
         "",
-        comparison_markdown(against_b),
+        _subsections(comparison_markdown(against_b)),
     ]
+    if body["speed"]:
+        speed = body["speed"]
+        table = [
+            [r["score"], str(r["threads"]), f"{r['pairs_per_s']:,.0f}", f"{r['per_core']:,.0f}"]
+            for r in speed["rows"]
+        ]
+        lines += [
+            "",
+            f"## What the model score costs ({speed['pairs']:,} pairs, `python -m bench.noise speed`)",
+            "",
+            markdown_table(["score", "threads", "pairs/s", "pairs/s a core"], table, "lrrr"),
+            "",
+            markdown_table(["machine", ""], list(speed["machine"].items())),
+        ]
     if body["recovered"]:
         shares = ", ".join(f"{name}: {100 * share:.0f}%" for name, share in body["recovered"].items())
         lines += ["", f"Share of the {label(FLICKR)} BLEU that (b) lost against (a) recovered: {shares}."]

@@ -9,9 +9,11 @@ from click.testing import CliRunner
 
 from bench import noise, run_archive
 from pipeline import files
+from pipeline.data.pool import cores
 from pipeline.reporting.hypotheses import RunHypotheses
 from pipeline.reporting.runs import RunRecord
 from pipeline.reporting.significance import sha256_of
+from tests.support.hf import make_trained_model_dir, marian_pairs
 
 SRC = [f"Satz {i} auf Deutsch" for i in range(200)]
 TGT = [f"sentence {i} in English" for i in range(200)]
@@ -88,3 +90,23 @@ def test_the_report_compares_every_run_with_a_and_b_and_says_what_c_recovered(tm
     text = out.read_text(encoding="utf-8")
     assert "(c) noisy, + web rules and model score" in text and "(b) lost against (a) recovered" in text
     assert body["removed"]["noisy-web-score"]["untranslated"]["share"] == shares["untranslated"]["share"]
+
+
+def test_speed_times_each_score_on_one_thread_and_every_core(tmp_path):
+    model = make_trained_model_dir(tmp_path / "model", steps=20)
+    pairs = marian_pairs(30, seed=2)
+    src, tgt = tmp_path / "s.txt", tmp_path / "t.txt"
+    files.write_lines(src, [s for s, _ in pairs])
+    files.write_lines(tgt, [t for _, t in pairs])
+    out = tmp_path / "speed.json"
+    args = ["speed", "--forward", str(model), "--reverse", str(model), "--src", str(src), "--tgt", str(tgt)]
+    result = CliRunner().invoke(noise.main, [*args, "--pairs", "20", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    body = json.loads(out.read_text(encoding="utf-8"))
+    kinds = {(r["score"], r["threads"]) for r in body["rows"]}
+    assert {score for score, _ in kinds} == {"cross-entropy", "relative", "dual, relative"}
+    assert {threads for _, threads in kinds} == {1, cores()} and body["pairs"] == 20
+    assert all(
+    assert all(r["pairs_per_s"] > 0 and abs(r["per_core"] - r["pairs_per_s"] / r["threads"]) < 0.1 for r in body["rows"])
+        for r in body["rows"]
+    )
