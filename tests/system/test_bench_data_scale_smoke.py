@@ -112,6 +112,7 @@ def test_clean_and_the_read_write_floor_have_a_cost_a_character(smoke: Smoke) ->
     rows = [r for r in ours(smoke) if r["metric"] == "ns_per_char"]
     assert {(r["task"], r["workers"]) for r in rows} == {
         ("data-readwrite", 1),
+        ("data-clean-web", max(WORKERS)),
         *(("data-clean", w) for w in WORKERS),
     }
     for r in rows:  # the same characters: the cost per worker is seconds x workers over them

@@ -168,6 +168,24 @@ def test_experiment_changes_a_model_param_and_shows_scores(repo):
     assert all(math.isfinite(scores["test"][name]["bleu"]) for name in TEST_SETS)
 
 
+def test_a_clone_pulls_the_outputs_from_a_dvc_remote_and_translates_without_training(repo, tmp_path):
+    """What docs/experiments.md shows a team: push the outputs to a DVC remote from the clone that
+    ran the pipeline; another clone pulls the model and translates as the first does, training nothing."""
+    store, clone = tmp_path / "store", tmp_path / "clone"
+    run(["dvc", "remote", "add", "-d", "storage", str(store)], repo)
+    run(["git", "add", "dvc.lock", ".dvc/config"], repo)
+    run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "the run and its remote"], repo)
+    run(["dvc", "push"], repo)
+    run(["git", "clone", "-q", str(repo), str(clone)], tmp_path)
+    assert not (clone / "data" / "model").exists()
+    run(["dvc", "pull", "data/model"], clone)
+    (tmp_path / "in.txt").write_text("Ein hund.\nZwei katze drei.\n", encoding="utf-8")
+    translate = [sys.executable, "-m", "pipeline", "translate", "--model", "data/model", "--input"]
+    theirs, ours = (run([*translate, str(tmp_path / "in.txt")], where).stdout for where in (clone, repo))
+    assert theirs == ours and len(theirs.splitlines()) == 2
+    assert not (clone / "data" / "bin").exists()  # nothing but the model came over
+
+
 def dvc_status(repo: Path) -> dict:
     dvc = Path(sys.executable).parent / "dvc"
     done = subprocess.run(
