@@ -157,12 +157,13 @@ def chosen_rules(params: CleanParams, name: str, origin: str) -> tuple[str, ...]
     return own.get(name, params.web_filters if origin == "mtdata" else params.filters)
 
 
-def scored_sources(params: CleanParams, manifest: Manifest) -> list[bool]:
-    """Per train source, in the manifest's order, whether the score rule is among its rules."""
-    return [
-        "score" in chosen_rules(params, record["name"], record.get("origin", ""))
+def scored_sources(params: CleanParams, manifest: Manifest) -> set[str]:
+    """The names of the manifest's train sources that have the score rule among their rules."""
+    return {
+        record["name"]
         for record in manifest.get("splits", {}).get("train", [])
-    ]
+        if "score" in chosen_rules(params, record["name"], record.get("origin", ""))
+    }
 
 
 def rules_for(params: CleanParams, name: str, origin: str) -> filters.Rules:

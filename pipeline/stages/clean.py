@@ -12,7 +12,7 @@ import contextlib
 import itertools
 import os
 import unicodedata
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import click
@@ -167,7 +167,8 @@ def _clean_train(
                 "or clean.max_ratio, loosen clean's rules for web data, or check the corpus"
             )
         duplicates = hashes.duplicates() if hashes is not None else None
-    scored = [name in _scored_names(params, manifest) for name, _ in sources]
+    with_score = scored_sources(params, manifest)
+    scored = [name in with_score for name, _ in sources]
     record = _write_kept(params.score, train, duplicates, candidates, out, scored)
     return stats.to_dict(), record
 
@@ -188,11 +189,6 @@ def _write_kept(
     deduped = Path(f"{candidates}.deduped")
     _drop_duplicates(train, duplicates, candidates, deduped)
     return _drop_scored(params, train, scored, deduped, out)
-
-
-def _scored_names(params: CleanParams, manifest: artifacts.Manifest) -> set[str]:
-    records = manifest.get("splits", {}).get("train", [])
-    return {r["name"] for r, on in zip(records, scored_sources(params, manifest)) if on}
 
 
 def _drop_scored(
@@ -218,16 +214,7 @@ def _drop_scored(
         done += len(src)
     drop = dropped(scores, params.drop_worst, params.max_score)
     train.drop_scored(drop)
-    with PairedWriter(out) as writer:
-        done = 0
-        for src, tgt in _line_chunks(kept):
-            keep = ~drop[done : done + len(src)]
-            writer.write_pair(
-                b"".join(itertools.compress(src, keep)), b"".join(itertools.compress(tgt, keep))
-            )
-            done += len(src)
-    for side in SIDES:
-        Path(f"{kept}.{side}").unlink()
+    _filter_pairs(kept, out, lambda start, end: drop[start:end])
     worst_kept = np.nanmax(np.where(drop, np.nan, scores)) if (~drop & on).any() else None
     return {
         "forward": params.forward,
@@ -264,24 +251,30 @@ def _extra_corpora(extra: Path | None, after: bool) -> tuple[list[artifacts.Corp
 
 def _drop_duplicates(train: TrainFilter, duplicates: np.ndarray | None, candidates: Path, out: Path) -> None:
     """Write the candidates not marked in the `duplicates` bitmap (None: none are) to out.{src,tgt}."""
-    paths = [(Path(f"{candidates}.{side}"), Path(f"{out}.{side}")) for side in SIDES]
     if duplicates is None or not duplicates.any():
-        for candidate, final in paths:
-            os.replace(candidate, final)
+        for side in SIDES:
+            os.replace(f"{candidates}.{side}", f"{out}.{side}")
         return
-    (src, _), (tgt, _) = paths
-    with open(src, "rb") as fs, open(tgt, "rb") as ft, PairedWriter(out) as kept:
+
+    def duplicate(start: int, end: int) -> np.ndarray:
+        marked = dedupe.bits_range(duplicates, start, end)
+        train.drop_duplicates(start, marked)
+        return marked
+
+    _filter_pairs(candidates, out, duplicate)
+
+
+def _filter_pairs(stem: Path, out: Path, dropped: Callable[[int, int], np.ndarray]) -> None:
+    """Stream stem.{src,tgt} to out.{src,tgt} but the pairs `dropped(start, end)` marks in each
+    chunk of pairs start..end, then remove stem's files."""
+    with PairedWriter(out) as kept:
         done = 0
-        while s := list(itertools.islice(fs, CHUNK_PAIRS)):
-            t = list(itertools.islice(ft, len(s)))
-            duplicate = dedupe.bits_range(duplicates, done, done + len(s))
-            train.drop_duplicates(done, duplicate)
-            kept.write_pair(
-                b"".join(itertools.compress(s, ~duplicate)), b"".join(itertools.compress(t, ~duplicate))
-            )
-            done += len(s)
-    for candidate, _ in paths:
-        candidate.unlink()
+        for src, tgt in _line_chunks(stem):
+            keep = ~dropped(done, done + len(src))
+            kept.write_pair(b"".join(itertools.compress(src, keep)), b"".join(itertools.compress(tgt, keep)))
+            done += len(src)
+    for side in SIDES:
+        Path(f"{stem}.{side}").unlink()
 
 
 def _jobs(
