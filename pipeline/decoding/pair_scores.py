@@ -35,10 +35,18 @@ class PairScorer:
     pairs of text: the forward's cross-entropy, or with the reverse the dual cross-entropy."""
 
     def __init__(
-        self, forward: Path, reverse: Path | None = None, batch_tokens: int = 4000, relative: bool = False
+        self,
+        forward: Path,
+        reverse: Path | None = None,
+        batch_tokens: int = 4000,
+        relative: bool = False,
+        pair: tuple[str, str] | None = None,
     ):
-        self.forward = _load(forward, "forward")
-        self.reverse = _load(reverse, "reverse") if reverse is not None else None
+        """`pair`: the (src, tgt) languages of the pairs to score, which the forward model must
+        translate (and the reverse model the other way); None: not checked."""
+        back = None if pair is None else (pair[1], pair[0])
+        self.forward = _load(forward, "forward", pair)
+        self.reverse = _load(reverse, "reverse", back) if reverse is not None else None
         self.batch_tokens, self.relative = batch_tokens, relative
 
     def __call__(self, src: list[str], tgt: list[str]) -> np.ndarray:
@@ -57,8 +65,9 @@ class PairScorer:
         return scores
 
 
-def _load(model_dir: Path, role: str) -> tuple[Seq2SeqBase, Vocab]:
-    """A model directory's one model (no ensemble: its own settings name none) and vocabulary."""
+def _load(model_dir: Path, role: str, pair: tuple[str, str] | None) -> tuple[Seq2SeqBase, Vocab]:
+    """A model directory's one model (no ensemble: its own settings name none) and vocabulary,
+    refused unless it translates `pair` (where given)."""
     if not (Path(model_dir) / "model.pt").is_file():
         raise UserError(
             f"{model_dir}: no model.pt, so it is not a model directory to score pairs with ({role}); "
@@ -67,6 +76,12 @@ def _load(model_dir: Path, role: str) -> tuple[Seq2SeqBase, Vocab]:
     translator = Translator.from_dir(model_dir, device="cpu", workers=1)
     if not isinstance(translator.model, Seq2SeqBase):
         raise UserError(f"{model_dir}: a decoder-only model; pairs are scored with encoder-decoder models")
+    data = translator.params.data
+    if pair is not None and (data.src_lang, data.tgt_lang) != pair:
+        raise UserError(
+            f"{model_dir} translates {data.src_lang}→{data.tgt_lang}, but the {role} scorer must translate "
+            f"{pair[0]}→{pair[1]}; name a {pair[0]}→{pair[1]} model in clean.score.{role}"
+        )
     return translator.model, translator.vocab
 
 

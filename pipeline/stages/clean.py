@@ -169,7 +169,7 @@ def _clean_train(
         duplicates = hashes.duplicates() if hashes is not None else None
     with_score = scored_sources(params, manifest)
     scored = [name in with_score for name, _ in sources]
-    record = _write_kept(params.score, train, duplicates, candidates, out, scored)
+    record = _write_kept(params.score, train, duplicates, candidates, out, scored, langs)
     return stats.to_dict(), record
 
 
@@ -180,19 +180,25 @@ def _write_kept(
     candidates: Path,
     out: Path,
     scored: list[bool],
+    pair: tuple[str, str],
 ) -> artifacts.ScoreRecord | None:
     """Write the candidates but the duplicates, and, where a source is `scored`, the pairs the score
-    rule drops, to out.{src,tgt}; what scored them, if anything did."""
+    rule drops, to out.{src,tgt}; what scored them, if anything did. `pair`: the corpus's languages."""
     if not any(scored):
         _drop_duplicates(train, duplicates, candidates, out)
         return None
     deduped = Path(f"{candidates}.deduped")
     _drop_duplicates(train, duplicates, candidates, deduped)
-    return _drop_scored(params, train, scored, deduped, out)
+    return _drop_scored(params, train, scored, deduped, out, pair)
 
 
 def _drop_scored(
-    params: PairScoreParams, train: TrainFilter, scored: list[bool], kept: Path, out: Path
+    params: PairScoreParams,
+    train: TrainFilter,
+    scored: list[bool],
+    kept: Path,
+    out: Path,
+    pair: tuple[str, str],
 ) -> artifacts.ScoreRecord:
     """Write the pairs at kept.{src,tgt} to out.{src,tgt} but those of the `scored` sources (a flag
     per source) that the score rule drops; counted in `train`. Scored a chunk at a time."""
@@ -200,7 +206,9 @@ def _drop_scored(
 
     assert params.forward is not None  # validate_clean: the score rule needs a model
     reverse = None if params.reverse is None else Path(params.reverse)
-    scorer = PairScorer(Path(params.forward), reverse, params.batch_tokens, params.relative)
+    scorer = PairScorer(
+        Path(params.forward), reverse, params.batch_tokens, params.relative, pair if all(pair) else None
+    )
     ends = train.kept_ends()
     on = np.repeat(np.array(scored), np.diff(ends, prepend=0))  # per kept pair: is it scored?
     scores = np.full(len(on), np.nan)

@@ -99,7 +99,12 @@ def test_the_drop_mask_takes_the_worst_share_of_the_scored_pairs_and_those_above
     assert not dropped(scores, 0.0, None).any()
 
 
-def crawl_raw(root: Path, curated: list[tuple[str, str]], crawl: list[tuple[str, str]]) -> Path:
+def crawl_raw(
+    root: Path,
+    curated: list[tuple[str, str]],
+    crawl: list[tuple[str, str]],
+    langs: tuple[str, str] = ("de", "en"),
+) -> Path:
     """A raw directory as download writes it: a curated source, then a web-crawled one of mtdata's."""
     raw = root / "raw"
     (raw / "test").mkdir(parents=True)
@@ -113,7 +118,8 @@ def crawl_raw(root: Path, curated: list[tuple[str, str]], crawl: list[tuple[str,
         {"name": "curated", "lines": len(curated)},
         {"name": "crawl", "lines": len(crawl), "origin": "mtdata"},
     ]
-    files.write_json(raw / "manifest.json", {"src_lang": "de", "tgt_lang": "en", "splits": {"train": train}})
+    manifest = {"src_lang": langs[0], "tgt_lang": langs[1], "splits": {"train": train}}
+    files.write_json(raw / "manifest.json", manifest)
     return raw
 
 
@@ -157,6 +163,19 @@ def test_a_score_model_that_is_not_a_model_directory_is_one_line_and_keeps_the_o
     with pytest.raises(UserError, match=re.escape("no model.pt, so it is not a model directory")):
         clean.clean(score_settings(tmp_path / "nothing", 0.1), raw, out)
     assert (out / "old").read_text(encoding="utf-8") == "kept"
+
+
+def test_a_scorer_of_the_other_direction_is_refused_naming_both_pairs(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    raw = crawl_raw(tmp_path, PAIRS[:5], PAIRS[5:10], langs=("en", "de"))  # the model translates de→en
+    says = "translates de→en, but the forward scorer must translate en→de; name a en→de model in "
+    says += "clean.score.forward"
+    with pytest.raises(UserError, match=re.escape(says)):
+        clean.clean(score_settings(model_dir, 0.1), raw, tmp_path / "clean")
+    assert not (tmp_path / "clean").exists()
+    with pytest.raises(UserError, match=re.escape("but the reverse scorer must translate en→de")):
+        PairScorer(model_dir, reverse=model_dir, pair=("de", "en"))
 
 
 @pytest.mark.parametrize(
