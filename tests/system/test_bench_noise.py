@@ -21,35 +21,39 @@ OTHERS = [[f"phrase {i} en français" for i in range(200)], [f"věta {i} česky"
 SHARES = {"misaligned": 0.1, "wrong_language": 0.05, "untranslated": 0.05, "fragment": 0.05}
 
 
-def test_each_kind_is_planted_at_its_share_on_disjoint_lines_and_the_rest_untouched():
-    noisy, planted = noise.plant(SRC, TGT, OTHERS, SHARES, seed=3)
+def test_noise_is_added_at_its_share_on_disjoint_lenders_and_every_real_pair_stays():
+    src, tgt, planted = noise.plant(SRC, TGT, OTHERS, SHARES, seed=3)
     assert {k: len(v) for k, v in planted.items()} == {k: round(s * 200) for k, s in SHARES.items()}
-    touched = [i for lines in planted.values() for i in lines]
-    assert len(touched) == len(set(touched))
-    assert all(noisy[i] == TGT[i] for i in range(200) if i not in set(touched))
-    assert all(noisy[i] != TGT[i] and noisy[i] in TGT for i in planted["misaligned"])
-    assert all(noisy[i] in (OTHERS[0][i], OTHERS[1][i]) for i in planted["wrong_language"])
-    assert all(noisy[i] == SRC[i] for i in planted["untranslated"])
-    assert all(noisy[i] != TGT[i] for i in planted["fragment"])
+    added = {i for lines in planted.values() for i in lines}
+    assert len(src) == len(tgt) == 200 + len(added) == 200 + sum(len(v) for v in planted.values())
+    real = [(s, t) for i, (s, t) in enumerate(zip(src, tgt)) if i not in added]
+    assert sorted(real) == sorted(zip(SRC, TGT))  # every real pair, once
+    assert real != list(zip(SRC, TGT))  # and the noise among them, not appended
+    lenders = [SRC.index(src[i]) for i in added]
+    assert len(lenders) == len(set(lenders))  # a real line lends its source once
+    assert all(tgt[i] in TGT and tgt[i] != TGT[SRC.index(src[i])] for i in planted["misaligned"])
+    assert all(
+        tgt[i] in (OTHERS[0][SRC.index(src[i])], OTHERS[1][SRC.index(src[i])])
+        for i in planted["wrong_language"]
+    )
+    assert all(tgt[i] == src[i] for i in planted["untranslated"])
+    assert all(tgt[i] not in TGT for i in planted["fragment"])
 
 
 def test_the_same_seed_plants_the_same_noise_and_another_seed_other_lines():
     assert noise.plant(SRC, TGT, OTHERS, SHARES, seed=3) == noise.plant(SRC, TGT, OTHERS, SHARES, seed=3)
-    assert (
-        noise.plant(SRC, TGT, OTHERS, SHARES, seed=4)[1] != noise.plant(SRC, TGT, OTHERS, SHARES, seed=3)[1]
-    )
+    assert noise.plant(SRC, TGT, OTHERS, SHARES, seed=4) != noise.plant(SRC, TGT, OTHERS, SHARES, seed=3)
 
 
 def test_removed_shares_count_each_kind_and_the_clean_pairs_lost():
-    noisy, planted = noise.plant(SRC, TGT, OTHERS, SHARES, seed=3)
-    drop = set(planted["untranslated"]) | set(planted["misaligned"][:10]) | {i for i in range(5)}
-    kept = [(s, t) for i, (s, t) in enumerate(zip(SRC, noisy)) if i not in drop]
-    shares = noise.removed_shares(SRC, noisy, planted, [s for s, _ in kept], [t for _, t in kept])
+    src, tgt, planted = noise.plant(SRC, TGT, OTHERS, SHARES, seed=3)
+    real = [i for i in range(len(src)) if i not in {j for lines in planted.values() for j in lines}]
+    drop = set(planted["untranslated"]) | set(planted["misaligned"][:10]) | set(real[:5])
+    kept = [(s, t) for i, (s, t) in enumerate(zip(src, tgt)) if i not in drop]
+    shares = noise.removed_shares(src, tgt, planted, [s for s, _ in kept], [t for _, t in kept])
     assert shares["untranslated"] == {"pairs": 10, "removed": 10, "share": 1.0}
     assert shares["misaligned"]["removed"] == 10 and shares["wrong_language"]["removed"] == 0
-    planted_lines = {i for lines in planted.values() for i in lines}
-    lost = len({i for i in range(5)} - planted_lines)
-    assert shares["clean"]["removed"] == lost and shares["clean"]["pairs"] == 200 - len(planted_lines)
+    assert shares["clean"] == {"pairs": 200, "removed": 5, "share": 5 / 200}
 
 
 def test_the_report_compares_every_run_with_a_and_b_and_says_what_c_recovered(tmp_path):
@@ -70,8 +74,8 @@ def test_the_report_compares_every_run_with_a_and_b_and_says_what_c_recovered(tm
             RunRecord(name, id=name), hyps=RunHypotheses(name, {noise.FLICKR: hyps}, sha)
         )
         run_archive.save(tmp_path / "noise" / "runs", name, run)
-    noisy, planted = noise.plant(SRC, TGT, OTHERS, SHARES, seed=3)
-    shares = noise.removed_shares(SRC, noisy, planted, SRC[:100], noisy[:100])
+    src, tgt, planted = noise.plant(SRC, TGT, OTHERS, SHARES, seed=3)
+    shares = noise.removed_shares(src, tgt, planted, src[:100], tgt[:100])
     files.write_json(tmp_path / "noise" / "removed" / "noisy-web-score.json", shares)
     out = tmp_path / "noise.md"
     result = CliRunner().invoke(
