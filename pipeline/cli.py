@@ -18,6 +18,8 @@ COMMANDS = {
     "binarize": "binarize",
     "reverse": "reverse",
     "backtranslate": "backtranslate",
+    "distill": "distill",
+    "student": "student",
     "train": "train",
     "decode": "decode",
     "score": "score",

@@ -85,29 +85,27 @@ class Parent:
         return tags
 
 
-def model_dir(init_from: str) -> Path:
-    """init_from as a directory with a model and its params, or the one-line refusal of what it is not."""
+def model_dir(init_from: str, key: str = "train.init_from") -> Path:
+    """init_from as a directory with a model and its params, or the one-line refusal of what it is
+    not, naming the setting that gave it (`key`)."""
     where = Path(init_from)
+    fix = "give a model directory that the train stage or import-hf wrote"
+    if key == "train.init_from":
+        fix += ", or null to train from scratch"
     if not where.is_dir():
-        raise ParamsError(
-            f"train.init_from: {init_from}: no such directory; give a model directory that the train "
-            "stage or import-hf wrote, or null to train from scratch"
-        )
+        raise ParamsError(f"{key}: {init_from}: no such directory; {fix}")
     missing = [name for name in (MODEL_FILE, PARAMS_FILE) if not (where / name).is_file()]
     if missing:
-        raise ParamsError(
-            f"train.init_from: {init_from} is not a model directory (it has no {missing[0]}); give one "
-            "that the train stage or import-hf wrote"
-        )
+        raise ParamsError(f"{key}: {init_from} is not a model directory (it has no {missing[0]}); {fix}")
     return where
 
 
 def read(init_from: str) -> tuple[Parent, P.Params]:
     """The parent directory's record and params (its params.yaml); refuses what is no model directory."""
     where = model_dir(init_from)
-    params = _saved_params(where / PARAMS_FILE)
-    run = _optional_json(where / RUN_FILE)
-    imported = _optional_json(where / IMPORT_FILE).get("source")
+    params = saved_params(where / PARAMS_FILE)
+    run = optional_json(where / RUN_FILE)
+    imported = optional_json(where / IMPORT_FILE).get("source")
     own = where / PARENT_FILE
     parent = Parent(
         path=init_from,
@@ -173,21 +171,43 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _saved_params(path: Path) -> P.Params:
+def saved_params(path: Path, key: str = "train.init_from") -> P.Params:
+    """A model directory's params.yaml, read as saved (P.from_saved); refused in one line naming `key`."""
     try:
         return P.from_saved(yaml.safe_load(path.read_text(encoding="utf-8")))
     except (UnicodeDecodeError, yaml.YAMLError, ParamsError) as e:
         reason = e.message if isinstance(e, ParamsError) else type(e).__name__
         raise ParamsError(
-            f"train.init_from: {path}: not the params of a model of this pipeline ({reason}); give a "
+            f"{key}: {path}: not the params of a model of this pipeline ({reason}); give a "
             "model directory that the train stage or import-hf wrote"
         ) from e
 
 
-def _optional_json(path: Path) -> dict[str, Any]:
+def optional_json(path: Path) -> dict[str, Any]:
     """A small record a model directory may hold; {} when it is absent or unreadable (it only informs)."""
     try:
         found = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return {}
     return found if isinstance(found, dict) else {}
+
+
+TEACHERS_FILE = "teachers.json"  # the distill stage's record of the models a corpus was translated by
+
+
+def teacher_tags(corpus_dir: Path | None) -> dict[str, str]:
+    """The MLflow tags that name the teachers of a distilled corpus (its teachers.json), the first
+    one's run as the student run's parent; none for a corpus of real translations."""
+    record = optional_json(corpus_dir / TEACHERS_FILE) if corpus_dir is not None else {}
+    teachers = [t for t in record.get("teachers", []) if isinstance(t, dict)]
+    if not teachers:
+        return {}
+    tags = {
+        "teachers": ",".join(str(t.get("path")) for t in teachers),
+        "teacher_model_sha256": ",".join(str(t.get("model_sha256")) for t in teachers),
+    }
+    runs = [str(t["mlflow_run_id"]) for t in teachers if t.get("mlflow_run_id")]
+    if runs:
+        tags["teacher_run_ids"] = ",".join(runs)
+        tags["mlflow.parentRunId"] = runs[0]  # the student's run shows under its (first) teacher's
+    return tags

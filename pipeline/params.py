@@ -269,6 +269,58 @@ class BacktranslationParams:
     reverse: ReverseParams
 
 
+# The field's student shapes (Bergamot's, browsermt/students): a deep encoder and a shallow decoder.
+# A preset sets these keys of distill.student.model; "none" takes the model section as written.
+STUDENT_PRESETS: dict[str, dict[str, int | None]] = {
+    "base": {
+        "d_model": 512,
+        "n_heads": 8,
+        "d_ff": 2048,
+        "n_layers": None,
+        "encoder_layers": 6,
+        "decoder_layers": 2,
+    },
+    "tiny": {
+        "d_model": 256,
+        "n_heads": 8,
+        "d_ff": 1536,
+        "n_layers": None,
+        "encoder_layers": 6,
+        "decoder_layers": 2,
+    },
+}
+
+
+@dataclass(frozen=True)
+class StudentParams:
+    """distill.student: the student's own shape, training and decoding, so that changing the
+    teacher's (model, train) retrains nothing of it (the teacher's translations change instead)."""
+
+    preset: str  # a name of STUDENT_PRESETS, or "none": the model section's own shape
+    model: ModelParams
+    train: TrainParams
+    decode: DecodeParams  # how the student translates the test sets
+    quantization: Literal["int8", "int8_float32", "int16", "float32"]  # its CTranslate2 export's weights
+
+    @property
+    def shaped_model(self) -> ModelParams:
+        """The model it trains: the preset's shape over the model section."""
+        shape = STUDENT_PRESETS.get(self.preset, {})
+        return dataclasses.replace(self.model, **shape)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class DistillParams:
+    """Sequence-level knowledge distillation (Kim & Rush 2016): the teachers translate the training
+    sources with beam search, and a small student trains on that (docs/distillation.md)."""
+
+    enabled: bool
+    teachers: tuple[str, ...]  # model directories; empty: the run's own data/model with decode.ensemble
+    original: bool  # the student trains on the original pairs too, beside the distilled ones
+    decode: DecodeParams  # how the teachers translate
+    student: StudentParams
+
+
 @dataclass(frozen=True)
 class Params:
     data: DataParams
@@ -279,6 +331,7 @@ class Params:
     decode: DecodeParams
     tracking: TrackingParams
     backtranslation: BacktranslationParams
+    distill: DistillParams
 
     def to_dict(self) -> dict[str, Any]:
         return _to_plain(dataclasses.asdict(self))
@@ -346,8 +399,8 @@ _ADDED = {
     ("decode", "no_repeat_ngram_size"): 0,
     ("backtranslation", "decode", "no_repeat_ngram_size"): 0,
 }
-# Sections added since: a saved params without one had it off.
-_ADDED_SECTIONS = {"backtranslation"}
+# Sections added since: a saved params without one had it off (each made by its function below).
+_ADDED_SECTIONS = ("backtranslation", "distill")
 
 
 def from_saved(raw: Any) -> Params:
@@ -370,8 +423,9 @@ def from_saved(raw: Any) -> Params:
     if isinstance(raw.get("data"), dict) and "corpus" in raw["data"]:
         raw["data"] = _data_before_sources(raw["data"])
     _drop_ignored(raw)
-    for section in _ADDED_SECTIONS - set(raw):  # after the above: it copies the sections as fixed
-        raw[section] = backtranslation_off(raw)
+    for section in _ADDED_SECTIONS:  # after the above: they copy the sections as fixed
+        if section not in raw:
+            raw[section] = {"backtranslation": backtranslation_off, "distill": distill_off}[section](raw)
     return from_dict(raw)
 
 
@@ -379,8 +433,28 @@ def backtranslation_off(raw: dict[str, Any]) -> dict[str, Any]:
     """A backtranslation section that is off, for params saved before it existed: the reverse
     model's sections are the forward's (unread while off; `raw` already has every key) and
     decoding greedy."""
-    sections = {name: copy.deepcopy(raw.get(name)) for name in ("bpe", "model", "train")}
-    decode = {
+    sections = _own_sections(raw)
+    off = {"enabled": False, "mono": [], "max_lines": None, "seed": 1, "tag": True, "decode": _greedy()}
+    return {**off, "reverse": {"bpe": copy.deepcopy(raw.get("bpe")), **sections}}
+
+
+def distill_off(raw: dict[str, Any]) -> dict[str, Any]:
+    """A distill section that is off, for params saved before it existed: the student's sections are
+    the model's own (unread while off)."""
+    student = {"preset": "none", **_own_sections(raw), "decode": _greedy(), "quantization": "int8"}
+    return {"enabled": False, "teachers": [], "original": False, "decode": _greedy(), "student": student}
+
+
+def _own_sections(raw: dict[str, Any]) -> dict[str, Any]:
+    """Copies of raw's model and train, training from scratch: a second model's own, while it is off."""
+    sections = {name: copy.deepcopy(raw.get(name)) for name in ("model", "train")}
+    if isinstance(sections["train"], dict):
+        sections["train"]["init_from"] = None
+    return sections
+
+
+def _greedy() -> dict[str, Any]:
+    return {
         "beam": 1,
         "length_penalty": 1.0,
         "max_len_a": 1.2,
@@ -391,10 +465,6 @@ def backtranslation_off(raw: dict[str, Any]) -> dict[str, Any]:
         "no_repeat_ngram_size": 0,
         "ensemble": [],
     }
-    if isinstance(sections["train"], dict):
-        sections["train"]["init_from"] = None  # the reverse model's own: it trains from scratch
-    off = {"enabled": False, "mono": [], "max_lines": None, "seed": 1, "tag": True, "decode": decode}
-    return {**off, "reverse": sections}
 
 
 def _drop_ignored(raw: dict[str, Any]) -> None:
@@ -547,6 +617,7 @@ def validate(p: Params) -> None:
     check_decode(p.decode)
     check_sampling_takes_effect(p.decode.sampling)
     validate_backtranslation(p.backtranslation, p.data, p.train.init_from)
+    validate_distill(p.distill, p.data, p.bpe)
 
 
 BT = "backtranslation"
@@ -582,11 +653,7 @@ def validate_backtranslation(b: BacktranslationParams, d: DataParams, init_from:
             f"{name} is a val or test set (data.val, data.test); its text cannot become training data",
         )
     _check(b.max_lines is None or b.max_lines >= 1, f"{BT}.max_lines", "must be null (all) or at least 1")
-    check_decode(b.decode, {name: f"{BT}.{key}" for name, key in DECODE_KEYS.items()})
-    try:
-        check_sampling_takes_effect(b.decode.sampling)
-    except ParamsError as e:  # "decode.sampling.top_k: ..." is backtranslation.decode.sampling.top_k here
-        raise ParamsError(f"{BT}.{e}") from None
+    _check_decode_at(BT, b.decode)
     r = b.reverse
     reverse_data = dataclasses.replace(d, src_lang=d.tgt_lang, tgt_lang=d.src_lang)
     try:
@@ -600,6 +667,59 @@ def validate_backtranslation(b: BacktranslationParams, d: DataParams, init_from:
         f"{BT}.reverse.train.init_from",
         "must be null: the reverse model trains from scratch",
     )
+
+
+def validate_distill(dist: DistillParams, d: DataParams, b: BpeParams) -> None:
+    """The teachers' list and decoding, and the student's preset and own sections, checked by the
+    forward's validators and named by their own keys. The student reads the teacher's vocabulary."""
+    for i, path in enumerate(dist.teachers):
+        _check(bool(path.strip()), "distill.teachers", "holds an empty path; list model directories")
+        _check(path not in dist.teachers[:i], "distill.teachers", f"lists {path} twice; list each model once")
+    _check_decode_at("distill", dist.decode)
+    _check(
+        not dist.decode.ensemble,
+        "distill.decode.ensemble",
+        "must be []: list the teachers in distill.teachers (or in decode.ensemble, beside data/model)",
+    )
+    s = dist.student
+    presets = ", ".join(STUDENT_PRESETS)
+    _check(
+        s.preset in (*STUDENT_PRESETS, "none"),
+        "distill.student.preset",
+        f"{s.preset!r} is no preset; use one of {presets}, or none for distill.student.model's own shape",
+    )
+    shape = {key: getattr(s.model, key) for key in STUDENT_PRESETS["tiny"]}
+    if s.preset != "none" and shape != STUDENT_PRESETS[s.preset] and shape not in STUDENT_PRESETS.values():
+        key, value = next((k, v) for k, v in shape.items() if v != STUDENT_PRESETS[s.preset][k])
+        raise ParamsError(
+            f"distill.student.model.{key}: {_show(value)}, but distill.student.preset {s.preset} sets "
+            f"{_show(STUDENT_PRESETS[s.preset][key])}; set distill.student.preset: none to train the model "
+            "section's own shape"
+        )
+    _check_decode_at("distill.student", s.decode)
+    _check(not s.decode.ensemble, "distill.student.decode.ensemble", "must be []: the student decodes alone")
+    if not dist.enabled:  # its model and train read the teacher's vocabulary (bpe): checked when on
+        return
+    try:
+        validate_model(s.shaped_model, b)
+        # the student's train sources: the distilled pairs (pipeline.stages.student.SOURCE), and the originals
+        validate_train(s.train, dataclasses.replace(d, train=("distilled", *d.train)), b)
+    except ParamsError as e:  # "model.d_model: ..." is distill.student.model.d_model here
+        raise ParamsError(f"distill.student.{e}") from None
+    _check(
+        s.train.init_from is None,
+        "distill.student.train.init_from",
+        "must be null: the student trains from scratch on its teachers' translations",
+    )
+
+
+def _check_decode_at(section: str, dec: DecodeParams) -> None:
+    """check_decode for a decode section that lives under `section`, named by its own keys."""
+    check_decode(dec, {name: f"{section}.{key}" for name, key in DECODE_KEYS.items()})
+    try:
+        check_sampling_takes_effect(dec.sampling)
+    except ParamsError as e:  # "decode.sampling.top_k: ..." is SECTION.decode.sampling.top_k here
+        raise ParamsError(f"{section}.{e}") from None
 
 
 def validate_clean(c: CleanParams) -> None:

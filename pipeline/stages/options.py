@@ -1,7 +1,11 @@
-"""What the stage commands share: the --params option and loading it once, and their directory options."""
+"""What the stage commands share: the --params option and loading it once, their directory options, and
+running another stage's command as a child (the reverse and student stages do)."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -49,3 +53,31 @@ refs_option = directory(
 def load_params(params_file: Path) -> P.Params:
     """Load and validate; a bad key or value exits 2 with a one-line message."""
     return P.load(params_file)
+
+
+def run_stage(who: str, command: str, *args: str | Path) -> None:
+    """One stage's command, as dvc.yaml runs it, in a child process; its failure is this stage's,
+    reported as `who` (formatted with the command) says.
+
+    While it runs, Ctrl-C reaches it from the terminal (both are in its process group; this one
+    waits) and a SIGTERM (`dvc queue kill`, a scheduler) is passed on to it, so a training stops
+    between updates with whole checkpoints, as it does alone."""
+    child: subprocess.Popen[bytes] | None = None
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def on_term(*_: Any) -> None:
+        if child is None:  # before the child started: stop here
+            raise SystemExit(128 + signal.SIGTERM)
+        child.send_signal(signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, on_term)
+    try:
+        child = subprocess.Popen([sys.executable, "-m", "pipeline", command, *map(str, args)])
+        code = child.wait()
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    if code:
+        click.echo(f"{who.format(command=command)} failed (exit {code})", err=True)
+        raise SystemExit(code if code > 0 else 128 - code)  # killed by signal n: 128 + n, as a shell says

@@ -19,9 +19,6 @@ import dataclasses
 import hashlib
 import json
 import shutil
-import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -36,12 +33,13 @@ from pipeline.data.tags import split_tags, synthetic_prefix
 from pipeline.errors import UserError
 from pipeline.files import SIDES
 from pipeline.fingerprint import fingerprint
-from pipeline.stages.options import directory, load_params, params_option
+from pipeline.stages.options import directory, load_params, params_option, run_stage
 
 # The stage commands it runs, in children: dvc.yaml lists their code among its deps (a test checks).
 RUNS = ("clean", "bpe", "binarize", "train")
 OFF = artifacts.REVERSE_OFF  # the whole of --out while back-translation is off
 KEY = "data_key.json"  # what --work's data steps were made from: equal, they are not redone
+WHO = "reverse: `python -m pipeline {command}` on the swapped corpus"
 PARAMS = "params.yaml"  # in --work: the settings the reverse model's stages run with (reverse_params)
 
 
@@ -135,35 +133,6 @@ def check_sources(params: P.Params, raw: Path) -> None:
     synthetic_prefix(artifacts.manifest(raw).get("tags", []), d.tgt_lang, params.backtranslation.tag)
 
 
-def run_stage(command: str, *args: str | Path) -> None:
-    """One stage's command, as dvc.yaml runs it, in a child process; its failure is this stage's.
-
-    While it runs, Ctrl-C reaches it from the terminal (both are in its process group; this one
-    waits) and a SIGTERM (`dvc queue kill`, a scheduler) is passed on to it, so a training stops
-    between updates with whole checkpoints, as it does alone."""
-    assert command in RUNS
-    child: subprocess.Popen[bytes] | None = None
-    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-    def on_term(*_: Any) -> None:
-        if child is None:  # before the child started: stop here
-            raise SystemExit(128 + signal.SIGTERM)
-        child.send_signal(signal.SIGTERM)
-
-    signal.signal(signal.SIGTERM, on_term)
-    try:
-        child = subprocess.Popen([sys.executable, "-m", "pipeline", command, *map(str, args)])
-        code = child.wait()
-    finally:
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler)
-    if code:
-        what = f"`python -m pipeline {command}` on the swapped corpus"
-        click.echo(f"reverse: {what} failed (exit {code})", err=True)
-        raise SystemExit(code if code > 0 else 128 - code)  # killed by signal n: 128 + n, as a shell says
-
-
 def prepare(params: P.Params, raw: Path, work: Path) -> None:
     """work/{raw,clean,bpe,bin}: the swapped bitext, cleaned, its vocabulary and binarized; kept as
     they are when the data key says nothing changed (a resumed training needs them identical)."""
@@ -174,10 +143,10 @@ def prepare(params: P.Params, raw: Path, work: Path) -> None:
         return
     key_file.unlink(missing_ok=True)
     swap_raw(raw, work / "raw")
-    run_stage("clean", "--params", work / PARAMS, "--raw", work / "raw", "--out", work / "clean")
-    run_stage("bpe", "--params", work / PARAMS, "--clean", work / "clean", "--out", work / "bpe")
+    run_stage(WHO, "clean", "--params", work / PARAMS, "--raw", work / "raw", "--out", work / "clean")
+    run_stage(WHO, "bpe", "--params", work / PARAMS, "--clean", work / "clean", "--out", work / "bpe")
     args = ("--clean", work / "clean", "--bpe", work / "bpe", "--out", work / "bin")
-    run_stage("binarize", "--params", work / PARAMS, *args)
+    run_stage(WHO, "binarize", "--params", work / PARAMS, *args)
     files.write_json(key_file, key)
 
 
@@ -198,7 +167,9 @@ def reverse(params: P.Params, raw: Path, work: Path, out: Path, log: Path) -> di
     prepare(params, raw, work)
     data = ("--bin", work / "bin", "--bpe", work / "bpe", "--clean", work / "clean")
     outs = ("--out", out, "--checkpoints", work / "checkpoints", "--log", log)
-    run_stage("train", "--params", work / PARAMS, *data, *outs, "--on-change", "restart", "--no-tracking")
+    run_stage(
+        WHO, "train", "--params", work / PARAMS, *data, *outs, "--on-change", "restart", "--no-tracking"
+    )
     return json.loads((log / "summary.json").read_text())
 
 

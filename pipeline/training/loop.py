@@ -323,6 +323,7 @@ class Trainer:
             "world_size": self.dist.world_size,
             "n_params": count_parameters(self.model),  # a constant: a tag, not a metric series
         } | (self.parent.tags() if self.parent else {})
+        tags |= lineage.teacher_tags(self.paths.clean_dir)  # a student's: trained on teachers' translations
         start = RunStart(
             params=self.params.to_dict(),
             run_name=f"{d.src_lang}-{d.tgt_lang} {m.arch} {label}",

@@ -1,0 +1,120 @@
+"""Distillation as DVC stages: `dvc repro` on tiny data with it on, in a copy of the repo.
+
+The teacher (the run's data/model, a tiny model trained by the train stage) translates the clean
+training sources; the student trains on those translations with its own shape, and is decoded and
+scored as its own MLflow run under the teacher's. Then: a second `dvc repro` reruns nothing, a
+change to the student's settings retrains the student only, and one to the teacher's re-distils.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import mlflow
+import pytest
+import yaml
+
+from pipeline import files, lineage
+from pipeline import params as P
+from pipeline.decoding.translator import Translator
+from tests.system.test_dvc_pipeline import (
+    dvc_status,
+    make_test_sets,
+    reproduced_copy,
+    run,
+    tiny_params,
+    write_corpus,
+)
+
+pytestmark = pytest.mark.slow
+
+
+def distill_params(src: Path, tgt: Path, tests: dict) -> dict:
+    raw = tiny_params(src, tgt, tests)
+    d = raw["distill"]
+    d["enabled"] = True
+    d["decode"].update(beam=2, batch_tokens=400)
+    student = d["student"]
+    student["preset"] = "none"  # the field's shapes are too big for a test: a tiny deep-shallow one
+    student["model"].update(
+        d_model=32,
+        n_heads=2,
+        d_ff=64,
+        n_layers=None,
+        encoder_layers=2,
+        decoder_layers=1,
+        dropout=0.0,
+        attention_dropout=0.0,
+    )
+    student["train"].update(
+        precision="fp32", max_tokens=400, max_epochs=2, warmup_steps=10, lr=0.003, log_every=5, threads=1
+    )
+    student["decode"]["batch_tokens"] = 400
+    return raw
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("distill") / "repo"
+    src, tgt = write_corpus(root.parent / "corpus", n=400, seed=0)
+    tests = make_test_sets(root.parent / "tests")
+    return reproduced_copy(root, distill_params(src, tgt, tests))
+
+
+def test_the_distilled_corpus_is_the_teachers_beam_translation_of_the_training_sources(repo):
+    sources = files.read_lines(repo / "data/clean/train.src")
+    settings = P.load(repo / "params.yaml").distill.decode
+    translated = list(
+        Translator.from_dir(repo / "data/model", "cpu", settings=settings).translate_corpus(sources)
+    )
+    kept = [(s, t) for s, t in zip(sources, translated) if t.strip()]  # an empty translation teaches nothing
+    assert files.read_lines(repo / "data/distill/train.src") == [s for s, _ in kept]
+    assert files.read_lines(repo / "data/distill/train.tgt") == [t for _, t in kept]
+    stats = json.loads((repo / "data/distill/stats.json").read_text())
+    assert stats["pairs"] == len(kept) > 0 and stats["empty_translations"] == len(sources) - len(kept)
+    record = json.loads((repo / "data/distill/teachers.json").read_text())
+    [member] = record["teachers"]
+    assert member["model_sha256"] == lineage.sha256(repo / "data/model/model.pt")
+    assert member["mlflow_run_id"] == json.loads((repo / "data/model/mlflow_run.json").read_text())["run_id"]
+
+
+def test_the_student_has_its_own_shape_trains_on_the_distilled_pairs_and_is_scored(repo):
+    saved = yaml.safe_load((repo / "data/student/params.yaml").read_text())
+    assert (saved["model"]["encoder_layers"], saved["model"]["decoder_layers"]) == (2, 1)
+    assert saved["data"]["train"] == ["distilled"]
+    work = repo / "data/student-work/clean"
+    assert files.read_lines(work / "train.tgt") == files.read_lines(repo / "data/distill/train.tgt")
+    assert json.loads((repo / "reports/student/summary.json").read_text())["steps"] > 0
+    metrics = json.loads((repo / "reports/student/metrics.json").read_text())
+    assert set(metrics["test"]) == {"plain", "tabbed"} and metrics["val"]["bleu"] >= 0
+    hyps = files.read_lines(repo / "data/student-decode/test/plain.hyp")
+    assert len(hyps) == len(files.read_lines(repo / "data/raw/test/plain.src"))
+
+
+def test_the_students_run_is_logged_under_its_teachers(repo):
+    student = json.loads((repo / "data/student/mlflow_run.json").read_text())
+    teacher = json.loads((repo / "data/model/mlflow_run.json").read_text())
+    client = mlflow.MlflowClient(student["tracking_uri"])
+    tags = client.get_run(student["run_id"]).data.tags
+    assert tags["mlflow.parentRunId"] == teacher["run_id"] != student["run_id"]
+    assert tags["teacher_model_sha256"] == lineage.sha256(repo / "data/model/model.pt")
+
+
+def test_a_second_repro_reruns_nothing_and_a_student_setting_retrains_only_the_student(repo):
+    assert "up to date" in run(["dvc", "repro"], repo).stdout
+    params = yaml.safe_load((repo / "params.yaml").read_text())
+    params["distill"]["student"]["train"]["lr"] = 0.002
+    (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    assert set(dvc_status(repo)) == {"student"}
+    params["train"]["lr"] = 0.002  # the teacher's: retrains it, re-distils, and so retrains the student
+    (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    teachers = json.loads((repo / "data/distill/teachers.json").read_text())["teachers"]
+    out = run(["dvc", "repro"], repo).stdout
+    assert all(f"Running stage '{name}'" in out for name in ("train", "distill", "student"))
+    again = json.loads((repo / "data/distill/teachers.json").read_text())["teachers"]
+    assert (
+        again[0]["model_sha256"]
+        == lineage.sha256(repo / "data/model/model.pt")
+        != teachers[0]["model_sha256"]
+    )
