@@ -300,7 +300,8 @@ class StudentParams:
     model: ModelParams
     train: TrainParams
     decode: DecodeParams  # how the student translates the test sets
-    quantization: Literal["int8", "int8_float32", "int16", "float32"]  # its CTranslate2 export's weights
+    # its CTranslate2 export's weights, decoded and scored beside it; none: no export
+    quantization: Literal["int8", "int8_float32", "int16", "float32", "none"]
 
     @property
     def shaped_model(self) -> ModelParams:

@@ -18,59 +18,17 @@ exactly what a user of the model directory gets; the settings are the
 from __future__ import annotations
 
 import dataclasses
-import time
 from pathlib import Path
 from typing import Any
 
 import click
 
-from pipeline import files, lineage
-from pipeline.decoding.search import SearchStats
-from pipeline.decoding.translator import Translator, nbest_row, one_line
+from pipeline import lineage
+from pipeline.decoding.sets import TEST_DIR, VAL, decode_sets, read_sources
+from pipeline.decoding.translator import Translator
 from pipeline.devices import DEVICES
-from pipeline.errors import UserError
 from pipeline.params import DecodeParams
 from pipeline.stages.options import clean_option, directory, load_params, model_option, params_option
-
-VAL = "val"
-TEST_DIR = "test"  # clean/test/<name>.src -> test/<name>.hyp
-
-
-def read_sources(clean_dir: Path) -> dict[str, list[str]]:
-    """The sources by output path stem: "val", then "test/<name>" for each test set, sorted by name."""
-    rerun = "run the clean stage first (`python -m pipeline clean`)"
-    val, test_dir = clean_dir / f"{VAL}.src", clean_dir / TEST_DIR
-    if not val.is_file():
-        raise UserError(f"{val}: missing; {rerun}")
-    tests = sorted(test_dir.glob("*.src")) if test_dir.is_dir() else []
-    if not tests:
-        raise UserError(f"{test_dir}: no test sets (<name>.src) in it; {rerun}")
-    sources = {VAL: files.read_lines(val)}
-    sources |= {f"{TEST_DIR}/{path.stem}": files.read_lines(path) for path in tests}
-    return sources
-
-
-def decode_split(
-    translator: Translator, lines: list[str], n_best: int, out_dir: Path, stem: str
-) -> dict[str, Any]:
-    """Write out_dir/{stem}.hyp (and .nbest); return the set's speed and truncation stats."""
-    stats = SearchStats()
-    start = time.perf_counter()
-    nbest = translator.translate_nbest(lines, n_best, stats=stats)
-    seconds = time.perf_counter() - start
-    hyps = [one_line(n[0].text) for n in nbest]
-    assert len(hyps) == len(lines), f"{stem}: {len(hyps)} hypotheses for {len(lines)} sources"
-    files.write_lines(out_dir / f"{stem}.hyp", hyps)
-    if n_best > 1:
-        rows = [nbest_row(i, t) for i, ts in enumerate(nbest) for t in ts]
-        files.write_lines(out_dir / f"{stem}.nbest", rows)
-    return {
-        "sentences": len(lines),
-        "seconds": round(seconds, 3),
-        "sentences_per_s": round(len(lines) / max(seconds, 1e-9), 2),
-        "tokens_per_s": round(stats.out_tokens / max(seconds, 1e-9), 2),
-        "truncated": stats.truncated,
-    }
 
 
 def decode(
@@ -86,16 +44,7 @@ def decode(
             {"path": path, "model_sha256": lineage.sha256(Path(path) / lineage.MODEL_FILE)}
             for path in settings.ensemble
         ]
-    with files.atomic_path(out_dir) as tmp:
-        (tmp / TEST_DIR).mkdir(parents=True)
-        for stem, lines in sources.items():
-            stats = decode_split(translator, lines, settings.n_best, tmp, stem)
-            if stem == VAL:
-                report[VAL] = stats
-            else:
-                report.setdefault(TEST_DIR, {})[stem.split("/", 1)[1]] = stats
-        files.write_json(tmp / "stats.json", report)
-    return report
+    return decode_sets(translator, sources, settings.n_best, out_dir, report)
 
 
 def stats_lines(report: dict[str, Any]) -> list[str]:

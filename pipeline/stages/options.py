@@ -29,7 +29,7 @@ params_option = click.option(
 def directory(name: str, help: str, **kwargs: Any) -> Callable[[F], F]:
     """A --NAME option naming a directory, passed as NAME_dir: how the stages name their inputs."""
     path = click.Path(file_okay=False, path_type=Path)
-    return click.option(f"--{name}", f"{name}_dir", type=path, help=help, **kwargs)
+    return click.option(f"--{name}", f"{name.replace('-', '_')}_dir", type=path, help=help, **kwargs)
 
 
 clean_option = directory("clean", "The clean stage's output directory.", required=True)

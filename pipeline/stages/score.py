@@ -59,11 +59,14 @@ def score(
     bootstrap: int = BOOTSTRAP_RESAMPLES,
     seed: int = BOOTSTRAP_SEED,
     params: P.Params | None = None,
+    prefix: str = "",
 ) -> dict[str, Any]:
     """Score val and every test set with a hypothesis file; write `out` atomically and return the scores.
 
     Per set: bleu, chrf, chrfpp (chrF++), ter, n_lines, signature; then ci95 (bleu and chrf),
-    bootstrap (its resamples and seed) and refs_sha256.
+    bootstrap (its resamples and seed) and refs_sha256. With `prefix`, the MLflow names of the
+    scores and hypotheses begin with it: another decoding of the run's model (its int8 export),
+    beside the run's own; neither the datasets nor the model are logged again.
     """
     keys = set_keys(decode_dir, ".hyp")
     if not keys:
@@ -81,8 +84,9 @@ def score(
             results.setdefault(TEST_DIR, {})[name] = scores
     files.write_json(out, results)
     if model_dir is not None:
-        log_final_scores(model_dir / RUN_FILE, results, decode_dir, refs_dir / "manifest.json")
-        if params is not None:
+        manifest = None if prefix else refs_dir / "manifest.json"
+        log_final_scores(model_dir / RUN_FILE, results, decode_dir, manifest, prefix)
+        if params is not None and not prefix:
             log_trained_model(model_dir, params, read_examples(refs_dir / f"{VAL}.src"))
     return results
 
@@ -135,7 +139,11 @@ def mlflow_metric(key: str, name: str) -> str:
 
 
 def log_final_scores(
-    run_file: Path, results: dict[str, Any], decode_dir: Path | None = None, manifest: Path | None = None
+    run_file: Path,
+    results: dict[str, Any],
+    decode_dir: Path | None = None,
+    manifest: Path | None = None,
+    prefix: str = "",
 ) -> None:
     """Add the scores to the training run as final metrics (dev_bleu, test.<name>.bleu, ...); best effort.
 
@@ -146,7 +154,9 @@ def log_final_scores(
     by_key = metrics_of(results)
     # No offline dir: the model dir is another stage's output and must not change here.
     with Tracker.from_run_file(run_file) as tracker:
-        metrics = {mlflow_metric(k, n): s[n] for k, s in by_key.items() for n in SCORE_NAMES if n in s}
+        metrics = {
+            prefix + mlflow_metric(k, n): s[n] for k, s in by_key.items() for n in SCORE_NAMES if n in s
+        }
         tracker.log_metrics(metrics, step=0)
         signatures = next(iter(by_key.values()))["signature"]
         tracker.set_tags({f"sacrebleu.{name}": sig for name, sig in signatures.items()})
@@ -154,7 +164,7 @@ def log_final_scores(
         if decode_dir is not None:
             tracker.set_tags(ensemble_tags(decode_dir))
             for key in by_key:
-                folder = HYPS_ARTIFACT_DIR if key == VAL else f"{HYPS_ARTIFACT_DIR}/{TEST_DIR}"
+                folder = prefix + (HYPS_ARTIFACT_DIR if key == VAL else f"{HYPS_ARTIFACT_DIR}/{TEST_DIR}")
                 tracker.log_artifact(decode_dir / f"{key}.hyp", folder)
         if manifest is not None:  # logged here, not by train: a new test set must not retrain
             sources = read_manifest(manifest)
@@ -220,6 +230,12 @@ def summary_lines(results: dict[str, Any]) -> list[str]:
     help="Model dir; if it holds mlflow_run.json, the scores are logged to that MLflow run.",
 )
 @click.option(
+    "--prefix",
+    default="",
+    help="With --model: begin the MLflow names of the scores and hypotheses with this (e.g. int8.), "
+    "for another decoding of the run's model logged beside its own.",
+)
+@click.option(
     "--bootstrap",
     type=click.IntRange(min=2),
     default=BOOTSTRAP_RESAMPLES,
@@ -239,11 +255,12 @@ def command(
     refs_dir: Path,
     out: Path,
     model_dir: Path | None,
+    prefix: str,
     bootstrap: int,
     seed: int,
 ) -> None:
     """Score val and each test set with sacreBLEU (BLEU, chrF, chrF++, TER; intervals of BLEU and chrF)."""
     params = load_params(params_file) if params_file is not None else None
-    results = score(decode_dir, refs_dir, out, model_dir, bootstrap, seed, params)
+    results = score(decode_dir, refs_dir, out, model_dir, bootstrap, seed, params, prefix)
     for line in summary_lines(results):
         click.echo(line)

@@ -2,12 +2,13 @@
 
     python -m pipeline student --params params.yaml --distill data/distill --clean data/clean \
         --bpe data/bpe --refs data/raw --work data/student-work --out data/student \
-        --hyps data/student-decode --log reports/student
+        --hyps data/student-decode --ct2 data/student-ct2 --ct2-hyps data/student-ct2-decode \
+        --log reports/student
 
-The teacher's stages (binarize, train, decode, score) run as commands with the student's own
-settings (distill.student), which --work's params.yaml holds, on the distilled corpus (and the
-original pairs with distill.original) in the teacher's vocabulary. Its MLflow run sits under its
-first teacher's. A change to the teacher's settings alone retrains nothing here until it changes
+The teacher's stages (binarize, train, decode, score, export-ct2) run as commands with the
+student's own settings (distill.student), which --work's params.yaml holds, on the distilled
+corpus (and the original pairs with distill.original) in the teacher's vocabulary; its int8
+export is decoded with CTranslate2 and scored too. Its MLflow run sits under its first teacher's. A change to the teacher's settings alone retrains nothing here until it changes
 the distilled corpus. --work is kept across runs, so a killed training resumes. With
 distill.enabled false it writes only off.json. docs/distillation.md.
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib.util
 import json
 import shutil
 from pathlib import Path
@@ -32,7 +34,7 @@ from pipeline.fingerprint import fingerprint
 from pipeline.stages.options import bpe_option, clean_option, directory, load_params, params_option, run_stage
 
 # The stage commands it runs, in children: dvc.yaml lists their code among its deps (a test checks).
-RUNS = ("binarize", "train", "decode", "score")
+RUNS = ("binarize", "train", "decode", "score", "export_ct2")
 OFF = artifacts.REVERSE_OFF  # the whole of --out while distillation is off
 SOURCE = "distilled"  # the distilled pairs' name as a train source (distill.student.train.source_weights)
 KEY = "data_key.json"  # what --work's corpus was made from: equal, it is not remade
@@ -122,6 +124,12 @@ def student(
         raise UserError(
             f"{distilled}: no distilled corpus in it; run the distill stage first (`dvc repro distill`)"
         )
+    q = params.distill.student.quantization
+    if q != "none" and importlib.util.find_spec("ctranslate2") is None:
+        raise UserError(
+            f"distill.student.quantization: {q} exports the student with CTranslate2, which is not "
+            "installed: pip install -e '.[ct2]', or set it to none"
+        )
     work.mkdir(parents=True, exist_ok=True)
     settings = work / PARAMS
     settings.write_text(yaml.safe_dump(student_params(params).to_dict(), sort_keys=False))
@@ -133,13 +141,37 @@ def student(
     run_stage(WHO, "decode", "--params", settings, *hyps)
     scored = ("--decode", outs.decode, "--refs", outs.refs, "--model", outs.model)
     run_stage(WHO, "score", "--params", settings, *scored, "--out", outs.log / "metrics.json")
+    if params.distill.student.quantization != "none":
+        quantized(params, work, outs)
     return json.loads((outs.log / "summary.json").read_text())
+
+
+def quantized(params: P.Params, work: Path, outs: Outputs) -> None:
+    """The student exported to CTranslate2 with distill.student.quantization's weights, its val and
+    test translations, their scores (metrics-<quantization>.json), and those in the student's MLflow
+    run as <quantization>.dev_bleu, <quantization>.test.<name>.bleu, ... (score --prefix)."""
+    q = params.distill.student.quantization
+    run_stage(WHO, "export-ct2", "--model", outs.model, "--out", outs.quantized, "--quantization", q)
+    from pipeline.decoding.sets import decode_sets, read_sources
+    from pipeline.interop.ct2 import CT2Translator
+
+    settings = params.distill.student.decode
+    translator = CT2Translator(outs.quantized, "cpu", settings)
+    report = {
+        "device": "cpu",
+        "backend": "ctranslate2",
+        "quantization": q,
+        "decode": dataclasses.asdict(settings),
+    }
+    decode_sets(translator, read_sources(work / "clean"), settings.n_best, outs.quantized_decode, report)
+    scored = ("--decode", outs.quantized_decode, "--refs", outs.refs, "--model", outs.model)
+    run_stage(WHO, "score", *scored, "--prefix", f"{q}.", "--out", outs.log / f"metrics-{q}.json")
 
 
 def _off(work: Path, outs: Outputs) -> dict[str, Any]:
     """While distillation is off: off.json as the model directory, and nothing else."""
     note = {"enabled": False, "why": "distill.enabled is false: no student"}
-    for path in (outs.model, outs.decode, outs.log):
+    for path in (outs.model, outs.decode, outs.quantized, outs.quantized_decode, outs.log):
         shutil.rmtree(path, ignore_errors=True)
         path.mkdir(parents=True)
     files.write_json(outs.model / OFF, note)
@@ -154,6 +186,8 @@ class Outputs:
     decode: Path
     log: Path  # steps.tsv, valid.tsv, summary.json and metrics.json
     refs: Path  # the download stage's output: the references scored against
+    quantized: Path  # its CTranslate2 export
+    quantized_decode: Path  # that export's translations of the val and test sets
 
 
 @click.command("student")
@@ -165,6 +199,8 @@ class Outputs:
 @directory("work", required=True, help="Scratch kept across runs: the student's corpus and checkpoints.")
 @directory("out", required=True, help="Where to write the student's model directory.")
 @directory("hyps", required=True, help="Where to write its translations of the val and test sets.")
+@directory("ct2", required=True, help="Where to write its CTranslate2 export (distill.student.quantization).")
+@directory("ct2-hyps", required=True, help="Where to write that export's translations.")
 @directory(
     "log", required=True, help="Where to write its steps.tsv, valid.tsv, summary.json and metrics.json."
 )
@@ -177,11 +213,13 @@ def command(
     work_dir: Path,
     out_dir: Path,
     hyps_dir: Path,
+    ct2_dir: Path,
+    ct2_hyps_dir: Path,
     log_dir: Path,
 ) -> None:
     """Train the student on the distilled corpus, then decode and score it (nothing when it is off)."""
     params = load_params(params_file)
-    outs = Outputs(out_dir, hyps_dir, log_dir, refs_dir)
+    outs = Outputs(out_dir, hyps_dir, log_dir, refs_dir, ct2_dir, ct2_hyps_dir)
     summary = student(params, distill_dir, clean_dir, bpe_dir, work_dir, outs)
     if not params.distill.enabled:
         click.echo(f"student: distill.enabled is false; nothing to train -> {out_dir}/{OFF}")

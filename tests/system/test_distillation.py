@@ -92,6 +92,22 @@ def test_the_student_has_its_own_shape_trains_on_the_distilled_pairs_and_is_scor
     assert len(hyps) == len(files.read_lines(repo / "data/raw/test/plain.src"))
 
 
+def test_its_int8_export_translates_and_is_scored_beside_it(repo):
+    info = json.loads((repo / "data/student-ct2/pipeline.json").read_text())
+    assert info["quantization"] == "int8" and info["model_sha256"] == lineage.sha256(
+        repo / "data/student/model.pt"
+    )
+    hyps = files.read_lines(repo / "data/student-ct2-decode/test/plain.hyp")
+    assert len(hyps) == len(files.read_lines(repo / "data/raw/test/plain.src"))
+    metrics = json.loads((repo / "reports/student/metrics-int8.json").read_text())
+    student = json.loads((repo / "data/student/mlflow_run.json").read_text())
+    logged = mlflow.MlflowClient(student["tracking_uri"]).get_run(student["run_id"]).data.metrics
+    assert logged["int8.dev_bleu"] == metrics["val"]["bleu"]
+    assert (
+        logged["dev_bleu"] == json.loads((repo / "reports/student/metrics.json").read_text())["val"]["bleu"]
+    )
+
+
 def test_the_students_run_is_logged_under_its_teachers(repo):
     student = json.loads((repo / "data/student/mlflow_run.json").read_text())
     teacher = json.loads((repo / "data/model/mlflow_run.json").read_text())

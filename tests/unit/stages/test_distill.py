@@ -74,7 +74,7 @@ def test_the_corpus_pairs_each_source_with_the_teachers_ensemble_translation(tmp
 def test_off_it_writes_only_a_marker_and_the_student_stage_asks_for_the_distill_stage(tmp_path):
     D.distill(BASE, tmp_path / "m", tmp_path / "c", tmp_path / "b", tmp_path / "work", tmp_path / "out")
     assert [p.name for p in (tmp_path / "out").iterdir()] == [D.OFF]
-    outs = S.Outputs(tmp_path / "s", tmp_path / "h", tmp_path / "log", tmp_path / "raw")
+    outs = S.Outputs(*(tmp_path / name for name in ("s", "h", "log", "raw", "ct2", "ct2h")))
     with pytest.raises(UserError, match=r"no distilled corpus in it; run the distill stage first"):
         S.student(distilling(), tmp_path / "out", tmp_path / "c", tmp_path / "b", tmp_path / "sw", outs)
 
@@ -168,8 +168,8 @@ def test_the_student_learns_what_its_teachers_wrote_not_the_references(tmp_path,
         early_stop_metric="loss",
         patience=0,
     )
-    params = distilling(teachers[0], preset="none", model=model, train=train)
-    outs = S.Outputs(tmp_path / "student", tmp_path / "hyps", tmp_path / "log", tmp_path / "raw")
+    params = distilling(teachers[0], preset="none", model=model, train=train, quantization="none")
+    outs = S.Outputs(*(tmp_path / name for name in ("student", "hyps", "log", "raw", "ct2", "ct2h")))
     S.student(params, distilled, clean, teachers[0], tmp_path / "work", outs)
     hyps = files.read_lines(tmp_path / "hyps/test/t.hyp")  # the references: pairs[20:40]'s targets
     sources, refs = [s for s, _ in pairs[20:40]], [t for _, t in pairs[20:40]]
