@@ -1,0 +1,55 @@
+"""bench/efficiency.py: teachers, a student and its int8 export, each measured in its own process,
+in one table with their sizes, speeds, latency, memory, and quality against the ensemble."""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+from bench import efficiency
+from pipeline import files
+from pipeline.interop.ct2 import export
+from tests.support.hf import make_trained_model_dir, marian_pairs
+
+
+def test_the_table_measures_each_system_and_compares_it_with_the_teacher_ensemble(tmp_path):
+    # one seed: one vocabulary (its spm trains on the seed's pairs); other weights by their steps
+    teachers = [make_trained_model_dir(tmp_path / f"t{steps}", steps=steps) for steps in (40, 60)]
+    student = make_trained_model_dir(tmp_path / "student", steps=40, n_layers=1)
+    ct2 = export(student, tmp_path / "student-ct2", "int8")
+    clean, refs = tmp_path / "clean", tmp_path / "raw"
+    for root in (clean, refs):
+        (root / "test").mkdir(parents=True)
+    for stem, pairs in (
+        ("val", marian_pairs(10, 5)),
+        ("test/a", marian_pairs(40, 6)),
+        ("test/b", marian_pairs(30, 7)),
+    ):
+        files.write_lines(clean / f"{stem}.src", [s for s, _ in pairs])
+        files.write_lines(refs / f"{stem}.tgt", [t for _, t in pairs])
+    out = tmp_path / "efficiency.md"
+    args = ["--clean", str(clean), "--refs", str(refs), "--out", str(out), "--threads", "2"]
+    args += [
+        *(a for t in teachers for a in ("--teacher", str(t))),
+        "--student",
+        str(student),
+        "--student-ct2",
+        str(ct2),
+    ]
+    result = CliRunner().invoke(efficiency.main, args)
+    assert result.exit_code == 0, result.output
+    body = json.loads(out.with_suffix(".json").read_text())["systems"]
+    assert list(body) == ["teacher ensemble (2)", "one teacher", "student, fp32", "student, int8"]
+    assert all(
+        s["words_per_s"] > 0 and s["words_per_s_one_core"] > 0 and s["latency_ms"] > 0 for s in body.values()
+    )
+    assert all(s["peak_rss_mb"] > 50 for s in body.values())  # a process with torch in it
+    assert body["teacher ensemble (2)"]["size_mb"] == 2 * body["one teacher"]["size_mb"]
+    assert (
+        body["student, int8"]["size_mb"] > 0
+        and body["student, fp32"]["size_mb"] < body["one teacher"]["size_mb"]
+    )
+    assert (body["teacher ensemble (2)"]["beam"], body["student, int8"]["beam"]) == (5, 1)
+    text = out.read_text()
+    assert "### a (40 lines)" in text and "### b (30 lines)" in text and text.count("student, int8") >= 3
