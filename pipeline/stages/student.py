@@ -8,9 +8,9 @@
 The teacher's stages (binarize, train, decode, score, export-ct2) run as commands with the
 student's own settings (distill.student), which --work's params.yaml holds, on the distilled
 corpus (and the original pairs with distill.original) in the teacher's vocabulary; its int8
-export is decoded with CTranslate2 and scored too. Its MLflow run sits under its first teacher's. A change to the teacher's settings alone retrains nothing here until it changes
-the distilled corpus. --work is kept across runs, so a killed training resumes. With
-distill.enabled false it writes only off.json. docs/distillation.md.
+export is decoded with CTranslate2 and scored too. Its MLflow run sits under its first
+teacher's. The teacher's settings retrain nothing here until they change the distilled corpus.
+--work is kept across runs, so a killed training resumes. Off: only off.json. docs/distillation.md.
 """
 
 from __future__ import annotations
