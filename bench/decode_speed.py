@@ -7,7 +7,7 @@
 Not a test: it measures, in one run and on the same batches, sentences/s and
 target tokens/s of greedy search and beam 5 for
 - pytorch-kv-cache: search.translate_ids with the KV cache, as `translate` runs it: on a
-  CPU with 2+ threads, two batches at once (search.default_workers), the threads shared out,
+  CPU with 2+ threads, two batches at once (batches.default_workers), the threads shared out,
 - pytorch-1-worker: the same, one batch at a time on all threads (what the workers add),
 - pytorch-no-cache: the same search re-running the whole prefix each step (use_cache=False),
 - hf-marian-generate: transformers' MarianMTModel.generate() at the same dimensions, random
@@ -83,7 +83,7 @@ from bench.options import (
 )
 from bench.timing import shuffled_rounds
 from pipeline.data.text import normalize
-from pipeline.decoding.search import default_workers
+from pipeline.decoding.batches import default_workers
 from pipeline.files import read_lines, write_json
 from pipeline.reporting.tables import fmt, fmt_whole, markdown_table
 

@@ -21,7 +21,8 @@ from pipeline import params as P
 from pipeline.data.batching import collate_src
 from pipeline.data.text import normalize
 from pipeline.data.vocab import Vocab
-from pipeline.decoding.search import default_workers, translate_ids
+from pipeline.decoding.batches import default_workers
+from pipeline.decoding.search import translate_ids
 from pipeline.files import read_lines
 from pipeline.interop.hf_export import hf_config
 from pipeline.model import checkpoint

@@ -64,7 +64,7 @@ from bench.gpu import corpus as synthetic
 from bench.gpu.step import Update
 from pipeline import params as P
 from pipeline.data.batching import ParallelData, collate, token_batches
-from pipeline.decoding.search import SearchStats
+from pipeline.decoding.steps import SearchStats
 from pipeline.decoding.translator import Translator
 from pipeline.files import write_json
 from pipeline.model.transformer import build_model, count_parameters

@@ -231,7 +231,7 @@ class DecodeParams:
     batch_tokens: int
     n_best: int  # with sampling: samples per input
     sampling: SamplingParams
-    no_repeat_ngram_size: int  # no output repeats an n-gram this long (search.ban_repeated_ngrams); 0: off
+    no_repeat_ngram_size: int  # no output repeats an n-gram this long (steps.ban_repeated_ngrams); 0: off
     # Other model directories decoded together with the model, their probabilities averaged; read where
     # the settings come from params.yaml (decode, backtranslate), never from a model's own saved params
     ensemble: tuple[str, ...]

@@ -37,7 +37,7 @@ class EnsembleState:
 
 
 class Ensemble(nn.Module):
-    """Members (M >= 2) behind the decoding interface of one model (search.SearchModel)."""
+    """Members (M >= 2) behind the decoding interface of one model (steps.SearchModel)."""
 
     def __init__(self, members: Sequence[Seq2SeqBase]):
         super().__init__()
@@ -69,7 +69,7 @@ class Ensemble(nn.Module):
 
 
 def tightest(cfgs: Sequence[ModelParams]) -> ModelParams:
-    """The first member's params, with the shortest length limit of any member (search.fit_to_model
+    """The first member's params, with the shortest length limit of any member (batches.fit_to_model
     reads positions and max_positions): learned positions limit lengths, sinusoidal ones do not."""
     learned = [c.max_positions for c in cfgs if c.positions == "learned"]
     if not learned:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import files
-from pipeline.decoding.search import SearchStats
+from pipeline.decoding.steps import SearchStats
 from pipeline.decoding.translator import TextTranslator, nbest_row, one_line
 from pipeline.errors import UserError
 

@@ -24,8 +24,10 @@ import torch
 from pipeline.data.tags import split_tag, tag, tag_of, tags_in
 from pipeline.data.text import normalize
 from pipeline.data.vocab import Vocab
+from pipeline.decoding.batches import default_workers
 from pipeline.decoding.ensemble import Ensemble, load_members
-from pipeline.decoding.search import Hypothesis, SearchModel, SearchStats, default_workers, translate_ids
+from pipeline.decoding.search import translate_ids
+from pipeline.decoding.steps import Hypothesis, SearchModel, SearchStats
 from pipeline.devices import torch_device
 from pipeline.errors import UserError
 from pipeline.model import checkpoint
@@ -215,8 +217,8 @@ class Translator(TextTranslator):
     """The torch backend: a model (or an Ensemble of models of its vocabulary), its vocabulary and
     decoding settings.
 
-    `workers`: batches decoded at once on CPU (search.search_batches); by default
-    search.default_workers. Each uses a share of torch's threads, and a batch's
+    `workers`: batches decoded at once on CPU (batches.search_batches); by default
+    batches.default_workers. Each uses a share of torch's threads, and a batch's
     products may round differently on fewer threads (docs/beam-search.md).
     """
 

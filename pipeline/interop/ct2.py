@@ -6,7 +6,7 @@
 The export writes CTranslate2's TransformerSpec layer by layer, positions as
 our own table and the vocabulary in our id order; the decoder-only model is
 refused. By default CTranslate2 runs its own search (its speed, its scores);
-`exact=True` (`translate --exact-search`) reproduces pipeline/decoding/search.py.
+`exact=True` (`translate --exact-search`) reproduces pipeline/decoding/beam.py.
 How each part maps, and where the two searches can still differ:
 docs/ctranslate2.md.
 """
@@ -29,7 +29,8 @@ from torch import nn
 
 from pipeline import params as P
 from pipeline.data.vocab import Vocab
-from pipeline.decoding.search import BANNED, Hypothesis, SearchStats, fit_to_model, length_penalty
+from pipeline.decoding.batches import fit_to_model
+from pipeline.decoding.steps import BANNED, Hypothesis, SearchStats, length_penalty
 from pipeline.decoding.translator import QUANTIZATIONS, TextTranslator
 from pipeline.devices import pick_device
 from pipeline.errors import UserError
@@ -259,7 +260,7 @@ def resolve(model_dir: Path, quantization: str | None) -> Path:
 
 @dataclasses.dataclass(frozen=True)
 class _Limits:
-    """The exported model's limits, as fit_to_model reads them from a model (search.ModelLimits)."""
+    """The exported model's limits, as fit_to_model reads them from a model (batches.ModelLimits)."""
 
     cfg: P.ModelParams
 

@@ -29,8 +29,8 @@ from matplotlib.figure import Figure
 
 from pipeline.data.batching import collate_src
 from pipeline.data.text import normalize
+from pipeline.decoding.batches import evaluating
 from pipeline.decoding.ensemble import Ensemble
-from pipeline.decoding.search import evaluating
 from pipeline.decoding.translator import API_NAMES, Translator, settings_with
 from pipeline.errors import UserError
 from pipeline.files import atomic_path

@@ -8,7 +8,7 @@ decode.n_best > 1 also .nbest files in the translate command's
 settings (and with decode.ensemble, "ensemble": each member's path and the sha256 of its
 weights), "val" and "test": {"<name>": ...}, each with sentences, seconds,
 sentences_per_s, tokens_per_s (1-best output subwords, EOS included) and
-truncated (inputs longer than the model takes, see search.fit_to_model).
+truncated (inputs longer than the model takes, see batches.fit_to_model).
 
 Decoding runs through the same Translator as `translate`, so the stage scores
 exactly what a user of the model directory gets; the settings are the

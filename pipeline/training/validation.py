@@ -17,7 +17,7 @@ import torch
 from pipeline import params as P
 from pipeline.data.batching import ParallelData, collate, token_batches
 from pipeline.data.vocab import Vocab
-from pipeline.decoding.search import translate_ids
+from pipeline.decoding.beam import beam_ids
 from pipeline.training.epochs import fitting_ids
 from pipeline.training.state import rng_state, set_rng_state
 from pipeline.training.step import UpdateStep
@@ -74,7 +74,7 @@ class ValSplit:
         """Greedy decoding's BLEU against the val references, as data/bpe decodes both."""
         seqs = [self.data.src[i].tolist() for i in self.ids]
         with self.update.autocast():
-            hyps = translate_ids(
+            hyps = beam_ids(
                 self.update.model,
                 seqs,
                 beam=1,

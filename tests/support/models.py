@@ -16,7 +16,7 @@ import yaml
 from pipeline import params as P
 from pipeline.data.batching import ParallelData
 from pipeline.data.shards import write_shard
-from pipeline.decoding.search import BANNED
+from pipeline.decoding.steps import BANNED
 from pipeline.model import checkpoint
 from pipeline.model.transformer import Seq2SeqBase, build_model
 from pipeline.params import BpeParams

@@ -381,7 +381,7 @@ def test_translate_gives_one_line_per_line_for_any_input(record_property, transl
 @pytest.mark.parametrize("arch", ["encoder_decoder", "decoder_only"])
 def test_lines_beyond_the_position_table_are_truncated_with_a_warning(translators, arch, caplog) -> None:
     lines = ["ein hund " * 400, "", "der mann", "ü" * 5000]
-    with caplog.at_level("WARNING", logger="pipeline.decoding.search"):
+    with caplog.at_level("WARNING", logger="pipeline.decoding.batches"):
         out = translators[arch].translate(lines)
     assert len(out) == 4 and out[1] == ""
     expected = "2 of 4 inputs exceed the model's length limit (model.max_positions=24) and were truncated"

@@ -11,7 +11,7 @@ import torch
 
 from pipeline.data.batching import collate_src
 from pipeline.decoding.ensemble import Ensemble
-from pipeline.decoding.search import length_penalty
+from pipeline.decoding.steps import length_penalty
 from pipeline.decoding.translator import Translator
 from pipeline.errors import UserError
 from pipeline.model import checkpoint

@@ -17,19 +17,17 @@ import torch.nn.functional as F
 
 from pipeline import params as P
 from pipeline.data.batching import collate_src
-from pipeline.decoding.search import (
+from pipeline.decoding.batches import fit_to_model, length_batches, spread_batches
+from pipeline.decoding.beam import top_candidates
+from pipeline.decoding.sampling import draw_tokens
+from pipeline.decoding.search import translate_ids
+from pipeline.decoding.steps import (
     BANNED,
     Hypothesis,
     SearchStats,
     ban_repeated_ngrams,
-    draw_tokens,
-    fit_to_model,
-    length_batches,
     length_penalty,
-    spread_batches,
     step_log_probs,
-    top_candidates,
-    translate_ids,
 )
 from pipeline.model.transformer import DecoderState, Seq2SeqBase, build_model
 from pipeline.tokens import BOS, EOS, N_SPECIAL
@@ -84,7 +82,7 @@ def teacher_forced_log_probs(model: Seq2SeqBase, seq: list[int], outs: list[list
 
 
 def reference_greedy(model: Seq2SeqBase, seq: list[int], max_len: int, alpha: float) -> Hypothesis:
-    """Greedy decoding written independently of search.py: argmax of the full forward pass."""
+    """Greedy decoding written independently of beam.py: argmax of the full forward pass."""
     out: list[int] = []
     total = 0.0
     with torch.no_grad():
@@ -226,7 +224,7 @@ def test_too_long_inputs_are_truncated_and_counted_never_dropped(arch: str, capl
     model = tiny_model(arch, positions="learned", max_positions=12)
     seqs = [[5] * 3, [6] * 30, [7] * 11, [8] * 40]
     stats = SearchStats()
-    with caplog.at_level(logging.WARNING, logger="pipeline.decoding.search"):
+    with caplog.at_level(logging.WARNING, logger="pipeline.decoding.batches"):
         results = decode(model, seqs, max_len_a=1.0, max_len_b=2, stats=stats)
     assert len(results) == 4 and all(results)
     assert stats.truncated == (3 if arch == "decoder_only" else 2)
@@ -615,7 +613,7 @@ def test_the_ban_refuses_each_token_that_would_repeat_an_ngram_and_never_eos() -
 def reference_greedy_without_repeats(
     model: Seq2SeqBase, seq: list[int], max_len: int, size: int
 ) -> Hypothesis:
-    """Greedy with the ban, written apart from search.py: Python sets of n-grams, full forward passes,
+    """Greedy with the ban, written apart from steps.py: Python sets of n-grams, full forward passes,
     and the score the model's unrenormalized log-probs (the ban removes tokens, not mass)."""
     out: list[int] = []
     total = 0.0

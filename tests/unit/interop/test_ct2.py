@@ -15,7 +15,8 @@ pytest.importorskip("ctranslate2")
 
 from pipeline.data.batching import collate_src
 from pipeline.decoding import translator as tr
-from pipeline.decoding.search import Hypothesis, length_penalty, translate_ids
+from pipeline.decoding.search import translate_ids
+from pipeline.decoding.steps import Hypothesis, length_penalty
 from pipeline.errors import UserError
 from pipeline.interop import ct2
 from pipeline.model import checkpoint
