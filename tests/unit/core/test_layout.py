@@ -23,6 +23,7 @@ BENCH = REPO / "bench"
 # or the CTranslate2 translator). tracking (MLflow) sits below every layer that logs to a run or
 # reads mlflow_run.json, and imports only the core.
 LAYERS = {
+    "params": 0,  # the core's, as its modules (errors, files, tokens): every layer reads its settings
     "model": 1,
     "data": 1,
     "tracking": 1,
