@@ -4,76 +4,53 @@ the settings added since take the value that keeps the old behaviour."""
 from __future__ import annotations
 
 import copy
+import dataclasses
+import typing
 from typing import Any
 
 from pipeline.params.loading import from_dict
-from pipeline.params.schema import Params
+from pipeline.params.schema import BEFORE, Params, SamplingParams
 
-# Settings added since models were first saved (their key paths), each with the value that keeps the
-# old behaviour.
-_ADDED = {
-    ("data", "workers"): 1,  # one process: what clean ran on before
-    ("clean", "decontaminate"): False,
-    ("clean", "filters"): [],
-    ("clean", "web_filters"): [],
-    ("clean", "source_filters"): {},
-    ("clean", "min_words"): 1,
-    ("clean", "min_script_ratio"): 0.5,
-    ("clean", "score"): {
-        "forward": None,
-        "reverse": None,
-        "drop_worst": 0.0,
-        "max_score": None,
-        "relative": False,
-        "batch_tokens": 4000,
-    },
-    ("clean", "score", "relative"): False,  # saved before relative existed: the plain cross-entropy
-    ("bpe", "sample_lines"): 2**62,  # every line: what the bpe stage trained on before
-    ("bpe", "seed"): 1,
-    ("bpe", "model_type"): "bpe",
-    ("train", "subword_sampling"): "none",
-    ("train", "subword_alpha"): 0.1,
-    ("train", "subword_nbest"): -1,
-    ("train", "source_weights"): {},
-    ("train", "source_temperature"): 1.0,
-    ("train", "init_from"): None,
-    ("train", "ema_decay"): 0.0,
-    ("tracking", "register_model"): None,
-    ("tracking", "serve_backend"): "torch",
-    ("decode", "sampling"): {"enabled": False, "top_k": 0, "top_p": 1.0, "temperature": 1.0, "seed": 1},
-    ("decode", "ensemble"): [],
-    ("backtranslation", "decode", "ensemble"): [],
-    ("decode", "no_repeat_ngram_size"): 0,
-    ("backtranslation", "decode", "no_repeat_ngram_size"): 0,
-}
 # Sections added since: a saved params without one had it off (each made by its function below).
-_ADDED_SECTIONS = ("backtranslation", "distill")
+ADDED_SECTIONS = ("backtranslation", "distill")
 
 
 def from_saved(raw: Any) -> Params:
     """Params a model directory or export saved, also from an older version of the pipeline.
 
-    Settings added since take the value that means "as before" (_ADDED), and the
-    data section of before several sources per split (data.corpus: multi30k or
-    bitext) becomes the lists of names it meant.
+    A setting added since (a field declared with schema.since) takes the value that means "as
+    before", in every section of its type; a section added since is off; and the data section of
+    before several sources per split (data.corpus: multi30k or bitext) becomes the lists of names
+    it meant.
     """
     if not isinstance(raw, dict):
         return from_dict(raw)
     raw = copy.deepcopy(raw)
-    for key_path, value in _ADDED.items():
-        *sections, key = key_path
-        node = raw
-        for section in sections:
-            node = node.get(section) if isinstance(node, dict) else None
-        if isinstance(node, dict):
-            node.setdefault(key, copy.deepcopy(value))
     if isinstance(raw.get("data"), dict) and "corpus" in raw["data"]:
         raw["data"] = _data_before_sources(raw["data"])
+    fill_added(Params, raw)
     _drop_ignored(raw)
-    for section in _ADDED_SECTIONS:  # after the above: they copy the sections as fixed
+    for section in ADDED_SECTIONS:  # after the above: they copy the sections as fixed
         if section not in raw:
             raw[section] = {"backtranslation": backtranslation_off, "distill": distill_off}[section](raw)
     return from_dict(raw)
+
+
+def fill_added(cls: type, raw: dict[str, Any]) -> None:
+    """Each key of `cls` that `raw` lacks and that was added since (its `before`), recursively
+    through the sections `raw` has."""
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if f.name not in raw and BEFORE in f.metadata:
+            raw[f.name] = copy.deepcopy(f.metadata[BEFORE])
+        inner = hints[f.name]
+        if isinstance(inner, type) and dataclasses.is_dataclass(inner) and isinstance(raw.get(f.name), dict):
+            fill_added(inner, raw[f.name])
+
+
+def before_values(cls: type) -> dict[str, Any]:
+    """A section as params saved before any of its settings existed read it."""
+    return {f.name: copy.deepcopy(f.metadata[BEFORE]) for f in dataclasses.fields(cls)}
 
 
 def backtranslation_off(raw: dict[str, Any]) -> dict[str, Any]:
@@ -108,7 +85,7 @@ def _greedy() -> dict[str, Any]:
         "max_len_b": 10,
         "batch_tokens": 4096,
         "n_best": 1,
-        "sampling": copy.deepcopy(_ADDED[("decode", "sampling")]),
+        "sampling": before_values(SamplingParams),
         "no_repeat_ngram_size": 0,
         "ensemble": [],
     }

@@ -9,8 +9,18 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
+
+BEFORE = "before"  # a field's metadata: what params saved before the setting existed meant by its absence
+
+
+def since(before: Any) -> dict[str, Any]:
+    """The metadata of a setting added after models were first saved: params saved earlier lack its
+    key, and meant `before` (the old behaviour), which saved.from_saved fills in. It is no default:
+    params.yaml must still set the key."""
+    return {BEFORE: before}
+
 
 SOURCE_FORMATS = ("auto", "text", "tsv", "tmx", "sgm", "xml")
 
@@ -73,7 +83,7 @@ class DataParams:
     heldout_seed: int
     heldout_val: int | None  # set only when val is []: lines held out of train
     heldout_test: int | None  # set only when test is []
-    workers: int
+    workers: int = field(metadata=since(1))
 
 
 FilterRule = Literal[
@@ -87,13 +97,15 @@ class PairScoreParams:
     project trained on trusted data score each pair by its cross-entropy, or with a reverse model by
     the dual conditional cross-entropy (pipeline/decoding/pair_scores.py); the worst are dropped."""
 
-    forward: str | None  # a model directory translating src -> tgt; null: no model to score with
-    reverse: str | None  # one translating tgt -> src: the score becomes the dual cross-entropy
-    drop_worst: float  # this share of the scored pairs, the least likely first
-    max_score: float | None  # ... and every pair scoring above this; null: none
+    # a model directory translating src -> tgt; null: no model to score with
+    forward: str | None = field(metadata=since(None))
+    # one translating tgt -> src: the score becomes the dual cross-entropy
+    reverse: str | None = field(metadata=since(None))
+    drop_worst: float = field(metadata=since(0.0))  # this share of the scored pairs, the least likely first
+    max_score: float | None = field(metadata=since(None))  # ... and every pair scoring above this; null: none
     # each cross-entropy over the same model's with no input: how little the source explains the target
-    relative: bool
-    batch_tokens: int
+    relative: bool = field(metadata=since(False))
+    batch_tokens: int = field(metadata=since(4000))
 
 
 @dataclass(frozen=True)
@@ -101,27 +113,28 @@ class CleanParams:
     max_words: int
     max_ratio: float
     dedupe: bool
-    decontaminate: bool
+    decontaminate: bool = field(metadata=since(False))
     # Rules for web-crawled data (pipeline/data/filters.py), for the train sources: `filters` for the
     # catalog's sets and the user's own, `web_filters` for mtdata's (web-crawled and mined), and a
     # source's own list under its name in `source_filters`
-    filters: tuple[FilterRule, ...]
-    web_filters: tuple[FilterRule, ...]
-    source_filters: dict[str, tuple[FilterRule, ...]]
-    min_words: int  # the min_words rule: each side has at least this many words
-    min_script_ratio: float  # the script rule: this share of a side's letters in its language's script
-    score: PairScoreParams  # the score rule's models and cut
+    filters: tuple[FilterRule, ...] = field(metadata=since(()))
+    web_filters: tuple[FilterRule, ...] = field(metadata=since(()))
+    source_filters: dict[str, tuple[FilterRule, ...]] = field(metadata=since({}))
+    min_words: int = field(metadata=since(1))  # the min_words rule: each side has at least this many words
+    # the script rule: this share of a side's letters in its language's script
+    min_script_ratio: float = field(metadata=since(0.5))
+    score: PairScoreParams = field(metadata=since({}))  # the score rule's models and cut
 
 
 @dataclass(frozen=True)
 class BpeParams:
     joint: bool
-    model_type: Literal["bpe", "unigram"]
+    model_type: Literal["bpe", "unigram"] = field(metadata=since("bpe"))
     vocab_size: int | Literal["auto"]  # auto: from the training pairs (pipeline.stages.bpe.auto_vocab_size)
     character_coverage: float
     byte_fallback: bool
-    sample_lines: int
-    seed: int
+    sample_lines: int = field(metadata=since(2**62))
+    seed: int = field(metadata=since(1))
 
 
 @dataclass(frozen=True)
@@ -167,13 +180,13 @@ class TrainParams:
     seed: int
     max_tokens: int
     # A fresh segmentation of every training sentence each epoch (docs/low-resource.md).
-    subword_sampling: Literal["none", "unigram", "bpe_dropout"]
-    subword_alpha: float
-    subword_nbest: int
-    source_weights: dict[str, float]
-    source_temperature: float
+    subword_sampling: Literal["none", "unigram", "bpe_dropout"] = field(metadata=since("none"))
+    subword_alpha: float = field(metadata=since(0.1))
+    subword_nbest: int = field(metadata=since(-1))
+    source_weights: dict[str, float] = field(metadata=since({}))
+    source_temperature: float = field(metadata=since(1.0))
     # A model directory to start from: its weights, architecture and vocabulary (docs/transfer.md).
-    init_from: str | None
+    init_from: str | None = field(metadata=since(None))
     update_freq: int
     optimizer: Literal["adam", "adamw"]
     lr: float
@@ -191,7 +204,8 @@ class TrainParams:
     patience: int
     keep_last: int
     average_last: int
-    ema_decay: float  # 0: off; else the moving average of the weights validated and saved (ema.py)
+    # 0: off; else the moving average of the weights validated and saved (ema.py)
+    ema_decay: float = field(metadata=since(0.0))
     skip_bad_batches: bool
     log_every: int
     threads: int
@@ -202,11 +216,11 @@ class SamplingParams:
     """decode.sampling: draw each token from the model's distribution, tempered, then cut to the
     top_k likeliest tokens and to the nucleus of top_p probability (docs/sampling.md)."""
 
-    enabled: bool
-    top_k: int  # 0: no limit
-    top_p: float  # 1: no limit
-    temperature: float
-    seed: int
+    enabled: bool = field(metadata=since(False))
+    top_k: int = field(metadata=since(0))  # 0: no limit
+    top_p: float = field(metadata=since(1.0))  # 1: no limit
+    temperature: float = field(metadata=since(1.0))
+    seed: int = field(metadata=since(1))
 
 
 @dataclass(frozen=True)
@@ -217,19 +231,21 @@ class DecodeParams:
     max_len_b: int
     batch_tokens: int
     n_best: int  # with sampling: samples per input
-    sampling: SamplingParams
-    no_repeat_ngram_size: int  # no output repeats an n-gram this long (steps.ban_repeated_ngrams); 0: off
+    sampling: SamplingParams = field(metadata=since({}))
+    # no output repeats an n-gram this long (steps.ban_repeated_ngrams); 0: off
+    no_repeat_ngram_size: int = field(metadata=since(0))
     # Other model directories decoded together with the model, their probabilities averaged; read where
     # the settings come from params.yaml (decode, backtranslate), never from a model's own saved params
-    ensemble: tuple[str, ...]
+    ensemble: tuple[str, ...] = field(metadata=since(()))
 
 
 @dataclass(frozen=True)
 class TrackingParams:
     experiment: str
-    register_model: str | None  # a Model Registry name: each training run adds a version
+    # a Model Registry name: each training run adds a version
+    register_model: str | None = field(metadata=since(None))
     # What the logged model decodes with when served: the model (torch) or its CTranslate2 conversion
-    serve_backend: Literal["torch", "ctranslate2"]
+    serve_backend: Literal["torch", "ctranslate2"] = field(metadata=since("torch"))
 
 
 @dataclass(frozen=True)

@@ -98,3 +98,21 @@ def test_a_model_saved_before_back_translation_loads_with_it_off(params):
     old["model"].update(n_layers=3, encoder_layers=3, decoder_layers=3)
     loaded = P.from_saved(old)
     assert loaded.train.init_from == "data/parent" and loaded.backtranslation.reverse.train.init_from is None
+
+
+def test_a_setting_added_since_reads_as_before_in_every_section_of_its_type(raw):
+    """schema.since marks the settings added since models were first saved: a saved params without
+    one reads as the old behaviour wherever its section's type appears, the reverse model's too."""
+    for train in (raw["train"], raw["backtranslation"]["reverse"]["train"]):
+        del train["ema_decay"], train["source_weights"]
+    del (
+        raw["clean"]["score"]["relative"],
+        raw["decode"]["sampling"],
+        raw["backtranslation"]["decode"]["ensemble"],
+    )
+    old = P.from_saved(raw)
+    assert old.train.ema_decay == old.backtranslation.reverse.train.ema_decay == 0.0
+    assert old.train.source_weights == {} and old.clean.score.relative is False
+    assert not old.decode.sampling.enabled and old.backtranslation.decode.ensemble == ()
+    with pytest.raises(P.ParamsError, match=r"^clean.score.relative: missing; every key must be set"):
+        P.from_dict(raw)  # params.yaml itself must set them
