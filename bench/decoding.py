@@ -112,6 +112,23 @@ def make_batches(seqs: list[list[int]], size: int) -> list[Batch]:
 # --- the systems -------------------------------------------------------------------
 
 
+def fixed_length(beam: int, steps: int) -> P.DecodeParams:
+    """Search settings under which every output is `steps` tokens long (EOS refused before, forced
+    at the last): the same work for every system compared."""
+    off = P.SamplingParams(enabled=False, top_k=0, top_p=1.0, temperature=1.0, seed=1)
+    return P.DecodeParams(
+        beam=beam,
+        length_penalty=1.0,
+        max_len_a=0.0,
+        max_len_b=steps - 1,
+        batch_tokens=10**9,
+        n_best=1,
+        sampling=off,
+        no_repeat_ngram_size=0,
+        ensemble=(),
+    )
+
+
 def torch_runner(model: Seq2SeqBase, steps: int, use_cache: bool, workers: int | None = None) -> Runner:
     """translate_ids over all batches in one call, as given (workers: default_workers)."""
     workers = default_workers("cpu") if workers is None else workers
@@ -123,11 +140,7 @@ def torch_runner(model: Seq2SeqBase, steps: int, use_cache: bool, workers: int |
         hyps = translate_ids(
             model,
             seqs,
-            beam=beam,
-            length_penalty=1.0,
-            max_len_a=0.0,
-            max_len_b=steps - 1,
-            batch_tokens=10**9,
+            fixed_length(beam, steps),
             device="cpu",
             use_cache=use_cache,
             min_len=steps - 1,

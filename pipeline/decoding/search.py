@@ -16,55 +16,52 @@ import torch
 from pipeline.decoding.beam import beam_ids
 from pipeline.decoding.sampling import sample_ids
 from pipeline.decoding.steps import Hypothesis, SearchModel, SearchStats
-from pipeline.params import SamplingParams
+from pipeline.params import DecodeParams
 
 
 def translate_ids(
     model: SearchModel,
     seqs: Sequence[Sequence[int]],
+    settings: DecodeParams,
     *,
-    beam: int,
-    length_penalty: float,
-    max_len_a: float,
-    max_len_b: int,
-    batch_tokens: int,
     device: torch.device | str,
-    n_best: int = 1,
-    use_cache: bool = True,
-    min_len: int = 0,
     stats: SearchStats | None = None,
     workers: int = 1,
+    use_cache: bool = True,
+    min_len: int = 0,
     batches: Sequence[list[int]] | None = None,
-    sampling: SamplingParams | None = None,
-    no_repeat_ngram_size: int = 0,
 ) -> list[list[Hypothesis]]:
-    """Decode source ids (without EOS) -> per input, up to n_best hypotheses, in input order.
+    """Decode source ids (without EOS) as `settings` say -> per input, up to n_best hypotheses, in
+    input order (their ensemble is the caller's: `model` is one model or an Ensemble).
 
-    With `sampling` (beam must be 1), n_best samples per input instead, best first
+    With settings.sampling enabled (beam must be 1), n_best samples per input instead, best first
     (sampling.sample_ids); each input's samples depend on sampling.seed and its ids alone.
     Otherwise beam search (beam.beam_ids). Limits, batches and workers: batches.decode_ids.
-    `no_repeat_ngram_size`: see steps.ban_repeated_ngrams.
+    `use_cache` off runs the model over the whole prefix every step (a benchmark's baseline),
+    `min_len` refuses EOS before that many tokens, and `batches` fixes the batches (a
+    benchmark's fixed shapes); `stats` adds this call's counts.
     """
-    if sampling is not None and beam != 1:
-        raise ValueError(f"sampling draws one token a step: beam must be 1, not {beam}")
+    s = settings
+    if s.sampling.enabled and s.beam != 1:
+        raise ValueError(f"sampling draws one token a step: beam must be 1, not {s.beam}")
     search: Callable[..., list[list[Hypothesis]]] = (
-        functools.partial(beam_ids, beam=beam)
-        if sampling is None
-        else functools.partial(sample_ids, sampling=sampling)
+        functools.partial(sample_ids, sampling=s.sampling)
+        if s.sampling.enabled
+        else functools.partial(beam_ids, beam=s.beam)
     )
     return search(
         model,
         seqs,
-        length_penalty=length_penalty,
-        max_len_a=max_len_a,
-        max_len_b=max_len_b,
-        batch_tokens=batch_tokens,
+        length_penalty=s.length_penalty,
+        max_len_a=s.max_len_a,
+        max_len_b=s.max_len_b,
+        batch_tokens=s.batch_tokens,
         device=device,
-        n_best=n_best,
+        n_best=s.n_best,
         use_cache=use_cache,
         min_len=min_len,
         stats=stats,
         workers=workers,
         batches=batches,
-        no_repeat_ngram_size=no_repeat_ngram_size,
+        no_repeat_ngram_size=s.no_repeat_ngram_size,
     )

@@ -278,21 +278,7 @@ class Translator(TextTranslator):
     def search_ids(
         self, seqs: Sequence[Sequence[int]], s: DecodeParams, stats: SearchStats | None = None
     ) -> list[list[Hypothesis]]:
-        return translate_ids(
-            self.model,
-            seqs,
-            sampling=s.sampling if s.sampling.enabled else None,
-            beam=s.beam,
-            length_penalty=s.length_penalty,
-            max_len_a=s.max_len_a,
-            max_len_b=s.max_len_b,
-            batch_tokens=s.batch_tokens,
-            device=self.device,
-            n_best=s.n_best,
-            stats=stats,
-            workers=self.workers,
-            no_repeat_ngram_size=s.no_repeat_ngram_size,
-        )
+        return translate_ids(self.model, seqs, s, device=self.device, stats=stats, workers=self.workers)
 
 
 # CTranslate2's weight types (ctranslate2.specs.model_spec.ACCEPTED_MODEL_TYPES), listed here so

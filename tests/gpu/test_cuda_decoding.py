@@ -34,18 +34,10 @@ def random_seqs(n: int, seed: int = 0) -> list[list[int]]:
 
 
 def decode(model, seqs, device, beam: int, **options):
-    return translate_ids(
-        model,
-        seqs,
-        beam=beam,
-        length_penalty=1.0,
-        max_len_a=1.0,
-        max_len_b=5,
-        batch_tokens=400,
-        device=device,
-        n_best=beam,
-        **options,
+    settings = dataclasses.replace(
+        BASE.decode, beam=beam, length_penalty=1.0, max_len_a=1.0, max_len_b=5, batch_tokens=400, n_best=beam
     )
+    return translate_ids(model, seqs, settings, device=device, **options)
 
 
 def tokens_and_scores(results) -> tuple[list, list]:

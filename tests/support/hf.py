@@ -194,15 +194,15 @@ def our_translate(model_dir: Path, lines: list[str], beam: int, no_repeat_ngram_
     from pipeline.decoding.translator import Translator
 
     translator = Translator.from_dir(model_dir, workers=1)
-    found = translate_ids(
-        translator.model,
-        translator.vocab.encode_src(lines),
+    settings = dataclasses.replace(
+        translator.settings,
         beam=beam,
         length_penalty=0.0,
         max_len_a=0.0,
         max_len_b=MAX_NEW - 1,
         batch_tokens=4000,
-        device="cpu",
+        n_best=1,
         no_repeat_ngram_size=no_repeat_ngram_size,
     )
+    found = translate_ids(translator.model, translator.vocab.encode_src(lines), settings, device="cpu")
     return [translator.vocab.decode_tgt(hyps[0].tokens) for hyps in found]

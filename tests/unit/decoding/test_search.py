@@ -66,9 +66,14 @@ def random_seqs(n: int, vocab: int, seed: int = 0, longest: int = 9) -> list[lis
     return [[rng.randrange(N_SPECIAL, vocab) for _ in range(rng.randint(1, longest))] for _ in range(n)]
 
 
+SEARCH_ONLY = ("use_cache", "min_len", "stats", "workers", "batches")  # translate_ids' own, not settings
+
+
 def decode(model: Seq2SeqBase, seqs: list[list[int]], **kw) -> list[list[Hypothesis]]:
-    settings = dict(beam=4, length_penalty=1.0, max_len_a=1.0, max_len_b=3, batch_tokens=10_000, device="cpu")
-    return translate_ids(model, seqs, **{**settings, **kw})
+    """translate_ids with decode settings of a test's size, as `kw` changes them."""
+    search = {k: kw.pop(k) for k in SEARCH_ONLY if k in kw}
+    settings = dict(beam=4, length_penalty=1.0, max_len_a=1.0, max_len_b=3, batch_tokens=10_000) | kw
+    return translate_ids(model, seqs, dataclasses.replace(BASE.decode, **settings), device="cpu", **search)
 
 
 def teacher_forced_log_probs(model: Seq2SeqBase, seq: list[int], outs: list[list[int]]) -> list[float]:

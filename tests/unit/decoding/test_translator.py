@@ -51,18 +51,10 @@ def test_min_len_fixes_the_output_length_for_benchmarks(translator: Translator) 
 
     ids = translator.vocab.encode_src(["ein hund", "die katze springt über die straße"])
     for beam in (1, 3):
-        hyps = translate_ids(
-            translator.model,
-            ids,
-            beam=beam,
-            length_penalty=1.0,
-            max_len_a=0.0,
-            max_len_b=7,
-            batch_tokens=1000,
-            device="cpu",
-            min_len=7,
-            n_best=beam,
+        settings = dataclasses.replace(
+            translator.settings, beam=beam, length_penalty=1.0, max_len_a=0.0, max_len_b=7, n_best=beam
         )
+        hyps = translate_ids(translator.model, ids, settings, device="cpu", min_len=7)
         assert all(len(h.tokens) == 7 and 3 not in h.tokens for hs in hyps for h in hs)
 
 

@@ -24,6 +24,7 @@ from pipeline.model.transformer import Seq2SeqBase
 from pipeline.stages import translate as translate_stage
 from pipeline.tokens import BOS, EOS, N_SPECIAL
 from tests.support.models import CT2_MAX_LEN, make_ct2_model_dir
+from tests.support.repo import BASE
 
 # (norm, positions, tie_embeddings, activation, seed): every mapping the export makes, each
 # with a seed whose outputs vary between inputs and mostly end before the length limit.
@@ -45,18 +46,17 @@ def random_seqs(n: int, vocab: int, seed: int = 0, longest: int = 10) -> list[li
 def torch_decode(
     model: Seq2SeqBase, seqs: list[list[int]], beam: int, n_best: int = 1, no_repeat_ngram_size: int = 0
 ) -> list[list[Hypothesis]]:
-    return translate_ids(
-        model,
-        seqs,
+    settings = dataclasses.replace(
+        BASE.decode,
         beam=beam,
         length_penalty=1.0,
         max_len_a=MAX_LEN_A,
         max_len_b=MAX_LEN_B,
         batch_tokens=2000,
-        device="cpu",
         n_best=n_best,
         no_repeat_ngram_size=no_repeat_ngram_size,
     )
+    return translate_ids(model, seqs, settings, device="cpu")
 
 
 def teacher_forced_score(model: Seq2SeqBase, src: list[int], out: list[int], alpha: float = 1.0) -> float:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
+from pipeline.decoding import batches as decoding_batches
 from pipeline.decoding import translator as tr
 from pipeline.decoding.translator import Translator
 from pipeline.stages import translate as translate_stage
@@ -95,13 +96,13 @@ def test_quantization_needs_the_ctranslate2_backend(model_dir: Path) -> None:
 
 def test_workers_reach_the_search_and_change_no_output(model_dir: Path, monkeypatch) -> None:
     searches = []  # (workers, batches) of each search
-    search_batches = tr.translate_ids.__globals__["search_batches"]
+    search_batches = decoding_batches.search_batches
 
-    def recording(model, fitted, batches, *, workers, **kwargs):
+    def recording(model, fitted, batches, run, *, workers, **kwargs):
         searches.append((workers, len(batches)))
-        return search_batches(model, fitted, batches, workers=workers, **kwargs)
+        return search_batches(model, fitted, batches, run, workers=workers, **kwargs)
 
-    monkeypatch.setitem(tr.translate_ids.__globals__, "search_batches", recording)
+    monkeypatch.setattr(decoding_batches, "search_batches", recording)
     lines = "ein hund\nder mann läuft über die straße\n\ndie katze\neine frau springt\n".encode()
     args = ["--model", str(model_dir), "--device", "cpu", "--batch-tokens", "40"]  # a batch a sentence or two
     one, three = run([*args, "--workers", "1"], lines), run([*args, "--workers", "3"], lines)
