@@ -17,7 +17,7 @@ import itertools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import torch
 
@@ -32,6 +32,9 @@ from pipeline.devices import torch_device
 from pipeline.errors import UserError
 from pipeline.model import checkpoint
 from pipeline.params import DecodeParams, Params, check_decode
+
+if TYPE_CHECKING:  # annotations only (Python 3.10 has no typing.Unpack)
+    from typing_extensions import Unpack
 
 CHUNK_LINES = 5000  # lines searched together: enough to sort into full batches, bounded memory
 
@@ -101,25 +104,14 @@ class TextTranslator:
         self,
         lines: Sequence[str],
         *,
-        beam: int | None = None,
-        length_penalty: float | None = None,
-        batch_tokens: int | None = None,
-        sample: bool | None = None,
-        top_k: int | None = None,
-        top_p: float | None = None,
-        temperature: float | None = None,
-        seed: int | None = None,
-        no_repeat_ngram_size: int | None = None,
         stats: SearchStats | None = None,
         tgt_lang: str | None = None,
+        **overrides: Unpack[Overrides],
     ) -> list[str]:
-        """One detokenized 1-best translation (or sample) per line; None settings come from
-        self.settings, and `sample=True` without a beam samples with beam 1 (see `settings_with`).
+        """One detokenized 1-best translation (or sample) per line; `overrides` change self.settings
+        for this call (Overrides; `sample=True` without a beam samples with beam 1: settings_with).
         `tgt_lang`: the language to translate into, for a model of several (`target_languages`)."""
-        given = dict(beam=beam, length_penalty=length_penalty, batch_tokens=batch_tokens, n_best=1)
-        given |= dict(sample=sample, top_k=top_k, top_p=top_p, temperature=temperature, seed=seed)
-        given |= dict(no_repeat_ngram_size=no_repeat_ngram_size)
-        settings = settings_with(self.settings, API_NAMES, given)
+        settings = settings_with(self.settings, API_NAMES, {**overrides, "n_best": 1})
         found = self.search(lines, settings, stats, tgt_lang)
         return [self.vocab.decode_tgt(hyps[0].tokens) for hyps in found]
 
@@ -128,26 +120,13 @@ class TextTranslator:
         lines: Sequence[str],
         n_best: int | None = None,
         *,
-        beam: int | None = None,
-        length_penalty: float | None = None,
-        batch_tokens: int | None = None,
-        sample: bool | None = None,
-        top_k: int | None = None,
-        top_p: float | None = None,
-        temperature: float | None = None,
-        seed: int | None = None,
-        no_repeat_ngram_size: int | None = None,
         stats: SearchStats | None = None,
         tgt_lang: str | None = None,
+        **overrides: Unpack[Overrides],
     ) -> list[list[Translation]]:
         """Up to n_best (default: settings.n_best) translations per line, best first, with the
         scores the backend ranked them by; with sampling, n_best samples (they may repeat)."""
-        given = dict(
-            beam=beam, length_penalty=length_penalty, batch_tokens=batch_tokens, n_best=n_best or None
-        )
-        given |= dict(sample=sample, top_k=top_k, top_p=top_p, temperature=temperature, seed=seed)
-        given |= dict(no_repeat_ngram_size=no_repeat_ngram_size)
-        settings = settings_with(self.settings, API_NAMES, given)
+        settings = settings_with(self.settings, API_NAMES, {**overrides, "n_best": n_best})
         return [
             [Translation(self.vocab.decode_tgt(h.tokens), h.score) for h in hyps]
             for hyps in self.search(lines, settings, stats, tgt_lang)
@@ -170,6 +149,20 @@ class TextTranslator:
         it = iter(lines)
         while chunk := list(itertools.islice(it, chunk_lines)):
             yield from map(one_line, self.translate(chunk, stats=stats, tgt_lang=tgt_lang))
+
+
+class Overrides(TypedDict, total=False):
+    """The decode settings one call may change (None: unchanged); FIELDS says what each sets."""
+
+    beam: int | None
+    length_penalty: float | None
+    batch_tokens: int | None
+    sample: bool | None
+    top_k: int | None
+    top_p: float | None
+    temperature: float | None
+    seed: int | None
+    no_repeat_ngram_size: int | None
 
 
 # What each override sets: a DecodeParams field, or decode.sampling's (check_decode's keys).
@@ -198,6 +191,9 @@ def settings_with(settings: DecodeParams, names: Mapping[str, str], given: Mappi
     nothing to sampling, and an explicit beam > 1 is refused. A sampling value given
     while sampling stays off is refused too, rather than silently unused.
     """
+    unknown = sorted(set(given) - set(FIELDS))
+    if unknown:
+        raise TypeError(f"unexpected decode setting {unknown[0]!r}; the settings: {', '.join(FIELDS)}")
     given = {name: value for name, value in given.items() if value is not None}
     enabled = given.get("sample", settings.sampling.enabled)
     drawn = {name: given[name] for name in SAMPLING_VALUES if name in given}

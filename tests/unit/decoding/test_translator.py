@@ -126,3 +126,9 @@ def test_no_repeat_ngram_size_from_the_settings_or_the_call(translator: Translat
     assert own.translate(lines, no_repeat_ngram_size=0) == translator.translate(lines)
     with pytest.raises(UserError, match=r"^no_repeat_ngram_size: must be non-negative \(0: off\)$"):
         translator.translate(lines, no_repeat_ngram_size=-1)
+
+
+def test_a_misspelt_setting_is_refused_naming_it(translator: Translator) -> None:
+    with pytest.raises(TypeError, match=r"unexpected decode setting 'beem'; the settings: beam, "):
+        translator.translate(["ein hund"], beem=3)  # type: ignore[call-arg]
+    assert translator.translate(["ein hund"], beam=3) == translator.translate(["ein hund"], beam=3, seed=None)
