@@ -19,8 +19,8 @@ target tokens/s of greedy search and beam 5 for
 The rule, for every system: batches of --batch-size sentences (sorted by
 length, the same batches for all), and exactly --steps (20) decoding steps
 per sentence, EOS refused before: HF min_new_tokens = max_new_tokens = 20,
-CT2 min_decoding_length = max_decoding_length = 20, ours min_len = max_len
-= 19 tokens and then its forced EOS, the 20th step. Each run is checked to
+CT2 min_decoding_length = max_decoding_length = 20, ours EOS refused for 19
+tokens (bench.decoding.FixedLength) and then forced, the 20th step. Each run is checked to
 have produced exactly that many tokens per sentence, so tokens/s = 20 x
 sentences/s. Every system and task runs one warm-up pass over the batches;
 then --repeats rounds each time one pass of every (system, task), in a

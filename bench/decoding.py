@@ -12,6 +12,7 @@ import random
 import statistics
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -21,13 +22,14 @@ from pipeline import params as P
 from pipeline.data.batching import collate_src
 from pipeline.data.text import normalize
 from pipeline.data.vocab import Vocab
-from pipeline.decoding.batches import default_workers
-from pipeline.decoding.search import translate_ids
+from pipeline.decoding.batches import default_workers, evaluating, search_batches
+from pipeline.decoding.beam import beam_search
+from pipeline.decoding.steps import Hypothesis
 from pipeline.files import read_lines
 from pipeline.interop.hf_export import hf_config
 from pipeline.model import checkpoint
 from pipeline.model.transformer import Seq2SeqBase, Transformer, build_model
-from pipeline.tokens import N_SPECIAL, PAD
+from pipeline.tokens import EOS, N_SPECIAL, PAD
 
 REPO = Path(__file__).resolve().parents[1]
 TASKS = {"decode_greedy": 1, "decode_beam5": 5}
@@ -112,42 +114,60 @@ def make_batches(seqs: list[list[int]], size: int) -> list[Batch]:
 # --- the systems -------------------------------------------------------------------
 
 
-def fixed_length(beam: int, steps: int) -> P.DecodeParams:
-    """Search settings under which every output is `steps` tokens long (EOS refused before, forced
-    at the last): the same work for every system compared."""
-    off = P.SamplingParams(enabled=False, top_k=0, top_p=1.0, temperature=1.0, seed=1)
-    return P.DecodeParams(
-        beam=beam,
-        length_penalty=1.0,
-        max_len_a=0.0,
-        max_len_b=steps - 1,
-        batch_tokens=10**9,
-        n_best=1,
-        sampling=off,
-        no_repeat_ngram_size=0,
-        ensemble=(),
-    )
+class _Counted:
+    """A decoder state and the steps taken with it (each step feeds every row one token)."""
+
+    def __init__(self, inner: Any):
+        self.inner, self.steps = inner, 0
+
+    def reorder(self, index: torch.Tensor, beams: int) -> None:
+        self.inner.reorder(index, beams)
+
+
+class FixedLength(torch.nn.Module):
+    """The model, with EOS refused until `length` tokens are out: every output is as long as the
+    search's max_len lets it be (the search forces EOS there), so each system compared does the
+    same work. CTranslate2's min_decoding_length does this for its own search."""
+
+    def __init__(self, model: Seq2SeqBase, length: int):
+        super().__init__()
+        self.model, self.length = model, length
+        self.cfg, self.start_token = model.cfg, model.start_token
+
+    def start(self, src: torch.Tensor, steps: int = 0) -> _Counted:
+        return _Counted(self.model.start(src, steps))
+
+    def step(self, tokens: torch.Tensor, state: _Counted) -> torch.Tensor:
+        logits = self.model.step(tokens, state.inner)
+        if state.steps < self.length:
+            logits[:, EOS] = float("-inf")
+        state.steps += 1
+        return logits
+
+    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:  # NaiveDecoder's way
+        logits = self.model(src, tgt_in)
+        if tgt_in.size(1) - 1 < self.length:  # tokens fed after the first
+            logits[:, -1, EOS] = float("-inf")
+        return logits
 
 
 def torch_runner(model: Seq2SeqBase, steps: int, use_cache: bool, workers: int | None = None) -> Runner:
-    """translate_ids over all batches in one call, as given (workers: default_workers)."""
+    """Our beam search over all batches in one call, each batch as given, every output `steps`
+    tokens with its EOS (workers: default_workers)."""
     workers = default_workers("cpu") if workers is None else workers
+    fixed = FixedLength(model, steps - 1)
 
     def run(batches: list[Batch], beam: int) -> list[int]:
-        seqs = [src for batch in batches for src in batch]
+        fitted = [(list(src), steps - 1) for batch in batches for src in batch]
         ends = list(itertools.accumulate(map(len, batches)))
         indices = [list(range(end - len(batch), end)) for batch, end in zip(batches, ends)]
-        hyps = translate_ids(
-            model,
-            seqs,
-            fixed_length(beam, steps),
-            device="cpu",
-            use_cache=use_cache,
-            min_len=steps - 1,
-            workers=workers,
-            batches=indices,
-        )
-        return [len(h[0].tokens) + 1 for h in hyps]  # + the forced EOS, the last step
+
+        def search(src: torch.Tensor, max_lens: torch.Tensor, _: list[list[int]]) -> list[list[Hypothesis]]:
+            return beam_search(fixed, src, max_lens, beam=beam, alpha=1.0, use_cache=use_cache)
+
+        with evaluating(model):
+            found = search_batches(fixed, fitted, indices, search, workers=workers, device="cpu")
+        return [len(hyps[0].tokens) + 1 for batch in found for hyps in batch]  # + the forced EOS
 
     return run
 

@@ -179,26 +179,6 @@ def search_batches(
             torch.set_num_threads(threads)
 
 
-def batches_of(
-    fitted: Sequence[tuple[list[int], int]],
-    rows: int,
-    batch_tokens: int,
-    workers: int,
-    device: torch.device | str,
-    given: Sequence[list[int]] | None,
-) -> list[list[int]]:
-    """translate_ids' batches: spread_batches of the fitted sources (`rows` a sentence: its beam or
-    samples), or those `given` once checked to hold every non-empty input exactly once."""
-    if given is None:
-        lengths = [len(f[0]) for f in fitted]
-        on_cpu = torch.device(device).type == "cpu"  # where workers share the cores (search_batches)
-        return spread_batches(lengths, rows, batch_tokens, workers if on_cpu else 1)
-    batches = [list(b) for b in given]
-    if sorted(i for b in batches for i in b) != [i for i, f in enumerate(fitted) if f[0]]:
-        raise ValueError("batches must hold the index of every non-empty input exactly once")
-    return batches
-
-
 def decode_ids(
     model: SearchModel,
     seqs: Sequence[Sequence[int]],
@@ -209,7 +189,6 @@ def decode_ids(
     device: torch.device | str,
     stats: SearchStats | None = None,
     workers: int = 1,
-    batches: Sequence[list[int]] | None = None,
 ) -> list[list[Hypothesis]]:
     """Source ids (without EOS) -> per input the hypotheses `run` finds, in input order.
 
@@ -217,9 +196,8 @@ def decode_ids(
     without running the model. An input longer than the model takes is truncated
     (see fit_to_model; `limits` is (max_len_a, max_len_b)) and counted, with one warning
     per call; none is dropped. Batches: `length_batches` by batch_tokens with `rows` a
-    sentence (its beam, or samples), spread evenly over the CPU's `workers`
-    (spread_batches), or `batches` as given (indices of non-empty inputs; a benchmark's
-    fixed batches); `workers` see search_batches.
+    sentence (its beam, or samples), spread evenly over the CPU's `workers` (spread_batches);
+    `workers` see search_batches.
     """
     stats = stats if stats is not None else SearchStats()
     fitted = [fit_to_model(model, s, *limits) if s else ([], 0) for s in seqs]
@@ -230,7 +208,8 @@ def decode_ids(
             f"(model.max_positions={model.cfg.max_positions}) and were truncated"
         )
     results: list[list[Hypothesis]] = [[Hypothesis([], 0.0)] for _ in seqs]
-    batches = batches_of(fitted, rows, batch_tokens, workers, device, batches)
+    on_cpu = torch.device(device).type == "cpu"  # where workers share the cores (search_batches)
+    batches = spread_batches([len(f[0]) for f in fitted], rows, batch_tokens, workers if on_cpu else 1)
     with evaluating(model):
         found = search_batches(model, fitted, batches, run, workers=workers, device=device)
     for batch, hyps in zip(batches, found):

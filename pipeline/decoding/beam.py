@@ -147,13 +147,10 @@ def beam_search(
     alpha: float,
     n_best: int = 1,
     use_cache: bool = True,
-    min_len: int = 0,
     no_repeat_ngram_size: int = 0,
 ) -> list[list[Hypothesis]]:
     """src (B, S) with EOS, padded; max_lens (B,) -> per sentence its n_best hypotheses, best first.
 
-    min_len: EOS is refused until that many tokens are generated (a benchmark's fixed
-    output length: min_len = max_len); at max_len it is still forced.
     no_repeat_ngram_size: no hypothesis repeats an n-gram that long (ban_repeated_ngrams).
     """
     fed = int(max_lens.max()) + 1 if max_lens.numel() else 0  # the start token, then up to max_len
@@ -163,7 +160,7 @@ def beam_search(
     while beams.sentences.numel():
         steps = beams.history.size(1) - 1
         force_eos = (beams.max_lens <= steps).repeat_interleave(beams.scores.size(1))  # (R,)
-        lprobs = step_log_probs(decoder.step(beams.history[:, -1:]), force_eos, ban_eos=steps < min_len)
+        lprobs = step_log_probs(decoder.step(beams.history[:, -1:]), force_eos)
         ban_repeated_ngrams(lprobs, beams.history, no_repeat_ngram_size)
         values, parents, words = top_candidates(beams.scores, lprobs, beam)
         finish(finished, beams, values, parents, words, beam, alpha)
@@ -183,10 +180,8 @@ def beam_ids(
     device: torch.device | str,
     n_best: int = 1,
     use_cache: bool = True,
-    min_len: int = 0,
     stats: SearchStats | None = None,
     workers: int = 1,
-    batches: Sequence[list[int]] | None = None,
     no_repeat_ngram_size: int = 0,
 ) -> list[list[Hypothesis]]:
     """Beam-search source ids (without EOS) -> per input up to n_best hypotheses, in input order
@@ -201,9 +196,8 @@ def beam_ids(
             alpha=length_penalty,
             n_best=n_best,
             use_cache=use_cache,
-            min_len=min_len,
             no_repeat_ngram_size=no_repeat_ngram_size,
         )
 
     limits = (max_len_a, max_len_b)
-    return decode_ids(model, seqs, run, beam, limits, batch_tokens, device, stats, workers, batches)
+    return decode_ids(model, seqs, run, beam, limits, batch_tokens, device, stats, workers)

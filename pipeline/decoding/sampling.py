@@ -161,7 +161,6 @@ def sample_search(
     sampling: SamplingParams,
     alpha: float,
     use_cache: bool = True,
-    min_len: int = 0,
     no_repeat_ngram_size: int = 0,
 ) -> list[list[Hypothesis]]:
     """src (B, S) with EOS, padded; max_lens (B,); draws (B*K, L) from sample_draws -> per sentence
@@ -180,7 +179,7 @@ def sample_search(
         steps = live.history.size(1) - 1
         K = live.done.size(0) // live.sentences.size(0)
         force_eos = (live.max_lens <= steps).repeat_interleave(K) | live.done  # done rows idle on EOS
-        lprobs = step_log_probs(decoder.step(live.history[:, -1:]), force_eos, ban_eos=steps < min_len)
+        lprobs = step_log_probs(decoder.step(live.history[:, -1:]), force_eos)
         ban_repeated_ngrams(lprobs, live.history, no_repeat_ngram_size)
         tokens = draw_tokens(lprobs, live.draws[:, steps], sampling)
         gained = lprobs.gather(1, tokens[:, None]).squeeze(1)
@@ -204,10 +203,8 @@ def sample_ids(
     batch_tokens: int,
     device: torch.device | str,
     use_cache: bool = True,
-    min_len: int = 0,
     stats: SearchStats | None = None,
     workers: int = 1,
-    batches: Sequence[list[int]] | None = None,
     no_repeat_ngram_size: int = 0,
 ) -> list[list[Hypothesis]]:
     """n_best samples of each input's translation, best first, in input order; each input's
@@ -223,9 +220,8 @@ def sample_ids(
             sampling=sampling,
             alpha=length_penalty,
             use_cache=use_cache,
-            min_len=min_len,
             no_repeat_ngram_size=no_repeat_ngram_size,
         )
 
     limits = (max_len_a, max_len_b)
-    return decode_ids(model, seqs, run, n_best, limits, batch_tokens, device, stats, workers, batches)
+    return decode_ids(model, seqs, run, n_best, limits, batch_tokens, device, stats, workers)

@@ -28,8 +28,6 @@ def translate_ids(
     stats: SearchStats | None = None,
     workers: int = 1,
     use_cache: bool = True,
-    min_len: int = 0,
-    batches: Sequence[list[int]] | None = None,
 ) -> list[list[Hypothesis]]:
     """Decode source ids (without EOS) as `settings` say -> per input, up to n_best hypotheses, in
     input order (their ensemble is the caller's: `model` is one model or an Ensemble).
@@ -37,9 +35,8 @@ def translate_ids(
     With settings.sampling enabled (beam must be 1), n_best samples per input instead, best first
     (sampling.sample_ids); each input's samples depend on sampling.seed and its ids alone.
     Otherwise beam search (beam.beam_ids). Limits, batches and workers: batches.decode_ids.
-    `use_cache` off runs the model over the whole prefix every step (a benchmark's baseline),
-    `min_len` refuses EOS before that many tokens, and `batches` fixes the batches (a
-    benchmark's fixed shapes); `stats` adds this call's counts.
+    `use_cache` off runs the model over the whole prefix every step (NaiveDecoder); `stats` adds
+    this call's counts.
     """
     s = settings
     if s.sampling.enabled and s.beam != 1:
@@ -59,9 +56,7 @@ def translate_ids(
         device=device,
         n_best=s.n_best,
         use_cache=use_cache,
-        min_len=min_len,
         stats=stats,
         workers=workers,
-        batches=batches,
         no_repeat_ngram_size=s.no_repeat_ngram_size,
     )

@@ -123,11 +123,10 @@ class NaiveDecoder:
             self.prefix = self.prefix.index_select(0, index)
 
 
-def step_log_probs(logits: torch.Tensor, force_eos: torch.Tensor, ban_eos: bool = False) -> torch.Tensor:
+def step_log_probs(logits: torch.Tensor, force_eos: torch.Tensor) -> torch.Tensor:
     """logits (R, V) -> log-probs (R, V) float32, banned tokens -inf, rows `force_eos` (R,) EOS only.
 
-    ban_eos refuses EOS in the other rows (before a minimum length). Forced rows are
-    written by index, and only when there are any: a boolean-mask write touches all of
+    Forced rows are written by index, and only when there are any: a boolean-mask write touches all of
     R x V every step (docs/cpu-speed.md). The log_softmax is written over `logits` (the
     caller's fresh step output, or its float32 copy): a new R x V buffer a step cost more
     than the log_softmax itself (freshly mapped pages), and the kernel reads each row
@@ -136,8 +135,6 @@ def step_log_probs(logits: torch.Tensor, force_eos: torch.Tensor, ban_eos: bool 
     logits = logits.float()
     lprobs = torch.log_softmax(logits, dim=-1, out=logits)
     lprobs[:, list(BANNED)] = float("-inf")
-    if ban_eos:
-        lprobs[:, EOS].masked_fill_(~force_eos, float("-inf"))
     if bool(force_eos.any()):
         rows = force_eos.nonzero().squeeze(1)
         eos = lprobs[rows, EOS]

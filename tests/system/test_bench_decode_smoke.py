@@ -111,3 +111,17 @@ def test_report_has_the_bars_ours_against_uncached(smoke: Smoke) -> None:
     assert "| bar (sentences/s) | greedy | beam 5 | needed |" in lines
     (uncached,) = [line for line in lines if line.startswith("| ours / uncached | ")]
     assert uncached.endswith(" | >= 3.0x |")
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_our_runner_makes_every_output_the_fixed_length_at_every_beam(use_cache: bool) -> None:
+    """The systems must do the same work: FixedLength refuses EOS until the last step, cached or not."""
+    from bench.decoding import torch_runner
+    from pipeline.model.transformer import build_model
+    from tests.support.models import tiny_model_params
+
+    torch.manual_seed(0)
+    model = build_model(tiny_model_params(max_positions=64), 30, 30).eval()
+    batches = [[[5, 6, 7], [8, 9]], [[10, 11, 12, 13]]]
+    for beam in (1, 3):
+        assert torch_runner(model, 7, use_cache, workers=1)(batches, beam) == [7, 7, 7]

@@ -66,7 +66,7 @@ def random_seqs(n: int, vocab: int, seed: int = 0, longest: int = 9) -> list[lis
     return [[rng.randrange(N_SPECIAL, vocab) for _ in range(rng.randint(1, longest))] for _ in range(n)]
 
 
-SEARCH_ONLY = ("use_cache", "min_len", "stats", "workers", "batches")  # translate_ids' own, not settings
+SEARCH_ONLY = ("use_cache", "stats", "workers")  # translate_ids' own, not settings
 
 
 def decode(model: Seq2SeqBase, seqs: list[list[int]], **kw) -> list[list[Hypothesis]]:
@@ -342,16 +342,6 @@ def test_workers_decode_batches_in_threads_and_change_nothing(monkeypatch) -> No
     assert_scores_close(parallel, alone)
 
 
-def test_given_batches_are_decoded_as_given() -> None:
-    model = tiny_model("encoder_decoder")
-    seqs = random_seqs(6, 20, seed=2)
-    batches = [[4, 0], [5], [1, 2, 3]]
-    stats = SearchStats()
-    given = decode(model, seqs, batches=batches, stats=stats)
-    assert stats.batches == 3
-    assert tokens_of(given) == tokens_of(decode(model, seqs))
-
-
 def test_greedy_takes_the_first_of_the_two_best_extensions() -> None:
     """Beam 1's one candidate is the best of the 2K = 2 the general rule would rank."""
     torch.manual_seed(4)
@@ -374,14 +364,6 @@ def test_workers_decode_under_the_callers_autocast() -> None:
     assert tokens_of(two) == tokens_of(one)
     assert_scores_close(two, one, tol=1e-4)
     assert max(abs(a[0].score - b[0].score) for a, b in zip(two, fp32)) > 1e-3  # bf16 really ran
-
-
-def test_given_batches_must_cover_every_input_once() -> None:
-    model = tiny_model("encoder_decoder")
-    seqs = [*random_seqs(3, 20, seed=2), []]
-    for wrong in ([[0, 1]], [[0, 1], [1, 2]], [[0, 1, 2, 3]]):
-        with pytest.raises(ValueError, match="every non-empty input exactly once"):
-            decode(model, seqs, batches=wrong)
 
 
 def test_the_caches_are_sized_once_for_the_longest_output(monkeypatch) -> None:

@@ -46,18 +46,6 @@ def test_vocab_size_mismatch_is_a_clear_error(tmp_path: Path) -> None:
         Translator.from_dir(model_dir, device="cpu")
 
 
-def test_min_len_fixes_the_output_length_for_benchmarks(translator: Translator) -> None:
-    from pipeline.decoding.search import translate_ids
-
-    ids = translator.vocab.encode_src(["ein hund", "die katze springt über die straße"])
-    for beam in (1, 3):
-        settings = dataclasses.replace(
-            translator.settings, beam=beam, length_penalty=1.0, max_len_a=0.0, max_len_b=7, n_best=beam
-        )
-        hyps = translate_ids(translator.model, ids, settings, device="cpu", min_len=7)
-        assert all(len(h.tokens) == 7 and 3 not in h.tokens for hs in hyps for h in hs)
-
-
 LINES = ["ein hund läuft", "die katze springt über die straße", "", "der mann", "eine frau läuft", "das kind"]
 
 
