@@ -33,10 +33,12 @@ def random_seqs(n: int, seed: int = 0) -> list[list[int]]:
     return [[rng.randrange(N_SPECIAL, VOCAB) for _ in range(rng.randint(1, 9))] for _ in range(n)]
 
 
-def decode(model, seqs, device, beam: int, **options):
+def decode(model, seqs, device, beam: int, sampling=None, **options):
     settings = dataclasses.replace(
         BASE.decode, beam=beam, length_penalty=1.0, max_len_a=1.0, max_len_b=5, batch_tokens=400, n_best=beam
     )
+    if sampling is not None:
+        settings = dataclasses.replace(settings, sampling=sampling)
     return translate_ids(model, seqs, settings, device=device, **options)
 
 
