@@ -246,22 +246,38 @@ def report(folder: Path, refs: Path, out: Path) -> None:
     names = present
     against_a = compare(hyps[names[0]], [hyps[n] for n in names[1:]], refs)
     against_b = compare(hyps[names[1]], [hyps[n] for n in names[2:]], refs)
-    removed = {
+    removed = {  # a cleaning's removed shares, whether or not a model was trained on its output
         name: json.loads(path.read_text(encoding="utf-8"))
-        for name in names[1:]
+        for name in list(RUNS)[1:]
         if (path := folder / "removed" / f"{name}.json").is_file()
     }
     speed_file = folder / "speed.json"
+    copies = {name: copied_shares(hyps[name].hyps, refs) for name in names}
     body = {
         "runs": {name: {"label": RUNS[name], "run_id": archived[name].record.id} for name in names},
         "removed": removed,
         "speed": json.loads(speed_file.read_text(encoding="utf-8")) if speed_file.is_file() else None,
         "scores": _scores(against_a, against_b),
         "recovered": _recovered(against_a),
+        "copies": copies,
     }
     files.write_json(out.with_suffix(".json"), body)
     out.write_text(_markdown(body, against_a, against_b), encoding="utf-8")
     click.echo(f"wrote {out} and {out.with_suffix('.json')}")
+
+
+def copied_shares(hyps: dict[str, list[str]], refs: Path) -> dict[str, float]:
+    """Per test set, the share of a run's translations that copy their source (letters and digits
+    alike, case aside): the untranslated copies a model learns from untranslated pairs."""
+    letters = lambda line: re.sub(r"\W+", "", line.lower())
+    shares = {}
+    for key, lines in hyps.items():
+        source = refs / f"{key}.src"
+        if key.startswith("test/") and source.is_file():
+            sources = source.read_text(encoding="utf-8").splitlines()
+            same = sum(bool(letters(h)) and letters(h) == letters(s) for h, s in zip(lines, sources))
+            shares[key] = same / max(len(lines), 1)
+    return shares
 
 
 def _scores(against_a: Comparison, against_b: Comparison) -> dict[str, dict[str, dict[str, object]]]:
@@ -290,6 +306,14 @@ def _recovered(against_a: Comparison) -> dict[str, float] | None:
     lost = a - b
     names = list(split.scores)[2:]
     return {name: round((score - b) / lost, 3) for name, score in zip(names, later)} if lost > 0 else None
+
+
+def _copies_table(copies: dict[str, dict[str, float]]) -> str:
+    sets = sorted({key for shares in copies.values() for key in shares})
+    rows = [
+        [RUNS[name], *(f"{100 * shares.get(k, 0.0):.1f}%" for k in sets)] for name, shares in copies.items()
+    ]
+    return markdown_table(["run", *(label(k) for k in sets)], rows, "l" + "r" * len(sets))
 
 
 def _shares_text() -> str:
@@ -329,6 +353,10 @@ def _markdown(body: dict, against_a: Comparison, against_b: Comparison) -> str:
         "## Removed, per kind of planted noise",
         "",
         markdown_table(header, rows, "l" + "r" * len(kinds)),
+        "",
+        "## Untranslated output: translations that copy their source",
+        "",
+        _copies_table(body["copies"]),
         "",
         "## Translation quality against the clean corpus's run (a)",
         "",

@@ -63,9 +63,11 @@ def test_the_report_compares_every_run_with_a_and_b_and_says_what_c_recovered(tm
     files.write_lines(refs_dir / "test" / "multi30k-test_2016_flickr.tgt", refs)
     sha = {noise.FLICKR: sha256_of(refs_dir / "test" / "multi30k-test_2016_flickr.tgt")}
     damaged = [" ".join(line.split()[:4]) for line in refs]  # the first four words only
+    sources = [f"ein kleiner Hund Nummer {i} rennt über das grüne Feld" for i in range(40)]
+    files.write_lines(refs_dir / "test" / "multi30k-test_2016_flickr.src", sources)
     outputs = {
         "clean": refs,
-        "noisy-clean-today": damaged,
+        "noisy-clean-today": [s.upper() + "!" for s in sources[:10]] + damaged[10:],  # 10 copies
         "noisy-web-rules": damaged[:20] + refs[20:],
         "noisy-web-score": refs[:36] + damaged[36:],
     }
@@ -94,6 +96,9 @@ def test_the_report_compares_every_run_with_a_and_b_and_says_what_c_recovered(tm
     text = out.read_text(encoding="utf-8")
     assert "(c) noisy, + web rules and model score" in text and "(b) lost against (a) recovered" in text
     assert body["removed"]["noisy-web-score"]["untranslated"]["share"] == shares["untranslated"]["share"]
+    copies = {name: body["copies"][name][noise.FLICKR] for name in outputs}
+    assert copies == {"clean": 0.0, "noisy-clean-today": 0.25, "noisy-web-rules": 0.0, "noisy-web-score": 0.0}
+    assert "translations that copy their source" in text and "25.0%" in text
 
 
 def test_speed_times_each_score_on_one_thread_and_every_core(tmp_path):
