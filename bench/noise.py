@@ -317,7 +317,8 @@ def _copies_table(copies: dict[str, dict[str, float]]) -> str:
 
 
 def _shares_text() -> str:
-    return ", ".join(f"{100 * share:.0f}% {kind.replace('_', ' ')}" for kind, share in DEFAULT_SHARES.items())
+    names = {"wrong_language": "wrong language", "fragment": "fragments or boilerplate"}
+    return ", ".join(f"{100 * share:.0f}% {names.get(kind, kind)}" for kind, share in DEFAULT_SHARES.items())
 
 
 def _subsections(markdown: str) -> str:
@@ -342,7 +343,8 @@ def _markdown(body: dict, against_a: Comparison, against_b: Comparison) -> str:
         "# Cleaning a noisy corpus: what the rules and the model score remove, and what it is worth",
         "",
         "Multi30k de→en's 29,000 training pairs, and among them noisy pairs added (`python -m bench.noise",
-        f"make`, seed 1; as shares of the real pairs: {_shares_text()}), cleaned",
+        "make`, seed 1; as shares of the real pairs:",
+        f"{_shares_text()}), cleaned",
         "in turn with the four base rules (b), the seven rules for web data, and those with the model",
         "score (c), each used to train the default model; (a) trains on the real pairs alone, which is",
         "also the noisy corpus with exactly the added lines removed: the most any filter can keep.",
