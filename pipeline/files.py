@@ -7,13 +7,16 @@ so every output is written beside its final path and renamed into place.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 SIDES = ("src", "tgt")  # the two sides of a parallel split, as its line files are named: {split}.{side}
 
@@ -98,6 +101,13 @@ class PairedWriter:
     def close(self) -> None:
         for f in self._files.values():
             f.close()
+
+
+def batched(items: Iterable[T], n: int) -> Iterator[list[T]]:
+    """`items` n at a time, the last batch shorter (itertools.batched, which Python 3.10 lacks)."""
+    it = iter(items)
+    while batch := list(itertools.islice(it, n)):
+        yield batch
 
 
 CHUNK = 1 << 20  # bytes read at a time by line_chunks

@@ -100,12 +100,13 @@ def model_dir(init_from: str, key: str = "train.init_from") -> Path:
     return where
 
 
-def read(init_from: str) -> tuple[Parent, P.Params]:
-    """The parent directory's record and params (its params.yaml); refuses what is no model directory."""
-    where = model_dir(init_from)
-    params = saved_params(where / PARAMS_FILE)
-    run = optional_json(where / RUN_FILE)
-    imported = optional_json(where / IMPORT_FILE).get("source")
+def read(init_from: str, key: str = "train.init_from") -> tuple[Parent, P.Params]:
+    """A model directory's record and params (its params.yaml), as a parent or a teacher; refuses
+    what is no model directory in one line naming the setting that gave it (`key`)."""
+    where = model_dir(init_from, key)
+    params = _saved_params(where / PARAMS_FILE, key)
+    run = _optional_json(where / RUN_FILE)
+    imported = _optional_json(where / IMPORT_FILE).get("source")
     own = where / PARENT_FILE
     parent = Parent(
         path=init_from,
@@ -171,7 +172,7 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def saved_params(path: Path, key: str = "train.init_from") -> P.Params:
+def _saved_params(path: Path, key: str = "train.init_from") -> P.Params:
     """A model directory's params.yaml, read as saved (P.from_saved); refused in one line naming `key`."""
     try:
         return P.from_saved(yaml.safe_load(path.read_text(encoding="utf-8")))
@@ -183,7 +184,7 @@ def saved_params(path: Path, key: str = "train.init_from") -> P.Params:
         ) from e
 
 
-def optional_json(path: Path) -> dict[str, Any]:
+def _optional_json(path: Path) -> dict[str, Any]:
     """A small record a model directory may hold; {} when it is absent or unreadable (it only informs)."""
     try:
         found = json.loads(path.read_text(encoding="utf-8"))
@@ -198,7 +199,7 @@ TEACHERS_FILE = "teachers.json"  # the distill stage's record of the models a co
 def teacher_tags(corpus_dir: Path | None) -> dict[str, str]:
     """The MLflow tags that name the teachers of a distilled corpus (its teachers.json), the first
     one's run as the student run's parent; none for a corpus of real translations."""
-    record = optional_json(corpus_dir / TEACHERS_FILE) if corpus_dir is not None else {}
+    record = _optional_json(corpus_dir / TEACHERS_FILE) if corpus_dir is not None else {}
     teachers = [t for t in record.get("teachers", []) if isinstance(t, dict)]
     if not teachers:
         return {}

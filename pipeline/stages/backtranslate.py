@@ -99,7 +99,7 @@ def _write_pairs(translator: Any, lines: list[str], lead: str, stem: Path) -> tu
     dropped because the reverse model wrote nothing for them)."""
     pairs = empty = done = 0
     with files.PairedWriter(stem) as w:
-        for translated in _chunks(translator.translate_corpus(lines), 4096):
+        for translated in files.batched(translator.translate_corpus(lines), 4096):
             kept = [(s, t) for s, t in zip(translated, lines[done : done + len(translated)]) if s.strip()]
             w.write_lines("src", [lead + s for s, _ in kept])
             w.write_lines("tgt", [t for _, t in kept])
@@ -107,17 +107,6 @@ def _write_pairs(translator: Any, lines: list[str], lead: str, stem: Path) -> tu
             pairs, empty = pairs + len(kept), empty + len(translated) - len(kept)
             click.echo(f"backtranslate: {done:,} of {len(lines):,} lines", err=True)
     return pairs, empty
-
-
-def _chunks(lines: Any, n: int) -> Any:
-    chunk: list[str] = []
-    for line in lines:
-        chunk.append(line)
-        if len(chunk) == n:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
 
 
 @click.command("backtranslate")

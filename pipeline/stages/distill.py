@@ -19,6 +19,7 @@ import hashlib
 import json
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,25 +45,24 @@ KEY = "key.json"  # in --work: what its chunks were made from
 CHUNK_LINES = 2000
 
 
-def teacher_dirs(params: P.Params, model_dir: Path) -> tuple[list[Path], str]:
-    """The teachers' model directories, and the setting that names them (for messages)."""
+def teacher_dirs(params: P.Params, model_dir: Path) -> list[tuple[Path, str]]:
+    """The teachers' model directories, each with the setting that names it (for messages)."""
     if params.distill.teachers:
-        return [Path(path) for path in params.distill.teachers], "distill.teachers"
-    return [model_dir, *map(Path, params.decode.ensemble)], "decode.ensemble"
+        return [(Path(path), "distill.teachers") for path in params.distill.teachers]
+    return [(model_dir, "--model"), *((Path(path), "decode.ensemble") for path in params.decode.ensemble)]
 
 
-def check_teachers(params: P.Params, dirs: list[Path], key: str, bpe_dir: Path) -> list[dict[str, Any]]:
-    """Each teacher's record (path, the sha256 of its weights, its MLflow run); refused in one line:
-    a directory that holds no model, one of another pair, one of another vocabulary than bpe_dir's
-    (the student trains with that one, on what the teachers write)."""
+def check_teachers(params: P.Params, teachers: list[tuple[Path, str]], bpe_dir: Path) -> list[dict[str, Any]]:
+    """Each teacher's record (lineage.Parent's: path, the sha256 of its weights, its MLflow run);
+    refused in one line: a directory that holds no model, one of another pair, one of another
+    vocabulary than bpe_dir's (the student trains with that one, on what the teachers write)."""
     from pipeline.data.vocab import Vocab
 
     vocab = Vocab.load(bpe_dir)
     pair = f"{params.data.src_lang}->{params.data.tgt_lang}"
     records = []
-    for where in dirs:
-        lineage.model_dir(str(where), key)
-        saved = lineage.saved_params(where / lineage.PARAMS_FILE, key)
+    for where, key in teachers:
+        record, saved = lineage.read(str(where), key)
         theirs = f"{saved.data.src_lang}->{saved.data.tgt_lang}"
         if theirs != pair:
             raise ParamsError(f"{key}: {where} translates {theirs}, this run {pair}; list teachers of {pair}")
@@ -73,15 +73,7 @@ def check_teachers(params: P.Params, dirs: list[Path], key: str, bpe_dir: Path) 
                 "student reads what its teachers write with that one: list teachers trained on this "
                 "run's data/bpe"
             )
-        record = lineage.optional_json(where / lineage.RUN_FILE)
-        records.append(
-            {
-                "path": str(where),
-                "model_sha256": lineage.sha256(where / lineage.MODEL_FILE),
-                "mlflow_run_id": record.get("run_id"),
-                "tracking_uri": record.get("tracking_uri"),
-            }
-        )
+        records.append(record.to_dict())
     return records
 
 
@@ -117,7 +109,7 @@ def translate_chunks(
     translator = None
     found = done = 0
     size = key["chunk_lines"]
-    for index, lines in enumerate(_line_batches(source, size)):
+    for index, lines in enumerate(files.batched(_lines(source), size)):
         path = chunks / f"{index:05d}.tgt"
         if path.is_file():
             found += 1
@@ -131,23 +123,16 @@ def translate_chunks(
 
 
 def _translator(params: P.Params, dirs: list[Path], device: str) -> Any:
+    """The first teacher, with the others as its ensemble (one teacher: none)."""
     from pipeline.decoding.translator import Translator
 
     settings = dataclasses.replace(params.distill.decode, ensemble=tuple(map(str, dirs[1:])))
     return Translator.from_dir(dirs[0], device, settings=settings, ensemble_name="the teachers")
 
 
-def _line_batches(path: Path, n: int) -> Any:
-    """`path`'s lines, n at a time (the last batch shorter)."""
-    batch: list[str] = []
+def _lines(path: Path) -> Iterator[str]:
     for lines in files.line_chunks(path):
-        for line in lines:
-            batch.append(line)
-            if len(batch) == n:
-                yield batch
-                batch = []
-    if batch:
-        yield batch
+        yield from lines
 
 
 def assemble(
@@ -160,7 +145,7 @@ def assemble(
     with files.atomic_path(out) as tmp:
         tmp.mkdir()
         with files.PairedWriter(tmp / "train") as w:
-            for sources, path in zip(_line_batches(source, chunk_lines), chunks, strict=True):
+            for sources, path in zip(files.batched(_lines(source), chunk_lines), chunks, strict=True):
                 targets = path.read_text(encoding="utf-8").splitlines()
                 if len(targets) != len(sources):
                     raise UserError(
@@ -198,14 +183,15 @@ def distill(
     source = clean / "train.src"
     if not source.is_file():
         raise UserError(f"{source}: missing; run the clean stage first")
-    dirs, key = teacher_dirs(params, model_dir)
-    records = check_teachers(params, dirs, key, bpe_dir)
+    teachers = teacher_dirs(params, model_dir)
+    records = check_teachers(params, teachers, bpe_dir)
+    dirs = [where for where, _ in teachers]
     start = time.perf_counter()
     found, done = translate_chunks(
         params, dirs, work_key(params, records, source, chunk_lines), source, work, device
     )
-    teachers = {"teachers": records, "decode": dataclasses.asdict(params.distill.decode)}
-    stats = assemble(source, work, out, teachers, chunk_lines)
+    record = {"teachers": records, "decode": dataclasses.asdict(params.distill.decode)}
+    stats = assemble(source, work, out, record, chunk_lines)
     return stats | {
         "chunks_resumed": found,
         "chunks_translated": done,

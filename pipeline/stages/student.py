@@ -78,8 +78,12 @@ def corpus_key(params: P.Params, distilled: Path, clean: Path) -> dict[str, Any]
 def write_corpus(params: P.Params, distilled: Path, clean: Path, out: Path) -> None:
     """out/: train.{src,tgt} (the distilled pairs, then the original ones with distill.original),
     clean's val and test sets, a stats.json listing the train sources, and teachers.json."""
-    n_distilled = sum(len(lines) for lines in files.line_chunks(distilled / "train.src"))
-    sources: dict[str, Any] = {SOURCE: {"lines_out": n_distilled}}
+    counted = (artifacts.read_record(distilled / artifacts.CLEAN_STATS) or {}).get("pairs")
+    if not isinstance(counted, int):
+        raise UserError(
+            f"{distilled}/stats.json: no count of pairs; rerun the distill stage (dvc repro -f distill)"
+        )
+    sources: dict[str, Any] = {SOURCE: {"lines_out": counted}}
     parts = [distilled / "train"]
     if params.distill.original:
         parts.append(clean / "train")

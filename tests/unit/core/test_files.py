@@ -46,3 +46,8 @@ def test_a_paired_writer_keeps_the_two_sides_line_aligned(tmp_path):
     assert files.read_lines(tmp_path / "train.src") == ["ein Haus", "zwei\rCR", "drei"]
     assert files.read_lines(tmp_path / "train.tgt") == ["a house", "two\rCR", "three"]
     assert out.paths == {"src": tmp_path / "train.src", "tgt": tmp_path / "train.tgt"}
+
+
+def test_batched_gives_every_item_once_in_order_the_last_batch_shorter():
+    assert list(files.batched(iter(range(7)), 3)) == [[0, 1, 2], [3, 4, 5], [6]]
+    assert list(files.batched([], 3)) == []

@@ -140,6 +140,9 @@ def test_the_student_learns_what_its_teachers_wrote_not_the_references(tmp_path,
         w.write_lines("src", [s for s, _ in pairs])
         w.write_lines("tgt", [" ".join(other[word] for word in s.split()) for s, _ in pairs])
     files.write_json(distilled / D.TEACHERS, {"teachers": [{"path": "fake", "model_sha256": "0" * 64}]})
+    files.write_json(
+        distilled / "stats.json", {"enabled": True, "pairs": len(pairs), "empty_translations": 0}
+    )
     clean = clean_dir(tmp_path, pairs)
     with files.PairedWriter(clean / "val") as w:  # validated on what the teachers write (as they would)
         w.write_lines("src", [s for s, _ in pairs[:20]])
