@@ -14,6 +14,7 @@ sentence at batch 1; the process's peak RSS. Writes reports/efficiency.md and .j
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
 import resource
@@ -37,6 +38,7 @@ from pipeline.reporting.tables import markdown_table
 
 LATENCY_LINES = 50  # single sentences timed at batch 1
 ONE_CORE_LINES = 300  # lines of the first test set timed on one core
+REPO = Path(__file__).resolve().parents[1]  # the child process imports bench from here
 
 
 def systems(teachers: list[Path], student: Path, student_ct2: Path | None, params: P.Params) -> list[dict]:
@@ -109,7 +111,8 @@ def measure(system: dict, clean: Path, threads: int, scratch: Path) -> dict[str,
     spec, out = scratch / "system.json", scratch / "measured.json"
     files.write_json(spec, {**system, "models": [str(m) for m in system["models"]]})
     args = ["one", "--system", str(spec), "--clean", str(clean), "--threads", str(threads), "--out", str(out)]
-    subprocess.run([sys.executable, "-m", "bench.efficiency", *args], check=True)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    subprocess.run([sys.executable, "-m", "bench.efficiency", *args], check=True, env=env)
     return json.loads(out.read_text(encoding="utf-8"))
 
 
@@ -120,12 +123,8 @@ def measure(system: dict, clean: Path, threads: int, scratch: Path) -> dict[str,
 )
 @click.option("--student", type=click.Path(file_okay=False, exists=True, path_type=Path))
 @click.option("--student-ct2", type=click.Path(file_okay=False, exists=True, path_type=Path), default=None)
-@click.option(
-    "--clean", type=click.Path(file_okay=False, exists=True, path_type=Path), default=Path("data/clean")
-)
-@click.option(
-    "--refs", type=click.Path(file_okay=False, exists=True, path_type=Path), default=Path("data/raw")
-)
+@click.option("--clean", type=click.Path(file_okay=False, path_type=Path), default=Path("data/clean"))
+@click.option("--refs", type=click.Path(file_okay=False, path_type=Path), default=Path("data/raw"))
 @click.option(
     "--params", "params_file", type=click.Path(dir_okay=False, path_type=Path), default="params.yaml"
 )
@@ -151,11 +150,14 @@ def run(
     out: Path,
     seed: int,
 ) -> None:
-    import os
     import tempfile
 
     if not teachers or student is None:
         raise click.UsageError("give --teacher (one or more) and --student")
+    for hint, folder in (("--clean", clean), ("--refs", refs)):  # here: the child `one` needs neither default
+        if not folder.is_dir():
+            message = f"no directory {folder}: run dvc repro clean, or name one"
+            raise click.BadParameter(message, param_hint=hint)
     params = P.load(params_file)
     threads = threads or os.cpu_count() or 1
     chosen = systems(list(teachers), student, student_ct2, params)

@@ -4,6 +4,7 @@ in one table with their sizes, speeds, latency, memory, and quality against the 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from click.testing import CliRunner
 
@@ -13,7 +14,7 @@ from pipeline.interop.ct2 import export
 from tests.support.hf import make_trained_model_dir, marian_pairs
 
 
-def test_the_table_measures_each_system_and_compares_it_with_the_teacher_ensemble(tmp_path):
+def test_the_table_measures_each_system_and_compares_it_with_the_teacher_ensemble(tmp_path, monkeypatch):
     # one seed: one vocabulary (its spm trains on the seed's pairs); other weights by their steps
     teachers = [make_trained_model_dir(tmp_path / f"t{steps}", steps=steps) for steps in (40, 60)]
     student = make_trained_model_dir(tmp_path / "student", steps=40, n_layers=1)
@@ -29,7 +30,20 @@ def test_the_table_measures_each_system_and_compares_it_with_the_teacher_ensembl
         files.write_lines(clean / f"{stem}.src", [s for s, _ in pairs])
         files.write_lines(refs / f"{stem}.tgt", [t for _, t in pairs])
     out = tmp_path / "efficiency.md"
-    args = ["--clean", str(clean), "--refs", str(refs), "--out", str(out), "--threads", "2"]
+    params = Path("params.yaml").resolve()
+    monkeypatch.chdir(tmp_path)  # no data/ here: the child processes must not need the defaults
+    args = [
+        "--params",
+        str(params),
+        "--clean",
+        str(clean),
+        "--refs",
+        str(refs),
+        "--out",
+        str(out),
+        "--threads",
+        "2",
+    ]
     args += [
         *(a for t in teachers for a in ("--teacher", str(t))),
         "--student",
