@@ -3,9 +3,8 @@
 Raw lines are normalized as the training text was (pipeline.data.text.normalize),
 encoded, searched and detokenized; a blank line gives an empty output without
 running the model. `TextTranslator` is that for any backend; `Translator` is the
-torch one, and pipeline/interop/ct2.py the CTranslate2 one. A call's settings
-(`settings_with`, sampling's among them) are checked by
-pipeline.params.check_decode. The command, its n-best format and the backends:
+torch one, and pipeline/interop/ct2.py the CTranslate2 one. What a call may change of
+the model's settings: pipeline/decoding/overrides.py. The command, its n-best format and the backends:
 docs/translate.md; sampling: docs/sampling.md.
 """
 
@@ -14,10 +13,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -26,12 +25,13 @@ from pipeline.data.text import normalize
 from pipeline.data.vocab import Vocab
 from pipeline.decoding.batches import default_workers
 from pipeline.decoding.ensemble import Ensemble, load_members
+from pipeline.decoding.overrides import API_NAMES, Overrides, settings_with
 from pipeline.decoding.search import translate_ids
 from pipeline.decoding.steps import Hypothesis, SearchModel, SearchStats
 from pipeline.devices import torch_device
 from pipeline.errors import UserError
 from pipeline.model import checkpoint
-from pipeline.params import DecodeParams, Params, check_decode
+from pipeline.params import DecodeParams, Params
 
 if TYPE_CHECKING:  # annotations only (Python 3.10 has no typing.Unpack)
     from typing_extensions import Unpack
@@ -149,64 +149,6 @@ class TextTranslator:
         it = iter(lines)
         while chunk := list(itertools.islice(it, chunk_lines)):
             yield from map(one_line, self.translate(chunk, stats=stats, tgt_lang=tgt_lang))
-
-
-class Overrides(TypedDict, total=False):
-    """The decode settings one call may change (None: unchanged); FIELDS says what each sets."""
-
-    beam: int | None
-    length_penalty: float | None
-    batch_tokens: int | None
-    sample: bool | None
-    top_k: int | None
-    top_p: float | None
-    temperature: float | None
-    seed: int | None
-    no_repeat_ngram_size: int | None
-
-
-# What each override sets: a DecodeParams field, or decode.sampling's (check_decode's keys).
-FIELDS = {
-    "beam": "beam",
-    "length_penalty": "length_penalty",
-    "batch_tokens": "batch_tokens",
-    "n_best": "n_best",
-    "sample": "sampling.enabled",
-    "top_k": "sampling.top_k",
-    "top_p": "sampling.top_p",
-    "temperature": "sampling.temperature",
-    "seed": "sampling.seed",
-    "no_repeat_ngram_size": "no_repeat_ngram_size",
-}
-SAMPLING_VALUES = ("top_k", "top_p", "temperature", "seed")
-# The keyword arguments, as messages name them.
-API_NAMES = {name: name for name in FIELDS} | {"sample": "sample=True"}
-
-
-def settings_with(settings: DecodeParams, names: Mapping[str, str], given: Mapping[str, Any]) -> DecodeParams:
-    """`settings` with the values `given` (FIELDS' names; None: unchanged), checked; a message
-    names each value given as `names` does.
-
-    `sample` True without a beam samples with beam 1: the width of a beam search means
-    nothing to sampling, and an explicit beam > 1 is refused. A sampling value given
-    while sampling stays off is refused too, rather than silently unused.
-    """
-    unknown = sorted(set(given) - set(FIELDS))
-    if unknown:
-        raise TypeError(f"unexpected decode setting {unknown[0]!r}; the settings: {', '.join(FIELDS)}")
-    given = {name: value for name, value in given.items() if value is not None}
-    enabled = given.get("sample", settings.sampling.enabled)
-    drawn = {name: given[name] for name in SAMPLING_VALUES if name in given}
-    for name in drawn:
-        if not enabled:
-            raise UserError(f"{names[name]}: applies to sampling only; turn it on with {names['sample']}")
-    sampling = dataclasses.replace(settings.sampling, enabled=enabled, **drawn)
-    if given.get("sample") and "beam" not in given:
-        given["beam"] = 1
-    searched = {name: value for name, value in given.items() if not FIELDS[name].startswith("sampling.")}
-    new = dataclasses.replace(settings, sampling=sampling, **searched)
-    check_decode(new, names={FIELDS[name]: names[name] for name in given}, error=UserError)
-    return new
 
 
 class Translator(TextTranslator):

@@ -22,6 +22,24 @@ def since(before: Any) -> dict[str, Any]:
     return {BEFORE: before}
 
 
+OVERRIDE = "override"  # a field's metadata: one call may change the setting (an Override)
+
+
+@dataclass(frozen=True)
+class Override:
+    """A decode setting one call may change: `translate`'s option, Translator's keyword and the
+    MLflow model's request param are made from it (pipeline/decoding/overrides.py)."""
+
+    help: str
+    name: str | None = None  # the keyword, where it is not the field's name
+    per_request: bool = True  # False: a server's setting, no request param
+
+
+def overridable(help: str, *, name: str | None = None, per_request: bool = True) -> dict[str, Any]:
+    """The metadata of a decode setting a call may override (OVERRIDE); `help` says what it does."""
+    return {OVERRIDE: Override(help, name, per_request)}
+
+
 SOURCE_FORMATS = ("auto", "text", "tsv", "tmx", "sgm", "xml")
 
 # A test set's name becomes a file name and a metric name (test.<name>.bleu): no dots, no slashes.
@@ -216,24 +234,52 @@ class SamplingParams:
     """decode.sampling: draw each token from the model's distribution, tempered, then cut to the
     top_k likeliest tokens and to the nucleus of top_p probability (docs/sampling.md)."""
 
-    enabled: bool = field(metadata=since(False))
-    top_k: int = field(metadata=since(0))  # 0: no limit
-    top_p: float = field(metadata=since(1.0))  # 1: no limit
-    temperature: float = field(metadata=since(1.0))
-    seed: int = field(metadata=since(1))
+    enabled: bool = field(
+        metadata=since(False)
+        | overridable(
+            "Draw each token at random instead of searching (beam 1; see docs/sampling.md).", name="sample"
+        )
+    )
+    top_k: int = field(  # 0: no limit
+        metadata=since(0) | overridable("Sampling: draw among the k likeliest tokens; 0: all.")
+    )
+    top_p: float = field(  # 1: no limit
+        metadata=since(1.0) | overridable("Sampling: draw within the nucleus of this probability; 1: all.")
+    )
+    temperature: float = field(
+        metadata=since(1.0) | overridable("Sampling: <1 sharpens the model's distribution, >1 flattens it.")
+    )
+    seed: int = field(
+        metadata=since(1) | overridable("Sampling: a line's samples depend on this and the line alone.")
+    )
 
 
 @dataclass(frozen=True)
 class DecodeParams:
-    beam: int
-    length_penalty: float
+    """decode: how a model translates. The settings marked overridable are also `translate`'s
+    options, Translator.translate's keywords and the MLflow model's request params."""
+
+    beam: int = field(metadata=overridable("Beam size (1: greedy)."))
+    length_penalty: float = field(
+        metadata=overridable(
+            "GNMT's alpha: hypotheses are ranked by log-probability / ((5 + length) / 6) ** alpha."
+        )
+    )
     max_len_a: float
     max_len_b: int
-    batch_tokens: int
+    batch_tokens: int = field(
+        metadata=overridable("Sentences x beam x padded source length per batch.", per_request=False)
+    )
     n_best: int  # with sampling: samples per input
     sampling: SamplingParams = field(metadata=since({}))
     # no output repeats an n-gram this long (steps.ban_repeated_ngrams); 0: off
-    no_repeat_ngram_size: int = field(metadata=since(0))
+    no_repeat_ngram_size: int = field(
+        metadata=since(0)
+        | overridable(
+            "No output repeats an n-gram of this many tokens (as fairseq's, Hugging Face's and "
+            "CTranslate2's option); 0: off."
+        )
+    )
     # Other model directories decoded together with the model, their probabilities averaged; read where
     # the settings come from params.yaml (decode, backtranslate), never from a model's own saved params
     ensemble: tuple[str, ...] = field(metadata=since(()))

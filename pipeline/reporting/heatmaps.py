@@ -31,7 +31,8 @@ from pipeline.data.batching import collate_src
 from pipeline.data.text import normalize
 from pipeline.decoding.batches import evaluating
 from pipeline.decoding.ensemble import Ensemble
-from pipeline.decoding.translator import API_NAMES, Translator, settings_with
+from pipeline.decoding.overrides import API_NAMES, settings_with
+from pipeline.decoding.translator import Translator
 from pipeline.errors import UserError
 from pipeline.files import atomic_path
 from pipeline.model.transformer import Transformer

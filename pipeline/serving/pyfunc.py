@@ -37,6 +37,7 @@ from mlflow.models import ModelSignature, set_model
 from mlflow.pyfunc import PythonModel
 from mlflow.types import ColSpec, DataType, ParamSchema, ParamSpec, Schema
 
+from pipeline.decoding.overrides import SETTINGS
 from pipeline.decoding.translator import QUANTIZATIONS, TextTranslator, Translator, one_line
 from pipeline.errors import UserError
 from pipeline.fingerprint import PACKAGE, module_closure
@@ -245,15 +246,11 @@ def input_lines(model_input: Any) -> list[str]:
 
 
 # Inference params besides n_best, each a keyword of Translator.translate; None: the model's setting.
-SEARCH_PARAMS = {
-    "beam": DataType.long,
-    "sample": DataType.boolean,
-    "top_k": DataType.long,
-    "top_p": DataType.double,
-    "temperature": DataType.double,
-    "seed": DataType.long,
-    "no_repeat_ngram_size": DataType.long,
-    "tgt_lang": DataType.string,  # for a model of several target languages: which one
+# The decode settings a request may change (overrides.SETTINGS; not a server's batch size), and for
+# a model of several target languages, which one.
+DATA_TYPES = {int: DataType.long, float: DataType.double, bool: DataType.boolean}
+SEARCH_PARAMS = {s.name: DATA_TYPES[s.kind] for s in SETTINGS if s.spec.per_request} | {
+    "tgt_lang": DataType.string
 }
 
 

@@ -21,19 +21,18 @@ import itertools
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import click
 
+from pipeline.decoding.overrides import FIELDS, SAMPLE, SETTINGS, settings_with
 from pipeline.decoding.translator import (
     CHUNK_LINES,
-    FIELDS,
     QUANTIZATIONS,
     TextTranslator,
     Translator,
     nbest_row,
     one_line,
-    settings_with,
 )
 from pipeline.devices import DEVICES
 from pipeline.errors import UserError
@@ -68,6 +67,20 @@ def load_ctranslate2(
 
 
 OPTIONS = {name: "--" + name.replace("_", "-") for name in FIELDS}  # settings_with's names, as options
+
+
+def decode_options(command: Callable[..., None]) -> Callable[..., None]:
+    """An option for each setting a call may override (overrides.SETTINGS), defaulting to the
+    model's own; their values are checked together by settings_with, which names the option."""
+    for s in reversed(SETTINGS):
+        default = f"  [default: the model's decode.{s.key}]"
+        if s.kind is bool:
+            option = click.option(OPTIONS[s.name], is_flag=True, help=s.spec.help + default)
+        else:
+            option = click.option(OPTIONS[s.name], type=s.kind, default=None, help=s.spec.help + default)
+        command = option(command)
+    return command
+
 
 # (model_dir, device, quantization or None, exact search, ensemble members) -> a backend
 BACKENDS: dict[str, Callable[[Path, str, str | None, bool, Members], TextTranslator]] = {
@@ -156,62 +169,7 @@ def translate_stream(render: Render, source: BinaryIO, out: BinaryIO, *, interac
 
 @click.command("translate")
 @model_option
-@click.option(
-    "--beam",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Beam size (1: greedy).  [default: the model's decode.beam]",
-)
-@click.option(
-    "--length-penalty",
-    type=click.FloatRange(min=0),
-    default=None,
-    help="GNMT's alpha: hypotheses are ranked by log-probability / ((5 + length) / 6) ** alpha.  "
-    "[default: the model's decode.length_penalty]",
-)
-@click.option(
-    "--batch-tokens",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Sentences x beam x padded source length per batch.  [default: the model's setting]",
-)
-@click.option(
-    "--sample",
-    is_flag=True,
-    help="Draw each token at random instead of searching (beam 1; see docs/sampling.md).  "
-    "[default: the model's decode.sampling.enabled]",
-)
-@click.option(
-    "--top-k",
-    type=click.IntRange(min=0),
-    default=None,
-    help="Sampling: draw among the k likeliest tokens; 0: all.  [default: the model's setting]",
-)
-@click.option(
-    "--top-p",
-    type=click.FloatRange(min=0, max=1, min_open=True),
-    default=None,
-    help="Sampling: draw within the nucleus of this probability; 1: all.  [default: the model's setting]",
-)
-@click.option(
-    "--temperature",
-    type=click.FloatRange(min=0, min_open=True),
-    default=None,
-    help="Sampling: <1 sharpens the model's distribution, >1 flattens it.  [default: the model's setting]",
-)
-@click.option(
-    "--seed",
-    type=int,
-    default=None,
-    help="Sampling: a line's samples depend on this and the line alone.  [default: the model's setting]",
-)
-@click.option(
-    "--no-repeat-ngram-size",
-    type=click.IntRange(min=0),
-    default=None,
-    help="No output repeats an n-gram of this many tokens (as fairseq's, Hugging Face's and CTranslate2's "
-    "option); 0: off.  [default: the model's decode.no_repeat_ngram_size]",
-)
+@decode_options
 @click.option("--device", type=click.Choice(DEVICES), default="auto", show_default=True)
 @click.option(
     "--n-best",
@@ -277,15 +235,6 @@ def translate_stream(render: Render, source: BinaryIO, out: BinaryIO, *, interac
 )
 def command(
     model_dir: Path,
-    beam: int | None,
-    length_penalty: float | None,
-    batch_tokens: int | None,
-    sample: bool,
-    top_k: int | None,
-    top_p: float | None,
-    temperature: float | None,
-    seed: int | None,
-    no_repeat_ngram_size: int | None,
     device: str,
     n_best: int,
     input_file: Path | None,
@@ -296,6 +245,7 @@ def command(
     tgt_lang: str | None,
     ensemble: tuple[str, ...],
     workers: int | None,
+    **decode: Any,
 ) -> None:
     """Translate raw text, one sentence a line (interactive when stdin is a terminal)."""
     if workers is not None and backend != "torch":
@@ -303,17 +253,15 @@ def command(
             f"--workers applies to the torch backend; {backend} runs its own threads: "
             "drop --workers, or use --backend torch"
         )
-    if sample and backend != "torch":  # before a conversion; a model's own sampling is refused by ct2
+    if decode[SAMPLE] and backend != "torch":  # before a conversion; a model's own sampling is refused by ct2
         raise UserError(f"--sample: {backend} does not sample here ({ct2.NO_SAMPLING}); use --backend torch")
     translator = BACKENDS[backend](model_dir, device, quantization, exact_search, ensemble)
     if workers is not None:
         assert isinstance(translator, Translator)  # --workers was refused above for other backends
         translator.workers = workers
     # Before reading any input; a message names the option, or the model's decode key it defaults to.
-    given: dict[str, object] = dict(beam=beam, length_penalty=length_penalty, batch_tokens=batch_tokens)
-    given |= dict(n_best=n_best, sample=sample or None, no_repeat_ngram_size=no_repeat_ngram_size)
-    given |= dict(top_k=top_k, top_p=top_p, temperature=temperature, seed=seed)
-    translator.settings = settings_with(translator.settings, OPTIONS, given)
+    given = {name: value or None if isinstance(value, bool) else value for name, value in decode.items()}
+    translator.settings = settings_with(translator.settings, OPTIONS, {**given, "n_best": n_best})
     if tgt_lang is not None:
         translator.tagged([], tgt_lang)  # a language the model lacks: refused before any input is read
     render = renderer(translator, n_best, None, None, tgt_lang)

@@ -81,8 +81,23 @@ def test_signature_takes_strings_and_search_params_defaulting_to_the_models() ->
     assert sig.inputs.to_dict() == [{"type": "string", "required": True}]
     defaults = {p.name: p.default for p in sig.params}
     assert defaults == {name: None for name in pyfunc.SEARCH_PARAMS} | {"n_best": 1}
-    searched = {"beam", "sample", "top_k", "top_p", "temperature", "seed", "no_repeat_ngram_size", "tgt_lang"}
-    assert set(pyfunc.SEARCH_PARAMS) == searched
+    searched = {"beam", "length_penalty", "sample", "top_k", "top_p", "temperature", "seed"}
+    assert set(pyfunc.SEARCH_PARAMS) == searched | {"no_repeat_ngram_size", "tgt_lang"}  # no batch_tokens
+
+
+def test_a_length_penalty_reaches_the_search(model: pyfunc.TranslatorModel, monkeypatch) -> None:
+    searched = model.translator.search_ids
+    seen: list[float] = []
+
+    def spy(seqs, s, stats=None):  # this tiny model's translations do not change with it: its settings do
+        seen.append(s.length_penalty)
+        return searched(seqs, s, stats)
+
+    monkeypatch.setattr(model.translator, "search_ids", spy)
+    for penalty in (0.0, 2.5):
+        given = _enforce_params_schema({"length_penalty": penalty}, pyfunc.signature().params)
+        model.predict(None, ["der hund"], given)
+    assert seen == [0.0, 2.5]
 
 
 def test_sampling_params_reach_the_translator(model: pyfunc.TranslatorModel, translator: Translator) -> None:

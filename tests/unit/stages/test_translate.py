@@ -140,13 +140,15 @@ def test_command_refuses_sampling_options_that_cannot_apply(model_dir: Path) -> 
         (["--sample", "--beam", "2"], "--sample: sampling draws one token a step and needs --beam=1, not 2"),
         (["--top-k", "5"], "--top-k: applies to sampling only; turn it on with --sample"),
         (["--sample", "--backend", "ctranslate2"], "--sample: ctranslate2 does not sample here"),
+        (["--sample", "--top-p", "1.5"], "--top-p: must be within (0, 1] (1: no limit)"),
+        (["--beam", "0"], "--beam: must be at least 1 (1 is greedy)"),
     ]
     for options, message in cases:
         result = run([*base, *options], b"ein hund\n")
         assert result.exit_code == 1 and message in result.output, result.output
         assert "Traceback" not in result.output and result.stdout == ""
-    bad = run([*base, "--sample", "--top-p", "1.5"], b"ein hund\n")
-    assert bad.exit_code == 2 and "--top-p" in bad.output
+    bad = run([*base, "--top-k", "many"], b"ein hund\n")  # a value of the wrong type: click's usage error
+    assert bad.exit_code == 2 and "--top-k" in bad.output
 
 
 def test_command_decodes_an_ensemble_as_the_translator_does(model_dir: Path, tmp_path: Path) -> None:
@@ -197,4 +199,5 @@ def test_command_no_repeat_ngram_size_reaches_the_search(model_dir: Path, transl
     banned = translator.translate(lines, no_repeat_ngram_size=1)
     assert banned != translator.translate(lines)  # the test model repeats itself: the ban changed something
     refused = run(["--model", str(model_dir), "--no-repeat-ngram-size", "-1"], b"ein hund\n")
-    assert refused.exit_code == 2 and "--no-repeat-ngram-size" in refused.output
+    message = "--no-repeat-ngram-size: must be non-negative (0: off)"
+    assert refused.exit_code == 1 and message in refused.output
