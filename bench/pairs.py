@@ -8,8 +8,8 @@
     dvc queue start -j 1                                            # one at a time (dvc queue status)
     python -m bench.pairs table     # reports/pairs.{json,md} from the runs in MLflow and reports/pairs/runs
 
-Every experiment is params.yaml plus the pair's baseline settings (PAIRS) plus its recipe's
-(RECIPES) plus, for a sweep variant, one change (GRID); each is validated (pipeline.params, and
+Every experiment is params.yaml, its pair's base, its recipe's settings and, for a sweep variant,
+one axis value (experiments/: pipeline/recipes.py); each is validated (pipeline.params, and
 its data names resolved against the catalog) before anything is queued. A run capped with
 --steps N (train.max_steps=N) is a ranking run, named <pair>-<recipe>-s<N>[-<axis>-<value>]:
 the table shows it with val scores only. Selection is on val only: the table marks each pair's
@@ -62,7 +62,7 @@ from bench.experiments import (
     variant_params,
     where_ran,
 )
-from pipeline import files
+from pipeline import files, recipes
 from pipeline import params as P
 from pipeline.errors import ParamsError, UserError
 from pipeline.reporting import runs
@@ -83,269 +83,11 @@ BASELINE = "baseline"
 CUSTOM = "custom"  # a run queued with --set and --name: no recipe of RECIPES
 
 
-@dataclass(frozen=True)
-class Pair:
-    name: str  # src-tgt, the prefix of its experiments' names
-    baseline: dict[str, object]  # over params.yaml: the README's command on the new data
-    why: str
-
-    @property
-    def tests(self) -> list[str]:
-        names = self.baseline["data.test"]
-        assert isinstance(names, list)
-        return [str(n) for n in names]
-
-
-RU_EN_README_TRAIN = [
-    "newstest2012-ruen",
-    "newstest2013-ruen",
-    "newstest2014-ruen",
-    "newstest2015-ruen",
-    "newstest2016-ruen",
-    "tatoeba-v2021-08-07-enru",
-    "tico19-enru",
-]
-# Issue 26's new data for ru-en: MLQE-PE's train and dev portions (its test portion stays unused, a clean
-# set for later) and the English-original newstest2020 en-ru. Not newstest2019 en-ru: its English is
-# NTREX-128's source, a test set here, which decontamination would strip out of it.
-RU_EN_NEW_TRAIN = ["mlqe-pe-ruen-train", "mlqe-pe-ruen-dev", "newstest2020-enru"]
-
-PAIRS: dict[str, Pair] = {
-    "ru-en": Pair(
-        "ru-en",
-        {
-            "data.src_lang": "ru",
-            "data.tgt_lang": "en",
-            "data.train": [*RU_EN_README_TRAIN, *RU_EN_NEW_TRAIN],
-            "data.val": ["newstest2017-ruen"],
-            "data.test": ["newstest2018-ruen", "newstest2020-ruen", "ntrex128-enru"],
-        },
-        "the README's ru-en command, with MLQE-PE (train, dev) and newstest2020 en-ru added to training",
-    ),
-    "en-ms": Pair(
-        "en-ms",
-        {
-            "data.src_lang": "en",
-            "data.tgt_lang": "ms",
-            "data.train": ["tatoeba-v2021-08-07-enms", "tico19-enms"],
-            "data.val": [],
-            "data.heldout_val": 500,
-            "data.test": ["ntrex128-enms"],
-            "model.n_layers": None,
-            "model.encoder_layers": 10,
-            "model.decoder_layers": 2,
-            "model.output_bias": True,
-            "bpe.vocab_size": 4000,
-            "train.warmup_steps": 300,
-            "train.max_epochs": 30,
-        },
-        "the README's en-ms command (the catalog has no further en-ms training data)",
-    ),
-}
-
-
-@dataclass(frozen=True)
-class Recipe:
-    what: str  # one line: what it sets
-    why: str  # and on whose evidence
-    changes: dict[str, object]  # over the pair's baseline
-    per_pair: dict[str, dict[str, object]] = field(default_factory=dict)  # pair -> further changes
-    only: tuple[str, ...] = ()  # the pairs it is for (none: all)
-    parent: dict[str, str] = field(default_factory=dict)  # pair -> the experiment it starts from (init_from)
-
-    def for_pair(self, pair: str) -> dict[str, object]:
-        return {**self.changes, **self.per_pair.get(pair, {})}
-
-    def applies(self, pair: str) -> bool:
-        return not self.only or pair in self.only
-
-
-LOWRES = {
-    "bpe.model_type": "unigram",
-    "train.subword_sampling": "unigram",
-    "train.subword_alpha": 0.2,
-    "model.dropout": 0.3,
-    "model.attention_dropout": 0.1,
-    "model.activation_dropout": 0.1,
-    "train.label_smoothing": 0.2,
-    "train.max_tokens": 1024,
-}
-RECIPES: dict[str, Recipe] = {
-    BASELINE: Recipe("the pair's baseline as it is", "the comparison every p-value is against", {}),
-    "lowres": Recipe(
-        "small vocabulary (2k pieces for ru-en's ~45k pairs, 1k for en-ms's 6.5k), unigram "
-        "sampling alpha 0.2, dropout 0.3, attention and activation dropout 0.1, label smoothing 0.2, "
-        "1,024-token batches",
-        "Sennrich & Zhang 2019 (smaller vocabularies and batches, more dropout, label smoothing 0.2 for "
-        "small data), Araabi & Monz 2020 (the Transformer on 5k-160k pairs: regularization, batch size "
-        "and model size matter most), fairseq's transformer_iwslt_de_en recipe (dropout 0.3), Kudo 2018 "
-        "(subword regularization, alpha 0.1-0.5)",
-        LOWRES,
-        # ru-en: ~45k pairs at half the batch size; 12 epochs keep it near the 90-minute budget (the
-        # 46k-pair baseline took 77 minutes for 15 epochs at 2,048 tokens). en-ms: 15 of the
-        # baseline's 30 epochs, for the same budget: on an AVX2-only AMD EPYC (Zen 3) in fp32 an
-        # epoch of ~315 sampled 1,024-token batches of the 10+2 model took 5 minutes. The vocabulary
-        # sizes are those bpe.vocab_size: auto gave when the recipe ran first (the literature's rule;
-        # the sweep has since replaced it, docs/low-resource.md).
-        per_pair={
-            "ru-en": {"bpe.vocab_size": 2000, "train.max_epochs": 12},
-            "en-ms": {"bpe.vocab_size": 1000, "train.max_epochs": 15},
-        },
-    ),
-}
-
-
-# Issue 27's levers over a pair's baseline. en-ms: Indonesian, a close relative of Malay, as a second
-# target language (target-language tags; OPUS-MT's eng->msa trains on both the same way), from the
-# catalog's en-id sets. Held-out val and test stay Malay lines (pipeline/data/heldout.py).
-INDONESIAN = {
-    "tatoeba-enid": {"catalog": "tatoeba-v2021-08-07-enid", "tgt_lang": "id"},
-    "tico19-id": {"catalog": "tico19-enid", "tgt_lang": "id"},
-}
-# ru-en: German as a second source language into the same English, from the de-en WMT news sets
-# (2009-2020, ~30k pairs of the test sets' domain): no tags, since the target does not vary. WMT
-# shares English documents across pairs: the clean stage drops every line that is in a ru-en val
-# or test set. 8 epochs over about twice the data keep the updates near the baseline's 15 epochs.
-NEWS_EN = [f"newstest{year}-deen" for year in (*range(2009, 2019), 2020)]
-GERMAN_NEWS = {f"{name}-de": {"catalog": name, "src_lang": "de"} for name in NEWS_EN}
-RECIPES["multilingual"] = Recipe(
-    "a related pair's data: en-ms with en-id (Tatoeba, TICO-19), tagged; ru-en with de-en news",
-    "Johnson et al. 2017 (one model, target-language tags); Dabre et al. 2019 and OPUS-MT's eng->msa "
-    "(Malay with Indonesian); Zoph et al. 2016 (a related pair's data); Neubig & Hu 2018 (a "
-    "low-resource source language with others into English)",
-    {},
-    per_pair={
-        "en-ms": {
-            "data.train": ["tatoeba-v2021-08-07-enms", "tico19-enms", *INDONESIAN],
-            "data.sources": INDONESIAN,
-        },
-        "ru-en": {
-            "data.train": [*RU_EN_README_TRAIN, *RU_EN_NEW_TRAIN, *GERMAN_NEWS],
-            "data.sources": GERMAN_NEWS,
-            "train.max_epochs": 8,
-        },
-    },
-)
-
-
-# en-ms: NTREX-128's source is English news, and en-ms's 6,500 pairs are short everyday sentences:
-# copying the English source as the "translation" scores 21.7 chrF on NTREX-128, above every en-ms
-# model trained on them. A one-to-many model (Johnson et al. 2017) with en->de news (the de-en WMT
-# sets, ~31k pairs of NTREX's domain, names and numbers carried over as Malay carries them) and en->id
-# beside en->ms: the encoder reads news English, every target tagged. Temperature 2 over the three
-# pairs gives en-ms and en-id a quarter of each epoch each; an 8k vocabulary for ~44k pairs in four
-# languages (docs/low-resource.md's rule); the default's 800 warmup steps. An epoch is ~690 updates:
-# 6 epochs took 53 minutes on a 2-core Zen 4 (bf16), within the 90-minute budget.
-GERMAN_NEWS_TARGET = {f"{name}-de": {"catalog": name, "tgt_lang": "de"} for name in NEWS_EN}
-RECIPES["multilingual-news"] = Recipe(
-    "en-ms with en-id (Tatoeba, TICO-19) and en-de news (the de-en WMT sets, 2009-2020), tagged, "
-    "temperature 2, 8k vocabulary",
-    "Johnson et al. 2017 (one-to-many with target tags), Arivazhagan et al. 2019 (temperature sampling "
-    "over pairs), Dabre et al. 2019 (multilingual, then the pair alone: the parent recipe)",
-    {},
-    per_pair={
-        "en-ms": {
-            "data.train": ["tatoeba-v2021-08-07-enms", "tico19-enms", *INDONESIAN, *GERMAN_NEWS_TARGET],
-            "data.sources": INDONESIAN | GERMAN_NEWS_TARGET,
-            "train.source_temperature": 2.0,
-            "bpe.vocab_size": 8000,
-            "train.warmup_steps": 800,
-            "train.max_epochs": 6,
-        }
-    },
-    only=("en-ms",),
-)
-
-
-# ru-en: English news text, back-translated into Russian by a reverse model (en->ru, params.yaml's
-# backtranslation.reverse: the baseline's architecture) with sampling, tagged <BT>. The English of
-# the de-en newstest sets (NEWS_EN, decontaminated as above). 9 epochs over the larger corpus keep
-# the updates near the baseline's 15; the reverse model stops at 8, so that both fit one session
-# (about 45 + 80 minutes here): a sampled back-translation needs a fair reverse model, not the best.
-RECIPES["back-translation"] = Recipe(
-    "English news (the de-en newstest sets, 2009-2020) back-translated by an en->ru model, sampled, tagged",
-    "Sennrich et al. 2016 (back-translation), Edunov et al. 2018 (sampling beats beam search), Caswell "
-    "et al. 2019 (tagged back-translation)",
-    {},
-    per_pair={
-        "ru-en": {
-            "backtranslation.enabled": True,
-            "backtranslation.mono": NEWS_EN,
-            "backtranslation.reverse.train.max_epochs": 8,
-            "train.max_epochs": 9,
-        }
-    },
-    only=("ru-en",),
-)
-
-
-# A parent model (issue 27 item 4): a finished experiment's model, fetched from the DVC cache into
-# data/parents/<experiment> when the child is queued (fetch_parent), then fine-tuned. en-ms: the
-# multilingual run (en->ms with en->id), trained on en-ms alone (Dabre et al.'s second stage). ru-en:
-# the pair's run, trained on its news sets alone, the domain of every test set (continued training on
-# in-domain data, Luong & Manning 2015). Both at a fine-tuning learning rate with a short warmup;
-# early stopping on val ends them.
-RU_EN_NEWS = [*(f"newstest{year}-ruen" for year in range(2012, 2017)), "newstest2020-enru"]
-FINE_TUNE: dict[str, object] = {"train.lr": 0.0003, "train.warmup_steps": 100}
-RECIPES["parent"] = Recipe(
-    "a parent's weights and vocabulary fine-tuned: en-ms from the multilingual run on en-ms alone, "
-    "ru-en from its run on the news sets alone; lr 3e-4, 100 warmup steps",
-    "Zoph et al. 2016 (transfer from a parent model), Dabre et al. 2019 (a multilingual model, then the "
-    "pair alone), Luong & Manning 2015 (continued training on in-domain data)",
-    FINE_TUNE,
-    per_pair={
-        "en-ms": {"train.max_epochs": 20},
-        "ru-en": {"data.train": RU_EN_NEWS, "train.max_epochs": 8},
-    },
-    parent={"en-ms": "en-ms-multilingual", "ru-en": "ru-en-baseline"},
-)
-
-
-def _layers(encoder: int, decoder: int) -> dict[str, object]:
-    if encoder == decoder:
-        return {"model.n_layers": encoder, "model.encoder_layers": None, "model.decoder_layers": None}
-    return {"model.n_layers": None, "model.encoder_layers": encoder, "model.decoder_layers": decoder}
-
-
-def _sampling(model_type: str, sampling: str, alpha: float | None = None) -> dict[str, object]:
-    out: dict[str, object] = {"bpe.model_type": model_type, "train.subword_sampling": sampling}
-    return out | ({"train.subword_alpha": alpha} if alpha is not None else {})
-
-
-# axis -> value label -> its changes. A sweep changes one axis at a time from a recipe; a value that
-# leaves the recipe's params as they are is its ranking run itself and is not queued twice.
-GRID: dict[str, dict[str, dict[str, object]]] = {
-    "vocab": {str(n): {"bpe.vocab_size": n} for n in (1000, 2000, 4000, 8000)},
-    "dropout": {str(x): {"model.dropout": x} for x in (0.1, 0.2, 0.3, 0.4)},
-    "attdrop": {str(x): {"model.attention_dropout": x} for x in (0.0, 0.1, 0.2)},
-    "actdrop": {str(x): {"model.activation_dropout": x} for x in (0.0, 0.1, 0.2)},
-    "ls": {str(x): {"train.label_smoothing": x} for x in (0.1, 0.2, 0.3)},
-    "depth": {f"{e}x{d}": _layers(e, d) for e, d in ((2, 2), (3, 3), (6, 6), (10, 2))},
-    "width": {
-        str(w): {"model.d_model": w, "model.d_ff": ff, "model.n_heads": 4}
-        for w, ff in ((128, 512), (256, 1024), (512, 1024))  # 512/1024/4: transformer_iwslt_de_en
-    },
-    "batch": {str(n): {"train.max_tokens": n} for n in (1024, 2048, 4096)},
-    "lr": {str(x): {"train.lr": x} for x in (0.0005, 0.001, 0.002)},
-    "warmup": {str(n): {"train.warmup_steps": n} for n in (150, 300, 800, 2000)},
-    "sampling": {
-        "bpe": _sampling("bpe", "none"),
-        "bpe-dropout-0.1": _sampling("bpe", "bpe_dropout", 0.1),
-        "unigram": _sampling("unigram", "none"),
-        "unigram-0.1": _sampling("unigram", "unigram", 0.1),
-        "unigram-0.2": _sampling("unigram", "unigram", 0.2),
-        "unigram-0.5": _sampling("unigram", "unigram", 0.5),
-    },
-    "avg": {
-        "0": {"train.average_last": 0},
-        "3": {"train.average_last": 3},
-        "5": {"train.average_last": 5, "train.keep_last": 5},
-    },
-    "ema": {str(d): {"train.ema_decay": d} for d in (0.0, 0.99, 0.999)},
-    # not a setting: the centre again under other seeds (initialization, batch order, dropout),
-    # how far a run moves by chance, against which the other axes' differences are read
-    "seed": {str(n): {"train.seed": n} for n in (1, 2, 3)},
-}
+# The experiments' data (pipeline/recipes.py): the pairs' bases, the recipes, the sweep's axes.
+EXPERIMENTS = Path(__file__).resolve().parents[1] / recipes.EXPERIMENTS
+PAIRS = recipes.load_pairs(EXPERIMENTS)
+RECIPES = recipes.load_recipes(PAIRS, EXPERIMENTS)
+GRID = recipes.load_grid(EXPERIMENTS)
 
 
 @dataclass(frozen=True)
@@ -391,7 +133,7 @@ def recipe_experiment(
             raise UserError(f"--parent {parent}: not an experiment of {pair} (its name starts with {pair}-)")
         name += "-" + parent.removeprefix(f"{pair}-")
     parent = parent or default
-    changes = {**PAIRS[pair].baseline, **RECIPES[recipe].for_pair(pair)}
+    changes = {**PAIRS[pair].base, **RECIPES[recipe].for_pair(pair)}
     if parent is not None:
         changes["train.init_from"] = str(parent_dir(parent))
     if steps is not None:
@@ -1060,7 +802,7 @@ def references(
     from pipeline.data import planning, reading
     from pipeline.stages import download
 
-    data = variant_params(_raw(params_file), PAIRS[pair].baseline).data
+    data = variant_params(_raw(params_file), PAIRS[pair].base).data
     try:
         mirror = download.resolve_mirror(data)
         reader = reading.Reader(tmp / "fetch", mirror)  # references: the target side, never tagged

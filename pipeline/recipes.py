@@ -1,0 +1,122 @@
+"""Experiments as data: the folder experiments/ holds what the pairs' experiments are made of.
+
+    experiments/pairs.yaml          per pair, a base of params.yaml settings (and why)
+    experiments/recipes/NAME.yaml   a named set of settings over a pair's base, and per pair more
+    experiments/grid.yaml           the sweep's axes: axis -> value -> settings
+
+Settings are dotted params keys, as `dvc exp run -S` takes them. An experiment is params.yaml, then
+its pair's base, then its recipe's settings, then (a sweep's variant) one axis value; the values are
+checked as params when one is queued. A file of the wrong shape is refused naming file and key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pipeline.errors import UserError
+
+EXPERIMENTS = Path("experiments")
+Settings = dict[str, Any]  # dotted params key -> value
+
+
+@dataclass(frozen=True)
+class Pair:
+    name: str  # src-tgt, the prefix of its experiments' names
+    base: Settings  # over params.yaml: the README's command on the pair's data
+    why: str
+
+    @property
+    def tests(self) -> list[str]:
+        return [str(n) for n in self.base.get("data.test", [])]
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    what: str  # one line: what it sets
+    why: str  # and on whose evidence
+    changes: Settings  # over the pair's base
+    per_pair: dict[str, Settings] = field(default_factory=dict)  # pair -> further changes
+    only: tuple[str, ...] = ()  # the pairs it is for (none: all)
+    parent: dict[str, str] = field(default_factory=dict)  # pair -> the experiment it starts from (init_from)
+
+    def for_pair(self, pair: str) -> Settings:
+        return {**self.changes, **self.per_pair.get(pair, {})}
+
+    def applies(self, pair: str) -> bool:
+        return not self.only or pair in self.only
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file; experiments/ comes with the repository") from None
+    except yaml.YAMLError as e:
+        raise UserError(f"{path}: not valid YAML ({e})") from None
+    if not isinstance(raw, dict):
+        raise UserError(f"{path}: expected a mapping of names to entries")
+    return raw
+
+
+def _settings(value: Any, where: str) -> Settings:
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(isinstance(k, str) and "." in k for k in value):
+        raise UserError(f"{where}: expected settings, a mapping of dotted params keys (train.lr: 0.001)")
+    return dict(value)
+
+
+def _entry(raw: dict[str, Any], keys: set[str], where: str) -> dict[str, Any]:
+    if not isinstance(raw, dict) or set(raw) - keys:
+        unknown = sorted(set(raw) - keys) if isinstance(raw, dict) else []
+        raise UserError(f"{where}: unknown key(s) {unknown}; the keys are {sorted(keys)}")
+    return raw
+
+
+def load_pairs(root: Path = EXPERIMENTS) -> dict[str, Pair]:
+    """experiments/pairs.yaml, in its order (the order of the results' sections)."""
+    path = root / "pairs.yaml"
+    out = {}
+    for name, raw in _read(path).items():
+        entry = _entry(raw, {"why", "set"}, f"{path}: {name}")
+        out[name] = Pair(name, _settings(entry.get("set"), f"{path}: {name}.set"), str(entry.get("why", "")))
+    return out
+
+
+def load_recipes(pairs: dict[str, Pair], root: Path = EXPERIMENTS) -> dict[str, Recipe]:
+    """experiments/recipes/*.yaml by name; a pair named in one must be a pair of pairs.yaml."""
+    out = {}
+    for path in sorted((root / "recipes").glob("*.yaml")):
+        raw = _entry(_read(path), {"what", "why", "set", "per_pair", "only", "parent"}, str(path))
+        named = [*(raw.get("per_pair") or {}), *(raw.get("only") or []), *(raw.get("parent") or {})]
+        if unknown := sorted(set(named) - set(pairs)):
+            raise UserError(
+                f"{path}: pair(s) {unknown} are not in {root / 'pairs.yaml'} ({', '.join(pairs)})"
+            )
+        per_pair = {p: _settings(s, f"{path}: per_pair.{p}") for p, s in (raw.get("per_pair") or {}).items()}
+        out[path.stem] = Recipe(
+            path.stem,
+            str(raw.get("what", "")),
+            str(raw.get("why", "")),
+            _settings(raw.get("set"), f"{path}: set"),
+            per_pair,
+            tuple(raw.get("only") or ()),
+            {str(p): str(e) for p, e in (raw.get("parent") or {}).items()},
+        )
+    return out
+
+
+def load_grid(root: Path = EXPERIMENTS) -> dict[str, dict[str, Settings]]:
+    """experiments/grid.yaml: axis -> value label -> settings, in the file's order."""
+    path = root / "grid.yaml"
+    grid = {}
+    for axis, values in _read(path).items():
+        if not isinstance(values, dict) or not values:
+            raise UserError(f"{path}: {axis}: expected value labels, each with its settings")
+        grid[str(axis)] = {str(v): _settings(s, f"{path}: {axis}.{v}") for v, s in values.items()}
+    return grid
