@@ -4,7 +4,7 @@
     dvc queue start -j 1                # run them one at a time (dvc queue status to follow)
     python -m bench.ablation table      # reports/ablation.{md,json} from the runs in MLflow
 
-A variant is the default params.yaml plus its changes in VARIANTS; it runs the
+A variant is the default params.yaml plus its settings (experiments/ablation.yaml); it runs the
 whole pipeline, trained as the default is and scored on every default test
 set. The baseline is not queued: it is the default pipeline's own run (`dvc
 repro`): the newest finished MLflow run with the default params, test scores
@@ -41,7 +41,7 @@ from bench.experiments import (
     variant_params,
     where_ran,
 )
-from pipeline import files
+from pipeline import files, recipes
 from pipeline import params as P
 from pipeline.errors import UserError
 from pipeline.reporting import hypotheses, runs
@@ -68,24 +68,8 @@ from pipeline.tracking import store
 
 BASELINE = "baseline"
 BASELINE_CHANGE = "none: the default params.yaml (encoder-decoder 3+3, pre-LN, sinusoidal, three-way tied)"
-# name: (what it changes, its settings as `-S key=value`). Only the changes: everything else is the default.
-VARIANTS: dict[str, tuple[str, dict[str, object]]] = {
-    "abl-post-ln": ("post-LN instead of pre-LN", {"model.norm": "post"}),
-    "abl-learned-pos": ("learned instead of sinusoidal positions", {"model.positions": "learned"}),
-    # Separate vocabularies need untied embeddings: tie "all" shares one table, which needs bpe.joint.
-    "abl-untied": (
-        "untied embeddings, separate source and target vocabularies",
-        {"bpe.joint": False, "model.tie_embeddings": "none"},
-    ),
-    "abl-10-2": (
-        "deep encoder, shallow decoder: 10+2",
-        {"model.n_layers": None, "model.encoder_layers": 10, "model.decoder_layers": 2},
-    ),
-    "abl-decoder-only": (
-        "decoder-only, 6 layers, on `source <sep> target`",
-        {"model.arch": "decoder_only", "model.n_layers": None, "model.decoder_layers": 6},
-    ),
-}
+# name -> what it changes and its settings (experiments/ablation.yaml); everything else is the default.
+VARIANTS = recipes.load_variants(Path(__file__).resolve().parents[1] / recipes.EXPERIMENTS / "ablation.yaml")
 NOT_RUN = "not run yet (queued?)"
 QUEUE_COMMAND = "python -m bench.ablation queue"
 
@@ -113,9 +97,9 @@ def queue(names: tuple[str, ...], params_file: Path, dry_run: bool) -> None:
     raw = yaml.safe_load(params_file.read_text(encoding="utf-8"))
     names = names or tuple(VARIANTS)
     for name in names:  # refuse a variant params.py would refuse before queueing any
-        variant_params(raw, VARIANTS[name][1])
+        variant_params(raw, VARIANTS[name].changes)
     for name in names:
-        changes = VARIANTS[name][1]
+        changes = VARIANTS[name].changes
         args = [dvc_binary(), "exp", "run", "--queue", "-n", name]
         for setting in settings(changes):
             args += ["-S", setting]
@@ -247,7 +231,7 @@ def pick_baseline(records: list[RunRecord], defaults: dict[str, str], ref: str |
 
 def variant_row(records: list[RunRecord], name: str) -> Row:
     """The variant's newest finished run with test scores; else a row that says why there is none."""
-    change = VARIANTS[name][0]
+    change = VARIANTS[name].what
     mine = [r for r in records if r.dvc_exp == name]
     done = [r for r in mine if scored(r)]
     if done:
@@ -274,7 +258,7 @@ def param_notes(row: Row, base: Row) -> list[str]:
     """Where a variant's run differs from the baseline's in more, or other, than its changes."""
     if row.record is None or base.record is None:
         return []
-    changes = {k: param_text(v) for k, v in VARIANTS[row.variant][1].items()}
+    changes = {k: param_text(v) for k, v in VARIANTS[row.variant].changes.items()}
     notes = [
         f"{row.variant} also differs from the baseline in {key} ({mine} vs {theirs})"
         for key, (mine, theirs) in differences(row.record.params, base.record.params).items()
@@ -347,7 +331,7 @@ def score_sets(rows: list[Row], refs_dir: Path, tests: list[str]) -> list[str]:
 def row_json(row: Row, tests: list[str]) -> dict[str, Any]:
     r = row.record
     out: dict[str, Any] = {"variant": row.variant, "change": row.change, "status": row.status}
-    out["settings"] = settings(VARIANTS[row.variant][1]) if row.variant in VARIANTS else []
+    out["settings"] = settings(VARIANTS[row.variant].changes) if row.variant in VARIANTS else []
     if r is None:
         return out
     out |= {"run_id": r.id, "commit": r.commit, "started": str(r.started)}

@@ -3,6 +3,7 @@
     experiments/pairs.yaml          per pair, a base of params.yaml settings (and why)
     experiments/recipes/NAME.yaml   a named set of settings over a pair's base, and per pair more
     experiments/grid.yaml           the sweep's axes: axis -> value -> settings
+    experiments/ablation.yaml       named variants of params.yaml alone
 
 Settings are dotted params keys, as `dvc exp run -S` takes them. An experiment is params.yaml, then
 its pair's base, then its recipe's settings, then (a sweep's variant) one axis value; the values are
@@ -108,6 +109,16 @@ def load_recipes(pairs: dict[str, Pair], root: Path = EXPERIMENTS) -> dict[str, 
             tuple(raw.get("only") or ()),
             {str(p): str(e) for p, e in (raw.get("parent") or {}).items()},
         )
+    return out
+
+
+def load_variants(path: Path = EXPERIMENTS / "ablation.yaml") -> dict[str, Recipe]:
+    """Named sets of settings over params.yaml itself (what, set), in the file's order."""
+    out = {}
+    for name, raw in _read(path).items():
+        entry = _entry(raw, {"what", "why", "set"}, f"{path}: {name}")
+        changes = _settings(entry.get("set"), f"{path}: {name}.set")
+        out[name] = Recipe(name, str(entry.get("what", "")), str(entry.get("why", "")), changes)
     return out
 
 

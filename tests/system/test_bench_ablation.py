@@ -162,9 +162,9 @@ def test_queue_runs_the_whole_pipeline_with_only_each_variants_changes() -> None
 
 def test_every_variant_is_valid_params_and_separate_vocabularies_need_untied_embeddings() -> None:
     raw = raw_params({})
-    for _, changes in ablation.VARIANTS.values():
+    for changes in (v.changes for v in ablation.VARIANTS.values()):
         ablation.variant_params(raw, changes)
-    untied = ablation.variant_params(raw, ablation.VARIANTS["abl-untied"][1])
+    untied = ablation.variant_params(raw, ablation.VARIANTS["abl-untied"].changes)
     assert untied.bpe.joint is False and untied.model.tie_embeddings == "none"
     with pytest.raises(ParamsError, match=r"model\.tie_embeddings: .all. ties"):
         ablation.variant_params(raw, {"bpe.joint": False})  # tie "all" with separate vocabularies
@@ -195,7 +195,7 @@ def test_runs_not_made_yet_are_rows_that_say_so(made: Made) -> None:
     assert set(body["abl-10-2"][3:]) == {"–"}
     assert made.saved["rows"][-1] == {
         "variant": "abl-decoder-only",
-        "change": ablation.VARIANTS["abl-decoder-only"][0],
+        "change": ablation.VARIANTS["abl-decoder-only"].what,
         "status": "not run yet (queued?)",
         "settings": ["model.arch=decoder_only", "model.n_layers=null", "model.decoder_layers=6"],
     }

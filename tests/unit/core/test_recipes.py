@@ -32,6 +32,12 @@ def test_the_repositorys_experiments_are_pairs_recipes_and_axes_of_real_settings
     assert named <= keys, named - keys  # each a key of params.yaml, as dvc exp run -S needs
 
 
+def test_the_ablation_variants_are_named_settings_over_params_yaml() -> None:
+    variants = recipes.load_variants(ROOT / "ablation.yaml")
+    assert list(variants)[0] == "abl-post-ln" and variants["abl-post-ln"].changes == {"model.norm": "post"}
+    assert variants["abl-10-2"].changes["model.n_layers"] is None  # null: the depth is set per side
+
+
 def test_a_per_pair_setting_overrides_the_recipes_own() -> None:
     lowres = recipes.load_recipes(recipes.load_pairs(ROOT), ROOT)["lowres"]
     assert lowres.changes["train.max_tokens"] == 1024 and "bpe.vocab_size" not in lowres.changes
