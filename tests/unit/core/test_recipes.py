@@ -34,7 +34,7 @@ def test_the_repositorys_experiments_are_pairs_recipes_and_axes_of_real_settings
 
 def test_the_ablation_variants_are_named_settings_over_params_yaml() -> None:
     variants = recipes.load_variants(ROOT / "ablation.yaml")
-    assert list(variants)[0] == "abl-post-ln" and variants["abl-post-ln"].changes == {"model.norm": "post"}
+    assert next(iter(variants)) == "abl-post-ln" and variants["abl-post-ln"].changes == {"model.norm": "post"}
     assert variants["abl-10-2"].changes["model.n_layers"] is None  # null: the depth is set per side
 
 
