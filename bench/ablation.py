@@ -25,9 +25,13 @@ from typing import Any
 import click
 import yaml
 
-from bench import experiments
 from bench.common import machine_info
-from bench.experiments import (
+from pipeline import files, recipes
+from pipeline import params as P
+from pipeline.errors import UserError
+from pipeline.reporting import experiment_runs as experiments
+from pipeline.reporting import hypotheses, runs
+from pipeline.reporting.experiment_runs import (
     default_params,
     differences,
     dvc_binary,
@@ -41,10 +45,6 @@ from bench.experiments import (
     variant_params,
     where_ran,
 )
-from pipeline import files, recipes
-from pipeline import params as P
-from pipeline.errors import UserError
-from pipeline.reporting import hypotheses, runs
 from pipeline.reporting.hypotheses import RunHypotheses, key_of, testset_of
 from pipeline.reporting.metrics import (
     BOOTSTRAP_RESAMPLES,

@@ -21,7 +21,7 @@ pair's test references (fetched from the catalog with the download stage's own c
 
 The MLflow store and DVC cache live and die with one checkout, while a sweep spans sessions: the
 table saves every finished run it reads (record, tags, summary, test hypotheses) to
-reports/pairs/runs/<experiment>.json (bench.run_archive) and reads those back next time.
+reports/pairs/runs/<experiment>.json (pipeline/reporting/archive.py) and reads those back next time.
 """
 
 from __future__ import annotations
@@ -42,9 +42,13 @@ import click
 import yaml
 from sacrebleu.metrics import BLEU, CHRF
 
-from bench import run_archive
 from bench.common import machine_info
-from bench.experiments import (
+from pipeline import files, recipes
+from pipeline import params as P
+from pipeline.errors import ParamsError, UserError
+from pipeline.reporting import archive as run_archive
+from pipeline.reporting import runs
+from pipeline.reporting.experiment_runs import (
     default_params,
     differences,
     dvc_binary,
@@ -62,10 +66,6 @@ from bench.experiments import (
     variant_params,
     where_ran,
 )
-from pipeline import files, recipes
-from pipeline import params as P
-from pipeline.errors import ParamsError, UserError
-from pipeline.reporting import runs
 from pipeline.reporting.hypotheses import RunHypotheses, key_of, testset_of
 from pipeline.reporting.metrics import (
     BOOTSTRAP_RESAMPLES,

@@ -7,9 +7,10 @@ import json
 
 from click.testing import CliRunner
 
-from bench import noise, run_archive
+from bench import noise
 from pipeline import files
 from pipeline.data.pool import cores
+from pipeline.reporting import archive as run_archive
 from pipeline.reporting.hypotheses import RunHypotheses
 from pipeline.reporting.runs import RunRecord
 from pipeline.reporting.significance import sha256_of

@@ -505,7 +505,7 @@ def test_the_table_outlives_its_mlflow_store(
 
 
 def test_a_damaged_archive_entry_is_named_with_its_fix(tmp_path: Path) -> None:
-    from bench import run_archive
+    from pipeline.reporting import archive as run_archive
 
     (tmp_path / "ru-en-lowres.json").write_text("{not json", encoding="utf-8")
     with pytest.raises(UserError, match=r"ru-en-lowres\.json: not an archived run .*git checkout"):
