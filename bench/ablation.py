@@ -29,20 +29,18 @@ from bench.common import machine_info
 from pipeline import files, recipes
 from pipeline import params as P
 from pipeline.errors import UserError
+from pipeline.recipes import dvc_binary, settings, variant_params
 from pipeline.reporting import experiment_runs as experiments
 from pipeline.reporting import hypotheses, runs
 from pipeline.reporting.experiment_runs import (
     default_params,
     differences,
-    dvc_binary,
     experiment_baselines,
     experiment_commit,
     newest,
     number,
     scored,
     set_problem,
-    settings,
-    variant_params,
     where_ran,
 )
 from pipeline.reporting.hypotheses import RunHypotheses, key_of, testset_of

@@ -46,12 +46,12 @@ from bench.common import machine_info
 from pipeline import files, recipes
 from pipeline import params as P
 from pipeline.errors import ParamsError, UserError
+from pipeline.recipes import dvc_binary, settings, variant_params
 from pipeline.reporting import archive as run_archive
 from pipeline.reporting import runs
 from pipeline.reporting.experiment_runs import (
     default_params,
     differences,
-    dvc_binary,
     experiment_baselines,
     experiment_commit,
     experiment_file,
@@ -62,8 +62,6 @@ from pipeline.reporting.experiment_runs import (
     read_run,
     scored,
     set_problem,
-    settings,
-    variant_params,
     where_ran,
 )
 from pipeline.reporting.hypotheses import RunHypotheses, key_of, testset_of

@@ -7,18 +7,24 @@
 
 Settings are dotted params keys, as `dvc exp run -S` takes them. An experiment is params.yaml, then
 its pair's base, then its recipe's settings, then (a sweep's variant) one axis value; the values are
-checked as params when one is queued. A file of the wrong shape is refused naming file and key.
+checked as params when one is queued (`variant_params`), and queued as `dvc exp run -S` takes
+them (`settings`). A file of the wrong shape is refused naming file and key.
 """
 
 from __future__ import annotations
 
+import json
+import shutil
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from pipeline.errors import UserError
+from pipeline import params as P
+from pipeline.errors import ParamsError, UserError
+from pipeline.params.coerce import param_text
 
 EXPERIMENTS = Path("experiments")
 Settings = dict[str, Any]  # dotted params key -> value
@@ -50,6 +56,36 @@ class Recipe:
 
     def applies(self, pair: str) -> bool:
         return not self.only or pair in self.only
+
+
+def dvc_binary() -> str:
+    """The dvc beside this Python (the venv's), else the one on PATH."""
+    beside = Path(sys.executable).parent / "dvc"
+    return str(beside) if beside.exists() else (shutil.which("dvc") or "dvc")
+
+
+def settings(changes: dict[str, object]) -> list[str]:
+    """A variant's changes as `dvc exp run -S` takes them, spelled as in params.yaml (false, null). A
+    mapping is set with Hydra's `++` (add or override): plain `key=` merges into the mapping
+    params.yaml has and refuses the keys it lacks (data.sources is {} there)."""
+    return [
+        f"{'++' if isinstance(value, dict) else ''}{key}={param_text(value)}"
+        for key, value in changes.items()
+    ]
+
+
+def variant_params(raw: dict[str, Any], changes: dict[str, object]) -> P.Params:
+    """params.yaml's raw mapping with `changes` applied, validated (ParamsError names a bad one)."""
+    raw = json.loads(json.dumps(raw))  # a deep copy
+    for key, value in changes.items():
+        *path, name = key.split(".")
+        node = raw
+        for part in path:  # a key params.yaml lacks is left for from_dict to name
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ParamsError(f"{key}: {part} is a setting, not a section of settings")
+        node[name] = value
+    return P.from_dict(raw)
 
 
 def _read(path: Path) -> dict[str, Any]:

@@ -3,6 +3,8 @@ that names its key and what is allowed; and the helpers that name keys and show 
 
 from __future__ import annotations
 
+import ast
+import contextlib
 import dataclasses
 import math
 import types
@@ -122,3 +124,22 @@ def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             flat[name] = value
     return flat
+
+
+def param_text(value: Any) -> str:
+    """A param value as params.yaml spells it, whether it came from MLflow (a str) or DVC (typed)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(param_text(v) for v in value) + "]"  # YAML flow style, as -S takes it
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {param_text(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, str):
+        # MLflow holds str() of the Python value.
+        if (value[:1], value[-1:]) in (("[", "]"), ("{", "}")):
+            with contextlib.suppress(ValueError, SyntaxError):
+                return param_text(ast.literal_eval(value))
+        return {"None": "null", "True": "true", "False": "false"}.get(value, value)
+    return str(value)

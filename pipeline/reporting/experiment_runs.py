@@ -1,19 +1,14 @@
-"""What the experiment benchmarks share (bench/ablation.py, bench/pairs.py): queueing `dvc exp run`s
-with validated settings, and reading their runs back from MLflow.
-
-A benchmark queues variants of params.yaml as DVC experiments (`settings`, checked first with
-`variant_params`), and tabulates them from the MLflow runs the pipeline logged (`scored`, `newest`,
-`read_run`), with the commit each ran from (`experiment_baselines`, `experiment_commit`) and where it
-ran (`where_ran`). No benchmark imports another: what two need lives here.
+"""Experiments' runs read back for their tables (the pairs' and the ablation's): from the MLflow runs
+the pipeline logged (`scored`, `newest`, `read_run`), with the commit each ran from
+(`experiment_baselines`, `experiment_commit`) and where it ran (`where_ran`). Queueing them, from
+the settings of experiments/, is pipeline/recipes.py's.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import shutil
 import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -23,41 +18,11 @@ import pandas as pd
 
 from pipeline import files
 from pipeline import params as P
-from pipeline.errors import ParamsError, UserError
+from pipeline.errors import UserError
 from pipeline.reporting import hypotheses
 from pipeline.reporting.hypotheses import RunHypotheses, key_of
 from pipeline.reporting.runs import RunRecord, param_text
 from pipeline.reporting.significance import unusable
-
-
-def dvc_binary() -> str:
-    """The dvc beside this Python (the venv's), else the one on PATH."""
-    beside = Path(sys.executable).parent / "dvc"
-    return str(beside) if beside.exists() else (shutil.which("dvc") or "dvc")
-
-
-def settings(changes: dict[str, object]) -> list[str]:
-    """A variant's changes as `dvc exp run -S` takes them, spelled as in params.yaml (false, null). A
-    mapping is set with Hydra's `++` (add or override): plain `key=` merges into the mapping
-    params.yaml has and refuses the keys it lacks (data.sources is {} there)."""
-    return [
-        f"{'++' if isinstance(value, dict) else ''}{key}={param_text(value)}"
-        for key, value in changes.items()
-    ]
-
-
-def variant_params(raw: dict[str, Any], changes: dict[str, object]) -> P.Params:
-    """params.yaml's raw mapping with `changes` applied, validated (ParamsError names a bad one)."""
-    raw = json.loads(json.dumps(raw))  # a deep copy
-    for key, value in changes.items():
-        *path, name = key.split(".")
-        node = raw
-        for part in path:  # a key params.yaml lacks is left for from_dict to name
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                raise ParamsError(f"{key}: {part} is a setting, not a section of settings")
-        node[name] = value
-    return P.from_dict(raw)
 
 
 def default_params(params: P.Params) -> dict[str, str]:

@@ -16,8 +16,6 @@ sort key: best first). An old run's single test set counts as `test`.
 
 from __future__ import annotations
 
-import ast
-import contextlib
 import json
 import math
 import re
@@ -35,6 +33,7 @@ import yaml
 from pipeline import params as P
 from pipeline.data import indexes
 from pipeline.errors import UserError
+from pipeline.params.coerce import param_text
 from pipeline.tracking import store
 
 ID_COLUMNS = ("run", "dvc_exp", "commit", "status", "started", "id")
@@ -250,25 +249,6 @@ def differing_params(params: list[dict[str, str]]) -> list[str]:
     """
     shared = set.intersection(*(set(p) for p in params)) if params else set()
     return [k for k in sorted(shared) if len({p[k] for p in params}) > 1]
-
-
-def param_text(value: Any) -> str:
-    """A param value as params.yaml spells it, whether it came from MLflow (a str) or DVC (typed)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(param_text(v) for v in value) + "]"  # YAML flow style, as -S takes it
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{k}: {param_text(v)}" for k, v in value.items()) + "}"
-    if isinstance(value, str):
-        # MLflow holds str() of the Python value.
-        if (value[:1], value[-1:]) in (("[", "]"), ("{", "}")):
-            with contextlib.suppress(ValueError, SyntaxError):
-                return param_text(ast.literal_eval(value))
-        return {"None": "null", "True": "true", "False": "false"}.get(value, value)
-    return str(value)
 
 
 def mlflow_table(experiment: str, uri: str | None = None) -> pd.DataFrame:

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from pipeline import recipes
-from pipeline.errors import UserError
+from pipeline.errors import ParamsError, UserError
 from pipeline.params.coerce import flatten
 from tests.support.repo import REPO
 
@@ -83,3 +83,23 @@ def test_a_file_of_the_wrong_shape_is_refused_naming_it(
 def test_a_missing_folder_says_where_it_comes_from(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="no such file; experiments/ comes with the repository"):
         recipes.load_pairs(tmp_path)
+
+
+def test_settings_are_spelled_as_dvc_exp_run_s_takes_them() -> None:
+    given = {"bpe.joint": False, "model.n_layers": None, "data.test": ["a", "b"], "data.sources": {"x": {}}}
+    assert recipes.settings(given) == [
+        "bpe.joint=false",
+        "model.n_layers=null",
+        "data.test=[a, b]",
+        "++data.sources={x: {}}",  # a mapping: added to params.yaml's, not merged key by key
+    ]
+
+
+def test_a_variant_is_params_yaml_with_its_settings_checked() -> None:
+    raw = yaml.safe_load((REPO / "params.yaml").read_text(encoding="utf-8"))
+    assert recipes.variant_params(raw, {"model.norm": "post"}).model.norm == "post"
+    assert raw["model"]["norm"] == "pre"  # the raw mapping itself is left as it was
+    with pytest.raises(ParamsError, match=r"model\.norm\.x: norm is a setting, not a section"):
+        recipes.variant_params(raw, {"model.norm.x": 1})
+    with pytest.raises(ParamsError, match=r"model\.norm"):
+        recipes.variant_params(raw, {"model.norm": "sideways"})
