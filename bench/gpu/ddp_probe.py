@@ -53,9 +53,9 @@ def main(backend: str, steps: int, tiny: bool, out: Path) -> None:
         torch.manual_seed(1)
         model = build_model(cfg, vocab, vocab).to(device)
         params = dataclasses.replace(params, train=dataclasses.replace(params.train, warmup_steps=1))
-        update = Update.build(model, params, "bf16")
         ids = [local_rank] if device.type == "cuda" else None
-        update.wrap(lambda bare: torch.nn.parallel.DistributedDataParallel(bare, device_ids=ids))
+        ddp = lambda bare: torch.nn.parallel.DistributedDataParallel(bare, device_ids=ids)
+        update = Update.build(model, params, "bf16", wrapper=ddp)
         batch = synthetic_batch(vocab, rows=8 if tiny else 64, length=12 if tiny else 24, seed=rank)
         losses = [update(batch) for _ in range(steps)]
         ones = torch.ones(4, device=device)

@@ -136,17 +136,6 @@ class UpdateStep:
             net = self.ddp
         return torch.compile(net) if self.cfg.compile else net
 
-    def wrap(self, wrapper: Callable[[Seq2SeqBase], Callable[..., torch.Tensor]]) -> None:
-        """Run the forward through wrapper(model) instead of the bare model: torch.compile with a
-        backend of the caller's, or a DDP over a process group of one (bench/gpu/). A DDP is then
-        the one whose no_sync the micro-batches use. Refused over a model already wrapped
-        (train.compile, DDP over 2+ ranks, an earlier wrap): it would drop that wrapper silently."""
-        if self.net is not self.model:
-            raise RuntimeError("the forward is already wrapped (train.compile, DDP over 2+ ranks, or wrap)")
-        net = wrapper(self.model)
-        self.ddp = net if isinstance(net, torch.nn.parallel.DistributedDataParallel) else None
-        self.net = net
-
     def autocast(self) -> contextlib.AbstractContextManager:
         return autocast(self.cfg.precision, self.device)
 

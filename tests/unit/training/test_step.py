@@ -8,54 +8,23 @@ import copy
 import math
 import warnings
 
-import numpy as np
 import pytest
 import torch
-import torch.distributed as dist
 
-from pipeline.data.batching import Batch
 from pipeline.errors import UserError
 from pipeline.model.transformer import build_model
-from pipeline.tokens import BOS, EOS, N_SPECIAL, PAD
 from pipeline.training import step as step_module
 from pipeline.training.step import UpdateStep, resolve_train
 from tests.support.models import VOCAB, tiny_params
+from tests.support.steps import make_batch, random_rows, weights
 
 CPU = torch.device("cpu")
-
-
-def make_batch(rows: list[list[int]]) -> Batch:
-    """Rows of ids as the collate function pads them: src ids+EOS, tgt BOS+ids / ids+EOS, PAD after."""
-    width = max(map(len, rows)) + 1
-
-    def pad(seqs: list[list[int]]) -> torch.Tensor:
-        return torch.tensor([s + [PAD] * (width - len(s)) for s in seqs])  # (B, width)
-
-    n_tokens = sum(len(r) + 1 for r in rows)
-    return Batch(
-        src=pad([[*r, EOS] for r in rows]),
-        tgt_in=pad([[BOS, *r] for r in rows]),
-        tgt_out=pad([[*r, EOS] for r in rows]),
-        n_src_tokens=n_tokens,
-        n_tgt_tokens=n_tokens,
-        indices=np.arange(len(rows)),
-    )
-
-
-def random_rows(n: int, seed: int) -> list[list[int]]:
-    g = torch.Generator().manual_seed(seed)
-    lengths = torch.randint(2, 9, (n,), generator=g).tolist()
-    return [torch.randint(N_SPECIAL, VOCAB, (k,), generator=g).tolist() for k in lengths]
 
 
 def make_step(seed: int = 0, model: dict | None = None, **train) -> UpdateStep:
     params = tiny_params(dict(dropout=0.0) | (model or {}), **train)
     torch.manual_seed(seed)
     return UpdateStep(resolve_train(params, CPU), build_model(params.model, VOCAB, VOCAB), CPU)
-
-
-def weights(step: UpdateStep) -> dict[str, torch.Tensor]:
-    return {k: v.clone() for k, v in step.model.state_dict().items()}
 
 
 def test_an_update_is_a_hand_written_adamw_step():
@@ -151,51 +120,6 @@ def test_a_step_made_the_same_way_updates_bitwise_the_same():
 def test_fp16_on_cpu_is_refused():
     with pytest.raises(UserError, match="fp16 needs a GPU"):
         make_step(precision="fp16")
-
-
-def test_a_wrapped_forward_is_the_one_an_update_runs():
-    step, bare = make_step(), make_step()
-    calls = []
-
-    def wrapper(model):
-        def forward(*args):
-            calls.append(len(args))
-            return model(*args)
-
-        return forward
-
-    step.wrap(wrapper)
-    rows = random_rows(8, seed=2)
-    batches = [make_batch(rows[:3]), make_batch(rows[3:])]
-    assert step.update(batches) == bare.update(batches)
-    assert calls == [4, 4]  # each micro-batch: src, tgt_in, tgt_out, smoothing
-    for name, tensor in weights(step).items():
-        assert torch.equal(tensor, weights(bare)[name]), name  # the wrapped model is the one trained
-
-
-def test_a_ddp_wrapped_step_accumulates_as_the_bare_one(tmp_path):
-    """A DDP over a gloo group of one (bench/gpu/ddp_probe.py's): no_sync on all but the last micro-batch."""
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
-    try:
-        step, bare = make_step(), make_step()
-        step.wrap(torch.nn.parallel.DistributedDataParallel)
-        assert step.ddp is step.net
-        rows = random_rows(8, seed=3)
-        batches = [make_batch(rows[:3]), make_batch(rows[3:])]
-        loss, tokens = step.update(batches)
-        bare_loss, bare_tokens = bare.update(batches)
-    finally:
-        dist.destroy_process_group()
-    assert tokens == bare_tokens and loss == pytest.approx(bare_loss, rel=1e-6)
-    for name, tensor in weights(step).items():
-        assert torch.allclose(tensor, weights(bare)[name], atol=1e-6), name
-
-
-def test_a_forward_already_wrapped_is_not_wrapped_again():
-    step = make_step()
-    step.wrap(lambda model: model.forward)
-    with pytest.raises(RuntimeError, match="already wrapped"):
-        step.wrap(lambda model: model.forward)
 
 
 @pytest.mark.parametrize("native, expected", [(True, "bf16"), (False, "fp32")])
