@@ -16,6 +16,10 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+import yaml
+
+from pipeline.errors import UserError
+
 T = TypeVar("T")
 
 SIDES = ("src", "tgt")  # the two sides of a parallel split, as its line files are named: {split}.{side}
@@ -130,3 +134,14 @@ def line_chunks(path: str | Path) -> Iterator[list[str]]:
 def _fsync(path: Path) -> None:
     with open(path, "rb") as f:
         os.fsync(f.fileno())
+
+
+def read_yaml(path: Path, missing: str, error: type[UserError] = UserError) -> Any:
+    """A YAML file's contents; a missing file or bad YAML is `error`, naming the file (and, for a
+    missing one, `missing`: what to do)."""
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise error(f"{path}: no such file; {missing}") from None
+    except yaml.YAMLError as e:
+        raise error(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None

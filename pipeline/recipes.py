@@ -20,8 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from pipeline import files
 from pipeline import params as P
 from pipeline.errors import ParamsError, UserError
 from pipeline.params.coerce import param_text
@@ -89,12 +88,7 @@ def variant_params(raw: dict[str, Any], changes: dict[str, object]) -> P.Params:
 
 
 def _read(path: Path) -> dict[str, Any]:
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file; experiments/ comes with the repository") from None
-    except yaml.YAMLError as e:
-        raise UserError(f"{path}: not valid YAML ({e})") from None
+    raw = files.read_yaml(path, "experiments/ comes with the repository")
     if not isinstance(raw, dict):
         raise UserError(f"{path}: expected a mapping of names to entries")
     return raw

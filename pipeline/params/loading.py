@@ -5,8 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from pipeline import files
 from pipeline.errors import ParamsError
 from pipeline.params.checks import validate
 from pipeline.params.coerce import build
@@ -16,13 +15,7 @@ from pipeline.params.schema import Params
 def load(path: str | Path = "params.yaml") -> Params:
     """Read, type-check and validate params.yaml; raise ParamsError on any fault."""
     path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ParamsError(f"{path}: no such file; run from the repository root or pass --params") from None
-    except yaml.YAMLError as e:
-        raise ParamsError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from e
-    return from_dict(raw)
+    return from_dict(files.read_yaml(path, "run from the repository root or pass --params", ParamsError))
 
 
 def from_dict(raw: Any) -> Params:

@@ -1,8 +1,11 @@
 """Atomic outputs: a failed write leaves the previous output whole and no temporaries."""
 
+from pathlib import Path
+
 import pytest
 
 from pipeline import files
+from pipeline.errors import ParamsError, UserError
 
 
 def test_a_failed_file_write_keeps_the_previous_file(tmp_path):
@@ -51,3 +54,15 @@ def test_a_paired_writer_keeps_the_two_sides_line_aligned(tmp_path):
 def test_batched_gives_every_item_once_in_order_the_last_batch_shorter():
     assert list(files.batched(iter(range(7)), 3)) == [[0, 1, 2], [3, 4, 5], [6]]
     assert list(files.batched([], 3)) == []
+
+
+def test_read_yaml_names_the_file_and_the_fix(tmp_path: Path) -> None:
+    good = tmp_path / "good.yaml"
+    good.write_text("a: [1, 2]\n", encoding="utf-8")
+    assert files.read_yaml(good, "make it") == {"a": [1, 2]}
+    with pytest.raises(UserError, match=r"missing\.yaml: no such file; make it$"):
+        files.read_yaml(tmp_path / "missing.yaml", "make it")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("a: [1, 2\n", encoding="utf-8")
+    with pytest.raises(ParamsError, match=r"bad\.yaml: not valid YAML \("):
+        files.read_yaml(bad, "make it", ParamsError)
