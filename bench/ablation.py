@@ -28,7 +28,7 @@ import yaml
 from bench.common import machine_info
 from pipeline import files, recipes
 from pipeline import params as P
-from pipeline.errors import UserError
+from pipeline.errors import UserError, shown_at_import
 from pipeline.recipes import dvc_binary, settings, variant_params
 from pipeline.reporting import experiment_runs as experiments
 from pipeline.reporting import hypotheses, runs
@@ -67,7 +67,10 @@ from pipeline.tracking import store
 BASELINE = "baseline"
 BASELINE_CHANGE = "none: the default params.yaml (encoder-decoder 3+3, pre-LN, sinusoidal, three-way tied)"
 # name -> what it changes and its settings (experiments/ablation.yaml); everything else is the default.
-VARIANTS = recipes.load_variants(Path(__file__).resolve().parents[1] / recipes.EXPERIMENTS / "ablation.yaml")
+with shown_at_import(__name__):  # experiments/ablation.yaml of the wrong shape: one line, no traceback
+    VARIANTS = recipes.load_variants(
+        Path(__file__).resolve().parents[1] / recipes.EXPERIMENTS / "ablation.yaml"
+    )
 NOT_RUN = "not run yet (queued?)"
 QUEUE_COMMAND = "python -m bench.ablation queue"
 

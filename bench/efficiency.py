@@ -111,7 +111,8 @@ def measure(system: dict, clean: Path, threads: int, scratch: Path) -> dict[str,
     spec, out = scratch / "system.json", scratch / "measured.json"
     files.write_json(spec, {**system, "models": [str(m) for m in system["models"]]})
     args = ["one", "--system", str(spec), "--clean", str(clean), "--threads", str(threads), "--out", str(out)]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    path = [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
     subprocess.run([sys.executable, "-m", "bench.efficiency", *args], check=True, env=env)
     return json.loads(out.read_text(encoding="utf-8"))
 
@@ -154,10 +155,12 @@ def run(
 
     if not teachers or student is None:
         raise click.UsageError("give --teacher (one or more) and --student")
-    for hint, folder in (("--clean", clean), ("--refs", refs)):  # here: the child `one` needs neither default
+    # checked here, not by click: the child process `one` shares the group's options but needs neither
+    for hint, folder, stage in (("--clean", clean, "clean"), ("--refs", refs, "download")):
         if not folder.is_dir():
-            message = f"no directory {folder}: run dvc repro clean, or name one"
-            raise click.BadParameter(message, param_hint=hint)
+            raise click.BadParameter(
+                f"no directory {folder}: run dvc repro {stage}, or name one", param_hint=hint
+            )
     params = P.load(params_file)
     threads = threads or os.cpu_count() or 1
     chosen = systems(list(teachers), student, student_ct2, params)

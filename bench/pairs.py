@@ -45,7 +45,7 @@ from sacrebleu.metrics import BLEU, CHRF
 from bench.common import machine_info
 from pipeline import files, recipes
 from pipeline import params as P
-from pipeline.errors import ParamsError, UserError
+from pipeline.errors import ParamsError, UserError, shown_at_import
 from pipeline.recipes import dvc_binary, settings, variant_params
 from pipeline.reporting import archive as run_archive
 from pipeline.reporting import runs
@@ -83,9 +83,10 @@ CUSTOM = "custom"  # a run queued with --set and --name: no recipe of RECIPES
 
 # The experiments' data (pipeline/recipes.py): the pairs' bases, the recipes, the sweep's axes.
 EXPERIMENTS = Path(__file__).resolve().parents[1] / recipes.EXPERIMENTS
-PAIRS = recipes.load_pairs(EXPERIMENTS)
-RECIPES = recipes.load_recipes(PAIRS, EXPERIMENTS)
-GRID = recipes.load_grid(EXPERIMENTS)
+with shown_at_import(__name__):  # a recipe file of the wrong shape: one line, no traceback
+    PAIRS = recipes.load_pairs(EXPERIMENTS)
+    RECIPES = recipes.load_recipes(PAIRS, EXPERIMENTS)
+    GRID = recipes.load_grid(EXPERIMENTS)
 
 
 @dataclass(frozen=True)

@@ -49,9 +49,10 @@ class Update(UpdateStep):
         train.compile runs it) or "eager" / "aot_eager" (capture without code generation); or
         `wrapper` (e.g. a DDP) instead of either."""
         device = next(model.parameters()).device
+        if compile_backend is not None and wrapper is not None:
+            raise ValueError("a compile backend or a wrapper, not both")
         train = dataclasses.replace(params.train, precision=precision, compile=compile_backend == "inductor")
         if compile_backend not in (None, "inductor"):
-            assert wrapper is None, "a compile backend or a wrapper, not both"
             wrapper = lambda bare: torch.compile(bare, backend=compile_backend)
         return cls(dataclasses.replace(params, train=train), model.train(), device, wrapper)
 

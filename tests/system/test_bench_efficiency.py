@@ -67,3 +67,14 @@ def test_the_table_measures_each_system_and_compares_it_with_the_teacher_ensembl
     assert (body["teacher ensemble (2)"]["beam"], body["student, int8"]["beam"]) == (5, 1)
     text = out.read_text()
     assert "### a (40 lines)" in text and "### b (30 lines)" in text and text.count("student, int8") >= 3
+
+
+def test_a_missing_folder_is_named_with_the_stage_that_makes_it(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no data/ here
+    (tmp_path / "m").mkdir()
+    args = ["--teacher", "m", "--student", "m", "--clean", "m"]
+    result = CliRunner().invoke(efficiency.main, args)
+    assert result.exit_code == 2 and "--refs" in result.output
+    assert "no directory data/raw: run dvc repro download, or name one" in result.output
+    result = CliRunner().invoke(efficiency.main, args[:4])
+    assert result.exit_code == 2 and "no directory data/clean: run dvc repro clean" in result.output

@@ -3,6 +3,7 @@ by a compile backend of the check's or a DDP over a process group of one (bench/
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.distributed as dist
 
@@ -65,3 +66,5 @@ def test_a_compile_backend_other_than_inductor_wraps_the_forward_and_keeps_train
     params = resolve_train(tiny_params(dict(dropout=0.0), precision="fp32"), CPU)
     step = Update.build(build_model(params.model, VOCAB, VOCAB), params, "fp32", compile_backend="eager")
     assert step.net is not step.model and step.cfg.compile is False and step.ddp is None
+    with pytest.raises(ValueError, match="a compile backend or a wrapper, not both"):
+        Update.build(build_model(params.model, VOCAB, VOCAB), params, "fp32", "inductor", wrapper=lambda m: m)
