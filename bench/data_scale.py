@@ -38,10 +38,11 @@ import psutil  # installed with dvc
 import sentencepiece as spm
 import yaml
 
-from bench.common import machine_info, merge_rows, write_section
+from bench.common import merge_rows, write_section
 from pipeline.data.filters import RULES
 from pipeline.data.pool import cores
 from pipeline.files import write_json
+from pipeline.machine import machine_info
 from pipeline.reporting.tables import fmt, fmt_whole, markdown_table
 
 REPO = Path(__file__).resolve().parents[1]

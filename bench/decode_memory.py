@@ -26,8 +26,8 @@ import click
 import psutil
 import torch
 
-from bench.common import machine_info
 from pipeline.files import read_lines
+from pipeline.machine import machine_info
 from pipeline.model import linear
 from pipeline.onednn import CACHE
 from pipeline.reporting.tables import markdown_table

@@ -59,7 +59,7 @@ from pathlib import Path
 import click
 import torch
 
-from bench.common import machine_info, merge_rows, row, write_section
+from bench.common import merge_rows, row, write_section
 from bench.decoding import (
     TASKS,
     Runner,
@@ -85,6 +85,7 @@ from bench.timing import shuffled_rounds
 from pipeline.data.text import normalize
 from pipeline.decoding.batches import default_workers
 from pipeline.files import read_lines, write_json
+from pipeline.machine import machine_info
 from pipeline.reporting.tables import fmt, fmt_whole, markdown_table
 
 REPO = Path(__file__).resolve().parents[1]

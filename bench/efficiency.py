@@ -27,11 +27,11 @@ from typing import Any
 
 import click
 
-from bench.common import machine_info
 from pipeline import files
 from pipeline import params as P
 from pipeline.decoding.sets import TEST_DIR, read_sources
 from pipeline.decoding.translator import TextTranslator
+from pipeline.machine import machine_info
 from pipeline.reporting.hypotheses import RunHypotheses
 from pipeline.reporting.significance import compare, comparison_markdown, sha256_of
 from pipeline.reporting.tables import markdown_table

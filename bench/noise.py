@@ -31,10 +31,10 @@ from pathlib import Path
 
 import click
 
-from bench.common import machine_info
 from pipeline import files
 from pipeline.data.text import normalize
-from pipeline.reporting import archive as run_archive
+from pipeline.experiments import archive as run_archive
+from pipeline.machine import machine_info
 from pipeline.reporting.hypotheses import RunHypotheses, label
 from pipeline.reporting.metrics import SIGNIFICANCE_LEVEL
 from pipeline.reporting.significance import Comparison, compare, comparison_markdown

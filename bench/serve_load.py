@@ -56,10 +56,11 @@ from typing import Any
 
 import click
 
-from bench.common import machine_info, merge_rows, write_section
+from bench.common import merge_rows, write_section
 from bench.serving import TASK, Shape, run_load
 from pipeline.errors import UserError
 from pipeline.files import read_lines, write_json
+from pipeline.machine import machine_info
 from pipeline.reporting.tables import markdown_table
 
 SERVE_START, SERVE_END = "<!-- serve:start -->", "<!-- serve:end -->"

@@ -73,7 +73,7 @@ import numpy as np
 import torch
 
 from bench import flops
-from bench.common import fmt_times, machine_info, merge_rows, row, write_section
+from bench.common import fmt_times, merge_rows, row, write_section
 from bench.options import report_files, rows_option, section_option, seed_option
 from bench.training import (
     BUILDERS,
@@ -94,6 +94,7 @@ from pipeline.data.sampling import Prefetcher, Sampling, read_text, sample_epoch
 from pipeline.data.shards import ShardWriter, offsets_of
 from pipeline.data.vocab import Vocab
 from pipeline.files import write_json
+from pipeline.machine import machine_info
 from pipeline.reporting.tables import fmt, fmt_whole, markdown_table
 from pipeline.tokens import N_SPECIAL
 

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from bench import noise
 from pipeline import files
 from pipeline.data.pool import cores
-from pipeline.reporting import archive as run_archive
+from pipeline.experiments import archive as run_archive
 from pipeline.reporting.hypotheses import RunHypotheses
 from pipeline.reporting.runs import RunRecord
 from pipeline.reporting.significance import sha256_of

@@ -32,6 +32,7 @@ LAYERS = {
     "training": 3,
     "interop": 3,
     "serving": 4,
+    "experiments": 4,  # queues DVC runs of recipes, reads them back, writes their tables
     "stages": 5,
 }
 ENTRY = {"cli": 6, "__main__": 7}  # `python -m pipeline`: __main__ runs cli, which dispatches to the stages

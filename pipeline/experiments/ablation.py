@@ -25,14 +25,13 @@ from typing import Any
 import click
 import yaml
 
-from bench.common import machine_info
-from pipeline import files, recipes
+from pipeline import files
 from pipeline import params as P
 from pipeline.errors import UserError, shown_at_import
-from pipeline.recipes import dvc_binary, settings, variant_params
-from pipeline.reporting import experiment_runs as experiments
-from pipeline.reporting import hypotheses, runs
-from pipeline.reporting.experiment_runs import (
+from pipeline.experiments import recipes
+from pipeline.experiments import runs as experiments
+from pipeline.experiments.recipes import dvc_binary, settings, variant_params
+from pipeline.experiments.runs import (
     default_params,
     differences,
     experiment_baselines,
@@ -43,6 +42,8 @@ from pipeline.reporting.experiment_runs import (
     set_problem,
     where_ran,
 )
+from pipeline.machine import machine_info
+from pipeline.reporting import hypotheses, runs
 from pipeline.reporting.hypotheses import RunHypotheses, key_of, testset_of
 from pipeline.reporting.metrics import (
     BOOTSTRAP_RESAMPLES,
@@ -69,7 +70,7 @@ BASELINE_CHANGE = "none: the default params.yaml (encoder-decoder 3+3, pre-LN, s
 # name -> what it changes and its settings (experiments/ablation.yaml); everything else is the default.
 with shown_at_import(__name__):  # experiments/ablation.yaml of the wrong shape: one line, no traceback
     VARIANTS = recipes.load_variants(
-        Path(__file__).resolve().parents[1] / recipes.EXPERIMENTS / "ablation.yaml"
+        Path(__file__).resolve().parents[2] / recipes.EXPERIMENTS / "ablation.yaml"
     )
 NOT_RUN = "not run yet (queued?)"
 QUEUE_COMMAND = "python -m bench.ablation queue"

@@ -21,10 +21,10 @@ import sacrebleu
 import yaml
 from click.testing import CliRunner
 
-from bench import pairs
 from pipeline import files
 from pipeline.data import corpora
 from pipeline.errors import UserError
+from pipeline.experiments import pairs
 from pipeline.reporting.hypotheses import key_of
 from pipeline.reporting.metrics import paired_test
 from pipeline.reporting.runs import RunRecord
@@ -505,7 +505,7 @@ def test_the_table_outlives_its_mlflow_store(
 
 
 def test_a_damaged_archive_entry_is_named_with_its_fix(tmp_path: Path) -> None:
-    from pipeline.reporting import archive as run_archive
+    from pipeline.experiments import archive as run_archive
 
     (tmp_path / "ru-en-lowres.json").write_text("{not json", encoding="utf-8")
     with pytest.raises(UserError, match=r"ru-en-lowres\.json: not an archived run .*git checkout"):

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline import recipes
 from pipeline.errors import ParamsError, UserError
+from pipeline.experiments import recipes
 from pipeline.params.coerce import flatten
 from tests.support.repo import REPO
 

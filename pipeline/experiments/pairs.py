@@ -42,14 +42,13 @@ import click
 import yaml
 from sacrebleu.metrics import BLEU, CHRF
 
-from bench.common import machine_info
-from pipeline import files, recipes
+from pipeline import files
 from pipeline import params as P
 from pipeline.errors import ParamsError, UserError, shown_at_import
-from pipeline.recipes import dvc_binary, settings, variant_params
-from pipeline.reporting import archive as run_archive
-from pipeline.reporting import runs
-from pipeline.reporting.experiment_runs import (
+from pipeline.experiments import archive as run_archive
+from pipeline.experiments import recipes
+from pipeline.experiments.recipes import dvc_binary, settings, variant_params
+from pipeline.experiments.runs import (
     default_params,
     differences,
     experiment_baselines,
@@ -64,6 +63,8 @@ from pipeline.reporting.experiment_runs import (
     set_problem,
     where_ran,
 )
+from pipeline.machine import machine_info
+from pipeline.reporting import runs
 from pipeline.reporting.hypotheses import RunHypotheses, key_of, testset_of
 from pipeline.reporting.metrics import (
     BOOTSTRAP_RESAMPLES,
@@ -82,7 +83,7 @@ CUSTOM = "custom"  # a run queued with --set and --name: no recipe of RECIPES
 
 
 # The experiments' data (pipeline/recipes.py): the pairs' bases, the recipes, the sweep's axes.
-EXPERIMENTS = Path(__file__).resolve().parents[1] / recipes.EXPERIMENTS
+EXPERIMENTS = Path(__file__).resolve().parents[2] / recipes.EXPERIMENTS
 with shown_at_import(__name__):  # a recipe file of the wrong shape: one line, no traceback
     PAIRS = recipes.load_pairs(EXPERIMENTS)
     RECIPES = recipes.load_recipes(PAIRS, EXPERIMENTS)
@@ -799,11 +800,10 @@ def references(
     if not needed:
         return None, None, []
     from pipeline.data import planning, reading
-    from pipeline.stages import download
 
     data = variant_params(_raw(params_file), PAIRS[pair].base).data
     try:
-        mirror = download.resolve_mirror(data)
+        mirror = reading.resolve_mirror(data)
         reader = reading.Reader(tmp / "fetch", mirror)  # references: the target side, never tagged
         (tmp / "fetch").mkdir(parents=True)
         (tmp / "test").mkdir()

@@ -20,9 +20,9 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from bench import ablation, pairs
 from pipeline import files
 from pipeline.errors import ParamsError, UserError
+from pipeline.experiments import ablation, pairs
 from pipeline.reporting.metrics import paired_test
 from pipeline.reporting.runs import RunRecord
 from pipeline.stages import score
