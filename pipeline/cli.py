@@ -27,6 +27,8 @@ COMMANDS = {
     "translate": "translate",
     "experiments": "experiments",
     "compare": "compare",
+    "recipes": "recipes",
+    "ablation": "ablation",
     "corpora": "corpora",
     "export-ct2": "export_ct2",
     "import-hf": "import_hf",

@@ -1,34 +1,25 @@
-"""The architecture ablation at the full default budget, as DVC experiments (issue 19, part 4).
-
-    python -m bench.ablation queue      # one `dvc exp run --queue -n abl-<variant> -S ...` per variant
-    dvc queue start -j 1                # run them one at a time (dvc queue status to follow)
-    python -m bench.ablation table      # reports/ablation.{md,json} from the runs in MLflow
+"""The architecture ablation at the full default budget: its variants as DVC experiments, and its table.
 
 A variant is the default params.yaml plus its settings (experiments/ablation.yaml); it runs the
-whole pipeline, trained as the default is and scored on every default test
-set. The baseline is not queued: it is the default pipeline's own run (`dvc
-repro`): the newest finished MLflow run with the default params, test scores
-and no DVC experiment, or --baseline. Per test set the table gives each run's
-BLEU, its 95% interval (from the run's hypotheses, as score computes it) and
-the difference to the baseline with sacreBLEU's paired bootstrap p-value (the
-functions of `python -m pipeline compare`); every number comes from the runs.
+whole pipeline, trained as the default is and scored on every default test set. The baseline is
+not queued: it is the default pipeline's own run (`dvc repro`): the newest finished MLflow run
+with the default params, test scores and no DVC experiment, or the one named. Per test set the
+table gives each run's BLEU, its 95% interval (from the run's hypotheses, as score computes it)
+and the difference to the baseline with sacreBLEU's paired bootstrap p-value (the functions of
+`python -m pipeline compare`); every number comes from the runs. The command:
+pipeline/stages/ablation.py.
 """
 
 from __future__ import annotations
 
 import math
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import click
-import yaml
-
-from pipeline import files
 from pipeline import params as P
 from pipeline.errors import UserError, shown_at_import
-from pipeline.experiments import recipes
+from pipeline.experiments import recipes, scoring
 from pipeline.experiments import runs as experiments
 from pipeline.experiments.recipes import dvc_binary, settings, variant_params
 from pipeline.experiments.runs import (
@@ -39,20 +30,17 @@ from pipeline.experiments.runs import (
     newest,
     number,
     scored,
-    set_problem,
     where_ran,
 )
 from pipeline.machine import machine_info
 from pipeline.reporting import hypotheses, runs
-from pipeline.reporting.hypotheses import RunHypotheses, key_of, testset_of
+from pipeline.reporting.hypotheses import RunHypotheses
 from pipeline.reporting.metrics import (
     BOOTSTRAP_RESAMPLES,
     BOOTSTRAP_SEED,
     SIGNIFICANCE_LEVEL,
-    confidence_intervals,
 )
 from pipeline.reporting.runs import RunRecord, param_text
-from pipeline.reporting.significance import compare, references_path
 from pipeline.reporting.tables import (
     common_prefix,
     escape_cell,
@@ -73,72 +61,21 @@ with shown_at_import(__name__):  # experiments/ablation.yaml of the wrong shape:
         Path(__file__).resolve().parents[2] / recipes.EXPERIMENTS / "ablation.yaml"
     )
 NOT_RUN = "not run yet (queued?)"
-QUEUE_COMMAND = "python -m bench.ablation queue"
+QUEUE_COMMAND = "python -m pipeline ablation queue"
 
 
-@click.group()
-def cli() -> None:
-    """Queue the ablation experiments, or tabulate their results."""
-
-
-@cli.command()
-@click.argument("names", nargs=-1, type=click.Choice(sorted(VARIANTS)), metavar="[VARIANT]...")
-@click.option(
-    "--params",
-    "params_file",
-    type=click.Path(exists=True, path_type=Path),
-    default="params.yaml",
-    help="The params the experiments start from (DVC takes the workspace's): each variant is checked first.",
-)
-@click.option("--dry-run", is_flag=True, help="Print the commands instead of queueing them.")
-def queue(names: tuple[str, ...], params_file: Path, dry_run: bool) -> None:
-    """Queue one full-pipeline `dvc exp run` per variant (all, or those named); then `dvc queue start -j 1`.
-
-    The baseline is not queued: it is the default pipeline's own run (`dvc repro`).
-    """
-    raw = yaml.safe_load(params_file.read_text(encoding="utf-8"))
+def queue_commands(raw: dict[str, Any], names: tuple[str, ...] = ()) -> list[list[str]]:
+    """`dvc exp run --queue` of each variant named (all where none), every one checked before any."""
     names = names or tuple(VARIANTS)
     for name in names:  # refuse a variant params.py would refuse before queueing any
         variant_params(raw, VARIANTS[name].changes)
+    commands = []
     for name in names:
-        changes = VARIANTS[name].changes
         args = [dvc_binary(), "exp", "run", "--queue", "-n", name]
-        for setting in settings(changes):
+        for setting in settings(VARIANTS[name].changes):
             args += ["-S", setting]
-        if dry_run:
-            click.echo(" ".join(["dvc", *args[1:]]))
-            continue
-        subprocess.run(args, check=True)
-        click.echo(f"queued {name}: {' '.join(settings(changes))}")
-
-
-@cli.command()
-@click.option("--baseline", "baseline_ref", default=None, help="MLflow run id or DVC experiment name.")
-@click.option("--params", "params_file", type=click.Path(exists=True, path_type=Path), default="params.yaml")
-@click.option(
-    "--refs",
-    "refs_dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default="data/raw",
-    show_default=True,
-    help="The references: test/<name>.tgt, as the download stage writes them.",
-)
-@click.option("--out", type=click.Path(path_type=Path), default="reports/ablation.md", show_default=True)
-@click.option(
-    "--note",
-    "notes",
-    multiple=True,
-    help="A note of yours for the table's notes (repeatable), e.g. what else ran beside a run.",
-)
-def table(
-    baseline_ref: str | None, params_file: Path, refs_dir: Path, out: Path, notes: tuple[str, ...]
-) -> None:
-    """Write the ablation table from the baseline's and each variant's latest scored run in MLflow."""
-    ablation = collect(P.load(params_file), refs_dir, baseline_ref)
-    ablation.notes += notes
-    files.write_text(out, render(ablation))
-    files.write_json(out.with_suffix(".json"), ablation.to_json())
-    click.echo(f"wrote {out} and {out.with_suffix('.json')}")
+        commands.append(args)
+    return commands
 
 
 # --- the runs ----------------------------------------------------------------------
@@ -286,45 +223,16 @@ def read_run(row: Row, uri: str, tests: tuple[str, ...]) -> list[str]:
 
 
 def score_sets(rows: list[Row], refs_dir: Path, tests: list[str]) -> list[str]:
-    """Each run's BLEU interval per test set, and each variant's paired test against the baseline.
-
-    Both as `python -m pipeline compare` and the score stage compute them: a run is scored on a set only
-    with hypotheses line-aligned with the references and (where it recorded them) the same references.
-    """
-    notes = []
-    usable: dict[str, RunHypotheses] = {}
+    """Each run's BLEU interval per test set, and each variant's paired test against the baseline."""
+    runs = {row.variant: row.hyps for row in rows if row.hyps is not None}
+    scored = scoring.score_sets(runs, BASELINE, refs_dir, tests)
     for row in rows:
-        if row.hyps is None:
-            continue
-        kept = {}
-        for name in tests:
-            key, path = key_of(name), references_path(refs_dir, key_of(name))
-            why = set_problem(row.hyps, key, path)
-            if why is not None:
-                notes.append(f"{name}: {row.variant} {why}")
-                continue
-            refs = files.read_lines(path)
-            kept[key] = row.hyps.hyps[key]
-            ci = confidence_intervals(kept[key], refs, BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED)["ci95"]["bleu"]
-            row.ci95[name] = (ci[0], ci[1])
-        usable[row.variant] = RunHypotheses(row.variant, kept, row.hyps.refs_sha256)
-    base = usable.get(BASELINE)
-    candidates = [h for name, h in usable.items() if name != BASELINE and h.hyps]
-    if base is None or not base.hyps or not candidates:
-        return notes
-    try:
-        comparison = compare(base, candidates, refs_dir, "bs", BOOTSTRAP_SEED, BOOTSTRAP_RESAMPLES)
-    except UserError:  # no set shared with the baseline: the notes above say which run lacks what
-        return notes
-    by_name = {row.variant: row for row in rows}
-    for split in comparison.splits:
-        test = testset_of(split.split)
-        if test is None:
-            continue
-        for variant, scores in list(split.scores.items())[1:]:  # the baseline first
-            by_name[variant].delta[test] = scores["bleu"].delta
-            by_name[variant].p[test] = scores["bleu"].p_value
-    return notes
+        row.ci95 = {
+            test: (ci["bleu"][0], ci["bleu"][1]) for test, ci in scored.ci95.get(row.variant, {}).items()
+        }
+        row.delta = {test: d["bleu"] for test, d in scored.delta.get(row.variant, {}).items()}
+        row.p = {test: p["bleu"] for test, p in scored.p.get(row.variant, {}).items()}
+    return scored.notes
 
 
 # --- the table -----------------------------------------------------------------------
@@ -401,7 +309,7 @@ def method(ab: Ablation, base: RunRecord, prefix: str) -> list[str]:
         "BLEU: the score stage's, from MLflow. Its 95% interval: sacreBLEU's bootstrap over the run's "
         f"hypotheses (MLflow artifacts) against data/raw's references ({BOOTSTRAP_RESAMPLES:,} resamples, "
         f"seed {BOOTSTRAP_SEED}), as the score stage computes it. Δ and p: `python -m pipeline compare`'s "
-        "functions. Generated by `python -m bench.ablation table` from the runs in MLflow.",
+        "functions. Generated by `python -m pipeline ablation table` from the runs in MLflow.",
         "",
         f"Runs made on: {'; '.join(sorted(ran))} (their MLflow tags). This table made on: {here}.",
     ]
@@ -468,7 +376,3 @@ def _p(row: Row, name: str) -> float:
 
 def _int(value: float | None) -> int | None:
     return None if value is None or math.isnan(value) else int(value)
-
-
-if __name__ == "__main__":
-    cli()

@@ -1,12 +1,12 @@
 """Finished runs kept in git, so that a table outlives the MLflow store its runs were logged to.
 
 The MLflow store (a local SQLite file, not in git) and the DVC cache belong to one checkout; a sweep
-spans sessions and machines. `bench.pairs table` therefore saves each finished run it tabulates as
-one JSON file, `<archive>/<experiment>.json`: the run as MLflow described it (params, metrics, commit,
-start time), its tags, its train summary, and, for a full-budget run, its hypotheses on the pair's
-test sets with the sha256 of the references they were scored on. That is everything the table needs
-to recompute intervals and paired tests later; the next table reads MLflow and the archive together,
-MLflow's newer run winning for an experiment both hold.
+spans sessions and machines. `python -m pipeline recipes table` therefore saves each finished run
+it tabulates as one JSON file, `<archive>/<experiment>.json`: the run as MLflow described it
+(params, metrics, commit, start time), its tags, its train summary, and, for a full-budget run, its
+hypotheses on the pair's test sets with the sha256 of the references they were scored on. That is
+everything the table needs to recompute intervals and paired tests later; the next table reads
+MLflow and the archive together, MLflow's newer run winning for an experiment both hold.
 """
 
 from __future__ import annotations

@@ -1,27 +1,16 @@
-"""The low-resource pairs' recipes and sweep, as DVC experiments, and their results.
-
-    python -m bench.pairs queue --pair ru-en --recipe baseline      # the README's command on the new data
-    python -m bench.pairs queue --pair ru-en --recipe lowres        # the literature's starting point
-    python -m bench.pairs sweep --pair ru-en --from lowres --steps 3000   # one change at a time, capped
-    python -m bench.pairs queue --pair en-ms --recipe parent        # fine-tunes en-ms-multilingual's model
-    python -m bench.pairs queue --pair ru-en --recipe parent --parent ru-en-back-translation   # another's
-    dvc queue start -j 1                                            # one at a time (dvc queue status)
-    python -m bench.pairs table     # reports/pairs.{json,md} from the runs in MLflow and reports/pairs/runs
+"""The pairs' experiments: a pair's base plus a recipe (plus one sweep value), queued through DVC,
+and the table of their runs (the command: pipeline/stages/recipes.py; the method: docs/experiments.md).
 
 Every experiment is params.yaml, its pair's base, its recipe's settings and, for a sweep variant,
-one axis value (experiments/: pipeline/recipes.py); each is validated (pipeline.params, and
-its data names resolved against the catalog) before anything is queued. A run capped with
---steps N (train.max_steps=N) is a ranking run, named <pair>-<recipe>-s<N>[-<axis>-<value>]:
-the table shows it with val scores only. Selection is on val only: the table marks each pair's
-best run by val BLEU (chrF breaks ties) and never ranks by a test set. Full-budget runs get
-test BLEU and chrF with 95% intervals and sacreBLEU's paired bootstrap p-value against the
-same pair's baseline run (`<pair>-baseline`), from the runs' hypotheses and the
-pair's test references (fetched from the catalog with the download stage's own code, or
---refs PAIR=DIR), checked against the refs_sha256 each run's score stage recorded.
+one axis value (experiments/: recipes.py), validated before anything is queued. A run capped at
+N steps is a ranking run, shown with val scores only; selection is on val only. Full-budget runs
+get test BLEU and chrF with 95% intervals and sacreBLEU's paired bootstrap p against the pair's
+baseline run, from the runs' hypotheses and the pair's test references (read from the catalog as
+the download stage reads them, or given), checked against the refs_sha256 each score stage recorded.
 
 The MLflow store and DVC cache live and die with one checkout, while a sweep spans sessions: the
-table saves every finished run it reads (record, tags, summary, test hypotheses) to
-reports/pairs/runs/<experiment>.json (pipeline/reporting/archive.py) and reads those back next time.
+table saves every finished run it reads to reports/pairs/runs/<experiment>.json (archive.py) and
+reads those back next time.
 """
 
 from __future__ import annotations
@@ -46,7 +35,7 @@ from pipeline import files
 from pipeline import params as P
 from pipeline.errors import ParamsError, UserError, shown_at_import
 from pipeline.experiments import archive as run_archive
-from pipeline.experiments import recipes
+from pipeline.experiments import recipes, scoring
 from pipeline.experiments.recipes import dvc_binary, settings, variant_params
 from pipeline.experiments.runs import (
     default_params,
@@ -60,20 +49,18 @@ from pipeline.experiments.runs import (
     number,
     read_run,
     scored,
-    set_problem,
     where_ran,
 )
 from pipeline.machine import machine_info
 from pipeline.reporting import runs
-from pipeline.reporting.hypotheses import RunHypotheses, key_of, testset_of
+from pipeline.reporting.hypotheses import RunHypotheses, key_of
 from pipeline.reporting.metrics import (
     BOOTSTRAP_RESAMPLES,
     BOOTSTRAP_SEED,
     SIGNIFICANCE_LEVEL,
-    confidence_intervals,
 )
 from pipeline.reporting.runs import RunRecord
-from pipeline.reporting.significance import compare, references_path
+from pipeline.reporting.significance import references_path
 from pipeline.reporting.tables import escape_cell, fmt_delta, fmt_p, fmt_score, markdown_table
 from pipeline.tracking import store
 
@@ -82,7 +69,7 @@ BASELINE = "baseline"
 CUSTOM = "custom"  # a run queued with --set and --name: no recipe of RECIPES
 
 
-# The experiments' data (pipeline/recipes.py): the pairs' bases, the recipes, the sweep's axes.
+# The experiments' data (recipes.py): the pairs' bases, the recipes, the sweep's axes.
 EXPERIMENTS = Path(__file__).resolve().parents[2] / recipes.EXPERIMENTS
 with shown_at_import(__name__):  # a recipe file of the wrong shape: one line, no traceback
     PAIRS = recipes.load_pairs(EXPERIMENTS)
@@ -253,11 +240,49 @@ def fetch_parents(experiments: list[Experiment], checked: list[P.Params]) -> Non
             continue
         recipe = next((r for r in RECIPES if full_name(exp.pair, r) == parent), None)
         how = f"--recipe {recipe}" if recipe else f"... --name {parent}"
-        where = str(fetch_parent(parent, f"run `python -m bench.pairs queue --pair {exp.pair} {how}` first"))
+        where = str(
+            fetch_parent(parent, f"run `python -m pipeline recipes queue --pair {exp.pair} {how}` first")
+        )
         try:
             lineage.check_architecture(params, lineage.read(where)[1], where)
         except ParamsError as e:
             raise UserError(f"{exp.name}: {e}") from None
+
+
+_EXP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def custom_experiment(
+    exp: Experiment, name: str | None, given: dict[str, object], members: tuple[str, ...]
+) -> Experiment:
+    """`exp` with further settings and ensemble members under a name of its own; `exp` itself where
+    there are none. A name without a change, or a change without a name, is refused."""
+    if not (given or members or name):
+        return exp
+    if not ((given or members) and name):
+        raise UserError(
+            "--set and --ensemble need --name, and --name one of them: a changed recipe needs a name "
+            "of its own"
+        )
+    pair = exp.pair
+    if not name.startswith(f"{pair}-") or _EXP_NAME.fullmatch(name) is None:
+        raise UserError(f"--name {name!r}: letters, digits, '.', '-' only, starting with {pair}-")
+    for member in members:
+        if not member.startswith(f"{pair}-"):
+            raise UserError(f"--ensemble {member}: not an experiment of {pair} (named {pair}-...)")
+    if members:
+        given = {**given, "decode.ensemble": [str(parent_dir(member)) for member in members]}
+    parent = None if "train.init_from" in given else exp.parent  # a parent of its own: not fetched
+    changes = {**exp.changes, **given}
+    return Experiment(name, pair, CUSTOM, changes, exp.steps, parent=parent, ensemble=members)
+
+
+def read_raw(params_file: Path) -> dict[str, Any]:
+    """params.yaml as written: the base every experiment's settings go over."""
+    raw = yaml.safe_load(params_file.read_text(encoding="utf-8"))
+    if not isinstance(raw, dict):
+        raise UserError(f"{params_file}: not a mapping of sections; give the project's params.yaml")
+    return raw
 
 
 def enqueue(
@@ -303,13 +328,6 @@ def enqueue(
         click.echo(f"queued {exp.name}")
 
 
-def _name_value(text: str) -> tuple[str, object]:
-    key, sep, value = text.partition("=")
-    if not sep or "." not in key:
-        raise click.BadParameter(f"{text!r}: expected section.key=value")
-    return key, yaml.safe_load(value)
-
-
 # What `table` writes, and where it keeps every finished run (its --out and --archive defaults):
 # the runs of earlier checkouts, whose names are as taken as those of this one's experiments.
 TABLE = Path("reports/pairs.md")
@@ -318,141 +336,6 @@ ARCHIVE = TABLE.with_suffix("") / "runs"
 
 def archived_names() -> set[str]:
     return {p.stem for p in ARCHIVE.glob("*.json")}
-
-
-PARAMS_OPTION = click.option(
-    "--params",
-    "params_file",
-    type=click.Path(exists=True, path_type=Path),
-    default="params.yaml",
-    show_default=True,
-    help="The params the experiments start from (DVC takes the workspace's).",
-)
-PAIR_OPTION = click.option("--pair", required=True, type=click.Choice(sorted(PAIRS)))
-
-
-@click.group()
-def cli() -> None:
-    """Queue the pairs' recipes and sweeps as DVC experiments, or tabulate their results."""
-
-
-@cli.command()
-@PAIR_OPTION
-@click.option("--recipe", default=BASELINE, show_default=True, type=click.Choice(sorted(RECIPES)))
-@click.option("--steps", type=click.IntRange(min=1), default=None, help="A ranking run: train.max_steps=N.")
-@click.option("--set", "extra", multiple=True, help="A further section.key=value (repeatable); needs --name.")
-@click.option("--name", default=None, help="The experiment's name (with --set); it must start with PAIR-.")
-@click.option(
-    "--parent",
-    default=None,
-    metavar="EXPERIMENT",
-    help="With --recipe parent: start from this finished experiment of the pair instead of the recipe's.",
-)
-@click.option(
-    "--ensemble",
-    "members",
-    multiple=True,
-    metavar="EXPERIMENT",
-    help="Decode with this finished experiment's model too (decode.ensemble; repeatable; needs --name).",
-)
-@PARAMS_OPTION
-@click.option("--dry-run", is_flag=True, help="Print the command instead of queueing it.")
-def queue(
-    pair: str,
-    recipe: str,
-    steps: int | None,
-    extra: tuple[str, ...],
-    name: str | None,
-    parent: str | None,
-    members: tuple[str, ...],
-    params_file: Path,
-    dry_run: bool,
-) -> None:
-    """Queue one full-pipeline experiment: the pair's baseline plus a recipe (plus --set changes, plus
-    --ensemble members)."""
-    exp = recipe_experiment(pair, recipe, steps, parent)
-    if extra or members or name:
-        if not ((extra or members) and name):
-            raise click.UsageError(
-                "--set and --ensemble need --name, and --name one of them: a changed recipe needs a name "
-                "of its own"
-            )
-        if not name.startswith(f"{pair}-") or _EXP_NAME.fullmatch(name) is None:
-            raise click.UsageError(f"--name {name!r}: letters, digits, '.', '-' only, starting with {pair}-")
-        for member in members:
-            if not member.startswith(f"{pair}-"):
-                raise click.UsageError(f"--ensemble {member}: not an experiment of {pair} (named {pair}-...)")
-        given = dict(_name_value(x) for x in extra)
-        if members:
-            given["decode.ensemble"] = [str(parent_dir(member)) for member in members]
-        parent = None if "train.init_from" in given else exp.parent  # a parent of its own: not fetched
-        changes = {**exp.changes, **given}
-        exp = Experiment(name, pair, CUSTOM, changes, steps, parent=parent, ensemble=members)
-    enqueue([exp], _raw(params_file), dry_run)
-
-
-_EXP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
-
-
-@cli.command()
-@PAIR_OPTION
-@click.option("--from", "recipe", default="lowres", show_default=True, type=click.Choice(sorted(RECIPES)))
-@click.option("--steps", type=click.IntRange(min=1), required=True, help="Each run's train.max_steps.")
-@click.option(
-    "--only", multiple=True, metavar="AXIS[=VALUE]", help="Only this axis, or one value of it (repeatable)."
-)
-@PARAMS_OPTION
-@click.option("--dry-run", is_flag=True, help="Print the commands instead of queueing them.")
-def sweep(
-    pair: str, recipe: str, steps: int, only: tuple[str, ...], params_file: Path, dry_run: bool
-) -> None:
-    """Queue the recipe's ranking run and one variant per value of each grid axis, all capped at --steps."""
-    raw = _raw(params_file)
-    enqueue(sweep_experiments(raw, pair, recipe, steps, only), raw, dry_run, skip_taken=True)
-
-
-def _raw(params_file: Path) -> dict[str, Any]:
-    raw = yaml.safe_load(params_file.read_text(encoding="utf-8"))
-    assert isinstance(raw, dict)
-    return raw
-
-
-@cli.command()
-@PARAMS_OPTION
-@click.option(
-    "--refs",
-    "refs",
-    multiple=True,
-    metavar="PAIR=DIR",
-    help="A pair's test references: DIR/test/<name>.tgt, as the download stage writes them (repeatable). "
-    "Otherwise they are read from the catalog (CORPUS_MIRROR or data.mirror, else the network).",
-)
-@click.option("--out", type=click.Path(path_type=Path), default=str(TABLE), show_default=True)
-@click.option("--note", "notes", multiple=True, help="A note of yours for the table (repeatable).")
-@click.option(
-    "--archive",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Where finished runs are kept in git (read, then updated) [default: OUT without suffix/runs, "
-    "reports/pairs/runs].",
-)
-def table(
-    params_file: Path, refs: tuple[str, ...], out: Path, notes: tuple[str, ...], archive: Path | None
-) -> None:
-    """Write reports/pairs.json and .md from every pair's experiments in MLflow and in the archive."""
-    given = {}
-    for item in refs:
-        pair, sep, where = item.partition("=")
-        if not sep or pair not in PAIRS:
-            raise click.BadParameter(f"{item!r}: expected PAIR=DIR with PAIR one of {sorted(PAIRS)}")
-        given[pair] = Path(where)
-    archive = archive or out.with_suffix("") / "runs"
-    report = collect(params_file, given, archive)
-    report.notes += notes
-    archive_new_runs(report, archive)
-    files.write_json(out.with_suffix(".json"), repo_relative(report.to_json()))
-    files.write_text(out, repo_relative(render(report)))
-    click.echo(f"wrote {out.with_suffix('.json')} and {out}")
 
 
 def archive_new_runs(report: Report, archive: Path) -> None:
@@ -573,7 +456,7 @@ class Report:
 def missing_baseline(pair: str) -> str:
     return (
         f"no scored baseline run ({full_name(pair, BASELINE)}): p-values are missing; queue it with "
-        f"`python -m bench.pairs queue --pair {pair} --recipe {BASELINE}`"
+        f"`python -m pipeline recipes queue --pair {pair} --recipe {BASELINE}`"
     )
 
 
@@ -633,8 +516,8 @@ def other_parent(name: str, pair: str, record: RunRecord, steps: int | None) -> 
 
 
 def collect(params_file: Path, given_refs: dict[str, Path], archive: Path) -> Report:
+    """Every pair's rows: its experiments' runs in MLflow and in `archive`, scored on its test sets."""
     params = P.load(params_file)
-    defaults = default_params(params)
     uri = store.tracking_uri()
     kept = run_archive.load_all(archive)
     notes: list[str] = []
@@ -648,6 +531,22 @@ def collect(params_file: Path, given_refs: dict[str, Path], archive: Path) -> Re
     from_archive = {str(a.record.id): a for a in kept.values()}
     logged = {str(r.id) for r in records}
     records += [a.record for a in kept.values() if str(a.record.id) not in logged]
+    rows = experiment_rows(records, default_params(params), set(from_archive), notes)
+    out = []
+    scratch = Path(tempfile.mkdtemp(prefix="pairs-refs-"))  # removed once the statistics are made
+    for pair in PAIRS:
+        refs = (params_file, given_refs.get(pair), scratch / pair)
+        out.append(pair_result(pair, [r for r in rows if r.exp.pair == pair], from_archive, uri, refs, notes))
+    shutil.rmtree(scratch, ignore_errors=True)
+    import torch  # here, not at the top: `queue` needs no torch
+
+    return Report(out, notes, machine_info("torch threads", torch.get_num_threads()))
+
+
+def experiment_rows(
+    records: list[RunRecord], defaults: dict[str, str], archived: set[str], notes: list[str]
+) -> list[Row]:
+    """A row per experiment the records are runs of (its chosen run), with its commit; notes appended."""
     caps = {int(s) for r in records if (s := r.params.get("train.max_steps", "0")).isdigit() and int(s) > 0}
     known = known_experiments(caps)
     by_name: dict[str, list[RunRecord]] = {}
@@ -661,47 +560,51 @@ def collect(params_file: Path, given_refs: dict[str, Path], archive: Path) -> Re
         exp = experiment_of(mine[0], known)
         assert exp is not None
         row = pick_row(exp, mine, defaults)
-        row.archived = str(row.record.id) in from_archive
+        row.archived = str(row.record.id) in archived
         row.record, note = experiment_commit(name, row.record, baselines)
         notes += [note] if note else []
         rows.append(row)
-    out = []
-    scratch = Path(tempfile.mkdtemp(prefix="pairs-refs-"))  # removed once the statistics are made
-    for pair in PAIRS:
-        tests = PAIRS[pair].tests
-        full = [r for r in rows if r.exp.pair == pair and not r.exp.ranking]
-        ranking = [r for r in rows if r.exp.pair == pair and r.exp.ranking]
-        full.sort(key=lambda r: (r.exp.recipe != BASELINE, r.name))
-        ranking.sort(key=lambda r: (r.exp.recipe, r.exp.steps or 0, r.exp.axis is not None, r.name))
-        for row in full:
-            if row.status != "finished":
-                continue
-            if (old := from_archive.get(str(row.record.id))) is not None:
-                row.tags, row.summary, row.hyps = old.tags, old.summary, old.hyps
-            else:
-                found = read_run(str(row.record.id), uri, row.name, tests)
-                row.tags, row.summary, row.hyps = found.tags, found.summary, found.hyps
-                notes += [f"{row.name}: {found.problem}"] if found.problem else []
-            row.amended = add_reverse(row)
-        link_upstream(full + ranking, full)
-        base = next((r for r in full if r.exp.recipe == BASELINE and r.status == "finished"), None)
-        refs_dir, where, refs_notes = references(
-            pair, params_file, given_refs.get(pair), bool(full), scratch / pair
-        )
-        notes += refs_notes
-        copied: dict[str, dict[str, float]] = {}
-        if refs_dir is not None:
-            notes += score_sets(full, base, refs_dir, tests)
-            copied, copy_notes = copy_source_scores(refs_dir, tests)
-            notes += copy_notes
-        mark_best(full)
-        mark_best(ranking)
-        notes += over_budget(full + ranking)
-        out.append(PairResult(pair, tests, full, ranking, base, where, copied))
-    shutil.rmtree(scratch, ignore_errors=True)
-    import torch  # here, not at the top: `queue` needs no torch
+    return rows
 
-    return Report(out, notes, machine_info("torch threads", torch.get_num_threads()))
+
+def pair_result(
+    pair: str,
+    rows: list[Row],
+    from_archive: dict[str, run_archive.ArchivedRun],
+    uri: str,
+    refs: tuple[Path, Path | None, Path],
+    notes: list[str],
+) -> PairResult:
+    """One pair's full and ranking runs, read, linked to what they needed, scored and ranked by val.
+    `refs`: the params file, the references given for the pair (or None) and a scratch directory."""
+    tests = PAIRS[pair].tests
+    full = sorted((r for r in rows if not r.exp.ranking), key=lambda r: (r.exp.recipe != BASELINE, r.name))
+    ranking = [r for r in rows if r.exp.ranking]
+    ranking.sort(key=lambda r: (r.exp.recipe, r.exp.steps or 0, r.exp.axis is not None, r.name))
+    for row in full:
+        if row.status != "finished":
+            continue
+        if (old := from_archive.get(str(row.record.id))) is not None:
+            row.tags, row.summary, row.hyps = old.tags, old.summary, old.hyps
+        else:
+            found = read_run(str(row.record.id), uri, row.name, tests)
+            row.tags, row.summary, row.hyps = found.tags, found.summary, found.hyps
+            notes += [f"{row.name}: {found.problem}"] if found.problem else []
+        row.amended = add_reverse(row)
+    link_upstream(full + ranking, full)
+    base = next((r for r in full if r.exp.recipe == BASELINE and r.status == "finished"), None)
+    params_file, given, scratch = refs
+    refs_dir, where, refs_notes = references(pair, params_file, given, bool(full), scratch)
+    notes += refs_notes
+    copied: dict[str, dict[str, float]] = {}
+    if refs_dir is not None:
+        notes += score_sets(full, base, refs_dir, tests)
+        copied, copy_notes = copy_source_scores(refs_dir, tests)
+        notes += copy_notes
+    mark_best(full)
+    mark_best(ranking)
+    notes += over_budget(full + ranking)
+    return PairResult(pair, tests, full, ranking, base, where, copied)
 
 
 REVERSE_SUMMARY = "reports/reverse/summary.json"  # the reverse stage's, committed with its experiment
@@ -801,7 +704,7 @@ def references(
         return None, None, []
     from pipeline.data import planning, reading
 
-    data = variant_params(_raw(params_file), PAIRS[pair].base).data
+    data = variant_params(read_raw(params_file), PAIRS[pair].base).data
     try:
         mirror = reading.resolve_mirror(data)
         reader = reading.Reader(tmp / "fetch", mirror)  # references: the target side, never tagged
@@ -818,42 +721,13 @@ def references(
 
 def score_sets(rows: list[Row], base: Row | None, refs_dir: Path, tests: list[str]) -> list[str]:
     """Each full run's 95% intervals per test set, and its paired test against the pair's baseline."""
-    notes = []
-    usable: dict[str, RunHypotheses] = {}
+    runs = {row.name: row.hyps for row in rows if row.hyps is not None}
+    scored = scoring.score_sets(runs, base.name if base else None, refs_dir, tests)
     for row in rows:
-        if row.hyps is None:
-            continue
-        kept = {}
-        for name in tests:
-            key, path = key_of(name), references_path(refs_dir, key_of(name))
-            why = set_problem(row.hyps, key, path)
-            if why is not None:
-                notes.append(f"{name}: {row.name} {why}")
-                continue
-            kept[key] = row.hyps.hyps[key]
-            ci = confidence_intervals(kept[key], files.read_lines(path), BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED)
-            row.ci95[name] = ci["ci95"]
-        usable[row.name] = RunHypotheses(row.name, kept, row.hyps.refs_sha256)
-    if base is None or not usable.get(base.name, RunHypotheses("", {})).hyps:
-        return notes
-    candidates = [h for name, h in usable.items() if name != base.name and h.hyps]
-    if not candidates:
-        return notes
-    try:
-        comparison = compare(
-            usable[base.name], candidates, refs_dir, "bs", BOOTSTRAP_SEED, BOOTSTRAP_RESAMPLES
-        )
-    except UserError:
-        return notes
-    by_name = {row.name: row for row in rows}
-    for split in comparison.splits:
-        test = testset_of(split.split)
-        if test is None:
-            continue
-        for name, scores in list(split.scores.items())[1:]:  # the baseline first
-            by_name[name].delta[test] = {m: scores[m].delta for m in ("bleu", "chrf")}
-            by_name[name].p[test] = {m: scores[m].p_value for m in ("bleu", "chrf")}
-    return notes
+        row.ci95.update(scored.ci95.get(row.name, {}))
+        row.delta.update(scored.delta.get(row.name, {}))
+        row.p.update(scored.p.get(row.name, {}))
+    return scored.notes
 
 
 def copy_source_scores(refs_dir: Path, tests: list[str]) -> tuple[dict[str, dict[str, float]], list[str]]:
@@ -932,7 +806,7 @@ def render(report: Report) -> str:
     lines = [
         "# Low-resource pairs: recipes and sweep",
         "",
-        "Written by `python -m bench.pairs table` from the runs in MLflow and those archived in git "
+        "Written by `python -m pipeline recipes table` from the runs in MLflow and those archived in git "
         "(`reports/pairs/runs/`, one JSON per finished run with its hypotheses); every number comes from a "
         "run. Each experiment is params.yaml plus its pair's baseline settings plus its recipe (and, in "
         "the sweep, one change). **Selection is on val only**: ★ marks each pair's best run by val BLEU "
@@ -1025,7 +899,3 @@ def _minutes(row: Row) -> str:
 
 def _num(value: float | None) -> str:
     return "–" if value is None else f"{value:.1f}"
-
-
-if __name__ == "__main__":
-    cli()

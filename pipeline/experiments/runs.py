@@ -1,7 +1,7 @@
 """Experiments' runs read back for their tables (the pairs' and the ablation's): from the MLflow runs
 the pipeline logged (`scored`, `newest`, `read_run`), with the commit each ran from
 (`experiment_baselines`, `experiment_commit`) and where it ran (`where_ran`). Queueing them, from
-the settings of experiments/, is pipeline/recipes.py's.
+the settings of experiments/, is recipes.py's.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""bench/ablation.py: the queued variants, and the table made from runs in a temporary MLflow store.
+"""pipeline/experiments/ablation.py and `python -m pipeline ablation`: the queued variants, and the
+table made from runs in a temporary MLflow store.
 
 The runs are logged as train and score log them (Tracker, score.score on made-up hypotheses of the
 default test sets): the baseline garbles 30% of the reference words, post-LN 5% (significantly better),
@@ -25,6 +26,7 @@ from pipeline.errors import ParamsError, UserError
 from pipeline.experiments import ablation, pairs
 from pipeline.reporting.metrics import paired_test
 from pipeline.reporting.runs import RunRecord
+from pipeline.stages import ablation as ablation_command
 from pipeline.stages import score
 from pipeline.tracking import metadata
 from pipeline.tracking.tracker import Tracker
@@ -133,7 +135,7 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> Made:
             "--note",
             USER_NOTE,
         ]
-        result = CliRunner().invoke(ablation.cli, args)
+        result = CliRunner().invoke(ablation_command.command, args)
     assert result.exit_code == 0, result.output
     return Made(
         ids,
@@ -151,7 +153,9 @@ def summary_rows(report: str) -> list[list[str]]:
 
 
 def test_queue_runs_the_whole_pipeline_with_only_each_variants_changes() -> None:
-    result = CliRunner().invoke(ablation.cli, ["queue", "--params", str(REPO / "params.yaml"), "--dry-run"])
+    result = CliRunner().invoke(
+        ablation_command.command, ["queue", "--params", str(REPO / "params.yaml"), "--dry-run"]
+    )
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert [line.split()[5] for line in lines] == list(ablation.VARIANTS)  # no baseline: it is `dvc repro`
@@ -254,7 +258,7 @@ def test_a_baseline_named_on_the_command_line_is_said_to_be(
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{made.root / 'mlflow.db'}")
     out = tmp_path / "ablation.md"
     args = ["table", "--baseline", made.ids["other"], "--refs", str(made.root / "raw"), "--out", str(out)]
-    result = CliRunner().invoke(ablation.cli, [*args, "--params", str(REPO / "params.yaml")])
+    result = CliRunner().invoke(ablation_command.command, [*args, "--params", str(REPO / "params.yaml")])
     assert result.exit_code == 0, result.output
     text = out.read_text(encoding="utf-8")
     assert f"MLflow run `{made.ids['other']}` (named with --baseline {made.ids['other']})" in text

@@ -1,4 +1,5 @@
-"""bench/pairs.py: the queued recipes and sweep, and the table made from runs in a temporary MLflow store.
+"""pipeline/experiments/pairs.py and `python -m pipeline recipes`: the queued recipes and sweep, and the
+table made from runs in a temporary MLflow store.
 
 The runs are logged as train and score log them (Tracker, score.score on made-up hypotheses of the pairs'
 val and test sets). ru-en: the baseline garbles 30% of the words everywhere; lowres is the best on every
@@ -29,7 +30,7 @@ from pipeline.reporting.hypotheses import key_of
 from pipeline.reporting.metrics import paired_test
 from pipeline.reporting.runs import RunRecord
 from pipeline.reporting.significance import sha256_of
-from pipeline.stages import score
+from pipeline.stages import recipes, score
 from pipeline.tracking import metadata
 from pipeline.tracking.tracker import Tracker
 from tests.support.repo import MIRROR, REPO
@@ -137,14 +138,16 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> Made:
         out = root / "reports" / "pairs.md"
         args = ["table", "--params", str(PARAMS), "--refs", f"ru-en={root / 'ru'}"]
         args += ["--refs", f"en-ms={root / 'ms-other'}", "--out", str(out)]
-        result = CliRunner().invoke(pairs.cli, args)
+        result = CliRunner().invoke(recipes.command, args)
     assert result.exit_code == 0, result.output
     saved = json.loads(out.with_suffix(".json").read_text(encoding="utf-8"))
     return Made(ids, {e: h for e, _, h, _ in logged}, refs, out.read_text(encoding="utf-8"), saved, out)
 
 
 def test_queue_prints_the_exact_dvc_command_of_the_baseline_on_the_new_data() -> None:
-    result = CliRunner().invoke(pairs.cli, ["queue", "--pair", "ru-en", "--params", str(PARAMS), "--dry-run"])
+    result = CliRunner().invoke(
+        recipes.command, ["queue", "--pair", "ru-en", "--params", str(PARAMS), "--dry-run"]
+    )
     assert result.exit_code == 0, result.output
     train = ", ".join([*RU_EN_README_TRAIN, "mlqe-pe-ruen-train", "mlqe-pe-ruen-dev", "newstest2020-enru"])
     assert result.output.splitlines() == [
@@ -157,7 +160,7 @@ def test_queue_prints_the_exact_dvc_command_of_the_baseline_on_the_new_data() ->
 
 def test_a_ranking_run_is_capped_and_named_by_its_steps() -> None:
     args = ["queue", "--pair", "en-ms", "--recipe", "lowres", "--steps", "2000", "--dry-run"]
-    result = CliRunner().invoke(pairs.cli, [*args, "--params", str(PARAMS)])
+    result = CliRunner().invoke(recipes.command, [*args, "--params", str(PARAMS)])
     assert result.exit_code == 0, result.output
     (line,) = result.output.splitlines()
     words = shlex.split(line)
@@ -199,7 +202,7 @@ def test_every_queued_experiment_is_valid_params_and_a_sweep_changes_one_thing(
             for name in exp.changes.get("backtranslation.mono", []):  # type: ignore[attr-defined]
                 assert tgt_lang in corpora.SETS[name].langs  # text in the target language
             result = CliRunner().invoke(
-                pairs.cli,
+                recipes.command,
                 [
                     "sweep",
                     "--pair",
@@ -229,7 +232,7 @@ def test_every_queued_experiment_is_valid_params_and_a_sweep_changes_one_thing(
 
 def test_the_multilingual_recipe_adds_indonesian_as_a_tagged_second_target() -> None:
     args = ["queue", "--pair", "en-ms", "--recipe", "multilingual", "--dry-run", "--params", str(PARAMS)]
-    result = CliRunner().invoke(pairs.cli, args)
+    result = CliRunner().invoke(recipes.command, args)
     assert result.exit_code == 0, result.output
     settings = shlex.split(result.output)[7::2]
     # a mapping goes in with Hydra's ++: `data.sources=` would refuse the keys params.yaml's {} lacks
@@ -242,7 +245,9 @@ def test_the_multilingual_recipe_adds_indonesian_as_a_tagged_second_target() -> 
         name: {k: v for k, v in vars(spec).items() if v is not None and k in ("catalog", "tgt_lang")}
         for name, spec in params.data.sources.items()
     }
-    refused = CliRunner().invoke(pairs.cli, ["queue", "--pair", "en-ms", "--recipe", "back-translation"])
+    refused = CliRunner().invoke(
+        recipes.command, ["queue", "--pair", "en-ms", "--recipe", "back-translation"]
+    )
     assert refused.exit_code != 0 and "for ru-en only" in refused.output  # no Malay text to translate
 
 
@@ -262,7 +267,9 @@ def test_the_multilingual_news_recipe_adds_english_to_german_news_as_a_third_tar
     assert set(german) | INDONESIAN < set(params.data.train)
     assert (params.data.src_lang, params.data.tgt_lang) == ("en", "ms")
     assert params.train.source_temperature == 2.0 and params.bpe.vocab_size == 8000
-    refused = CliRunner().invoke(pairs.cli, ["queue", "--pair", "ru-en", "--recipe", "multilingual-news"])
+    refused = CliRunner().invoke(
+        recipes.command, ["queue", "--pair", "ru-en", "--recipe", "multilingual-news"]
+    )
     assert refused.exit_code != 0 and "for en-ms only" in refused.output
 
 
@@ -300,7 +307,7 @@ def test_a_sweep_run_again_queues_only_what_is_not_queued_running_or_finished(
 ) -> None:
     names = queued_names(monkeypatch, {"en-ms-lowres-s500", "en-ms-lowres-s500-dropout-0.2"})
     args = ["sweep", "--pair", "en-ms", "--steps", "500", "--only", "dropout", "--params", str(PARAMS)]
-    result = CliRunner().invoke(pairs.cli, args)
+    result = CliRunner().invoke(recipes.command, args)
     assert result.exit_code == 0, result.output
     assert names == ["en-ms-lowres-s500-dropout-0.1", "en-ms-lowres-s500-dropout-0.4"]  # 0.3: lowres's own
     assert "skipped en-ms-lowres-s500: already queued, running or finished" in result.output
@@ -310,13 +317,13 @@ def test_a_run_archived_by_an_earlier_checkout_is_not_queued_again(monkeypatch: 
     names = queued_names(monkeypatch, set(), archived=frozenset({"en-ms-lowres-s500"}))
     args = ["sweep", "--pair", "en-ms", "--steps", "500", "--only", "dropout=0.1", "--params", str(PARAMS)]
     # the dry run shows what the sweep would queue: the centre is skipped there too
-    shown = CliRunner().invoke(pairs.cli, [*args, "--dry-run"])
+    shown = CliRunner().invoke(recipes.command, [*args, "--dry-run"])
     assert shown.exit_code == 0 and names == [], shown.output
     (skipped, command) = shown.output.splitlines()
     assert skipped.startswith("skipped en-ms-lowres-s500: ")
     assert shlex.split(command)[:5] == ["dvc", "exp", "run", "--queue", "-n"]
     assert shlex.split(command)[5] == "en-ms-lowres-s500-dropout-0.1"
-    result = CliRunner().invoke(pairs.cli, args)
+    result = CliRunner().invoke(recipes.command, args)
     assert result.exit_code == 0, result.output
     assert names == ["en-ms-lowres-s500-dropout-0.1"]
     assert (
@@ -324,7 +331,7 @@ def test_a_run_archived_by_an_earlier_checkout_is_not_queued_again(monkeypatch: 
         in (result.output)
     )
     refused = CliRunner().invoke(
-        pairs.cli,
+        recipes.command,
         [
             "queue",
             "--pair",
@@ -348,7 +355,7 @@ def test_a_queued_experiments_name_taken_already_is_refused_naming_the_fix(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     names = queued_names(monkeypatch, {"ru-en-baseline"})
-    result = CliRunner().invoke(pairs.cli, ["queue", "--pair", "ru-en", "--params", str(PARAMS)])
+    result = CliRunner().invoke(recipes.command, ["queue", "--pair", "ru-en", "--params", str(PARAMS)])
     assert result.exit_code != 0 and names == []
     assert "ru-en-baseline is already queued, running or finished" in result.output
     assert "dvc queue remove ru-en-baseline" in result.output and "--name" in result.output
@@ -356,10 +363,10 @@ def test_a_queued_experiments_name_taken_already_is_refused_naming_the_fix(
 
 def test_a_bad_change_is_refused_before_anything_is_queued() -> None:
     args = ["queue", "--pair", "en-ms", "--set", "model.dropout=1.5", "--name", "en-ms-x", "--dry-run"]
-    result = CliRunner().invoke(pairs.cli, [*args, "--params", str(PARAMS)])
+    result = CliRunner().invoke(recipes.command, [*args, "--params", str(PARAMS)])
     assert result.exit_code != 0 and "model.dropout" in result.output and "dvc exp run" not in result.output
     args = ["queue", "--pair", "en-ms", "--set", "model.dropout=0.2", "--dry-run"]  # no --name
-    assert CliRunner().invoke(pairs.cli, [*args, "--params", str(PARAMS)]).exit_code != 0
+    assert CliRunner().invoke(recipes.command, [*args, "--params", str(PARAMS)]).exit_code != 0
 
 
 def test_the_json_has_the_issues_schema(made: Made) -> None:
@@ -495,7 +502,7 @@ def test_the_table_outlives_its_mlflow_store(
     args = ["table", "--params", str(PARAMS), "--refs", f"ru-en={made.out.parent.parent / 'ru'}"]
     args += ["--refs", f"en-ms={made.out.parent.parent / 'ms-other'}", "--out", str(out)]
     args += ["--archive", str(archive)]
-    result = CliRunner().invoke(pairs.cli, args)
+    result = CliRunner().invoke(recipes.command, args)
     assert result.exit_code == 0, result.output
     again = json.loads(out.with_suffix(".json").read_text(encoding="utf-8"))
     assert again["runs"] == made.saved["runs"]  # scores, intervals and p-values recomputed alike
@@ -515,7 +522,7 @@ def test_a_damaged_archive_entry_is_named_with_its_fix(tmp_path: Path) -> None:
 def test_the_parent_recipe_starts_from_a_fetched_parent_at_a_fine_tuning_rate() -> None:
     for pair, parent in (("en-ms", "en-ms-multilingual"), ("ru-en", "ru-en-baseline")):
         args = ["queue", "--pair", pair, "--recipe", "parent", "--dry-run", "--params", str(PARAMS)]
-        result = CliRunner().invoke(pairs.cli, args)
+        result = CliRunner().invoke(recipes.command, args)
         assert result.exit_code == 0, result.output
         settings = shlex.split(result.output)[7::2]
         # absolute: a queued run works in a copy of the repository without the git-ignored data/
@@ -530,7 +537,7 @@ def test_the_parent_recipe_starts_from_another_experiment_named_by_parent(
 ) -> None:
     base = ["queue", "--pair", "ru-en", "--params", str(PARAMS)]
     args = [*base, "--recipe", "parent", "--parent", "ru-en-back-translation"]
-    result = CliRunner().invoke(pairs.cli, [*args, "--dry-run"])
+    result = CliRunner().invoke(recipes.command, [*args, "--dry-run"])
     assert result.exit_code == 0, result.output
     command = shlex.split(result.output)
     assert command[5] == "ru-en-parent-back-translation"  # the name says what it started from
@@ -539,16 +546,16 @@ def test_the_parent_recipe_starts_from_another_experiment_named_by_parent(
         (["--recipe", "lowres", "--parent", "ru-en-baseline"], "--recipe lowres starts from no parent"),
         (["--recipe", "parent", "--parent", "en-ms-baseline"], "not an experiment of ru-en"),
     ):
-        result = CliRunner().invoke(pairs.cli, [*base, *bad, "--dry-run"])
+        result = CliRunner().invoke(recipes.command, [*base, *bad, "--dry-run"])
         assert result.exit_code != 0 and why in result.output
     # a changed recipe (--set, --name) still starts from, and fetches, its parent
     monkeypatch.chdir(tmp_path)  # no git repository: no experiments, so nothing to fetch
-    result = CliRunner().invoke(pairs.cli, [*args, "--set", "train.lr=0.0001", "--name", "ru-en-x"])
+    result = CliRunner().invoke(recipes.command, [*args, "--set", "train.lr=0.0001", "--name", "ru-en-x"])
     assert result.exit_code != 0 and "no finished DVC experiment ru-en-back-translation" in result.output
     swept = pairs.sweep_experiments(RAW, "en-ms", "parent", 300, ("dropout",))
     assert len(swept) > 1 and {e.parent for e in swept} == {"en-ms-multilingual"}  # each variant fetches it
     own = [*args, "--set", f"train.init_from={tmp_path}", "--name", "ru-en-x", "--dry-run"]
-    result = CliRunner().invoke(pairs.cli, own)  # a parent of its own: nothing fetched
+    result = CliRunner().invoke(recipes.command, own)  # a parent of its own: nothing fetched
     assert result.exit_code == 0 and f"train.init_from={tmp_path}" in result.output
 
 
@@ -564,14 +571,14 @@ def test_a_parent_that_has_not_run_or_does_not_fit_is_refused_before_queueing(
 
     monkeypatch.setattr(pairs.subprocess, "run", never_queue)
     args = ["queue", "--pair", "en-ms", "--recipe", "parent", "--params", str(PARAMS)]
-    result = CliRunner().invoke(pairs.cli, args)
+    result = CliRunner().invoke(recipes.command, args)
     assert result.exit_code != 0
     assert "no finished DVC experiment en-ms-multilingual" in result.output
-    assert "python -m bench.pairs queue --pair en-ms --recipe multilingual" in result.output
+    assert "python -m pipeline recipes queue --pair en-ms --recipe multilingual" in result.output
 
     # a run of it whose model is not in the DVC cache: said so, with the way to make one; nothing kept
     monkeypatch.setattr(pairs, "experiment_rev", lambda name: "c" * 40)
-    result = CliRunner().invoke(pairs.cli, args)
+    result = CliRunner().invoke(recipes.command, args)
     assert result.exit_code != 0 and "is not in the DVC cache" in result.output
     assert "--recipe multilingual` first" in result.output
     assert not pairs.parent_dir("en-ms-multilingual").parent.exists() or not any(
@@ -586,7 +593,7 @@ def test_a_parent_that_has_not_run_or_does_not_fit_is_refused_before_queueing(
     files.write_json(parent / pairs.FETCHED, {"experiment": "en-ms-multilingual", "commit": rev})
     (parent / "model.pt").write_bytes(b"weights")
     (parent / "params.yaml").write_text(yaml.safe_dump(RAW), encoding="utf-8")
-    result = CliRunner().invoke(pairs.cli, args)
+    result = CliRunner().invoke(recipes.command, args)
     assert result.exit_code != 0  # and never_queue saw no `dvc exp run`
     assert "en-ms-parent: train.init_from" in result.output and "model.encoder_layers" in result.output
 
@@ -660,7 +667,7 @@ def test_an_ensemble_run_decodes_with_fetched_members_and_counts_their_minutes(
 ) -> None:
     args = ["queue", "--pair", "ru-en", "--recipe", "parent", "--params", str(PARAMS)]
     members = ["--ensemble", "ru-en-parent", "--ensemble", "ru-en-baseline"]
-    result = CliRunner().invoke(pairs.cli, [*args, *members, "--name", "ru-en-ens", "--dry-run"])
+    result = CliRunner().invoke(recipes.command, [*args, *members, "--name", "ru-en-ens", "--dry-run"])
     assert result.exit_code == 0, result.output
     listed = f"decode.ensemble=[{pairs.parent_dir('ru-en-parent')}, {pairs.parent_dir('ru-en-baseline')}]"
     assert listed in shlex.split(result.output)
@@ -668,10 +675,10 @@ def test_an_ensemble_run_decodes_with_fetched_members_and_counts_their_minutes(
         ([*members], "need --name"),
         (["--ensemble", "en-ms-baseline", "--name", "ru-en-ens"], "not an experiment of ru-en"),
     ):
-        result = CliRunner().invoke(pairs.cli, [*args, *bad, "--dry-run"])
+        result = CliRunner().invoke(recipes.command, [*args, *bad, "--dry-run"])
         assert result.exit_code != 0 and why in result.output
     monkeypatch.chdir(tmp_path)  # no git repository: no experiments, so no member to fetch
-    result = CliRunner().invoke(pairs.cli, [*args, "--ensemble", "ru-en-gone", "--name", "ru-en-ens"])
+    result = CliRunner().invoke(recipes.command, [*args, "--ensemble", "ru-en-gone", "--name", "ru-en-ens"])
     assert result.exit_code != 0 and "no finished DVC experiment ru-en-gone" in result.output
 
     parent = finished_row("ru-en-baseline", "baseline", 76.6)

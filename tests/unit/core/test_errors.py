@@ -15,7 +15,7 @@ def test_a_user_error_at_a_commands_import_is_one_line_and_its_exit_code(capsys)
 
 
 def test_an_importer_gets_the_exception_and_other_errors_pass_through() -> None:
-    with pytest.raises(UserError, match="bad recipe"), shown_at_import("bench.pairs"):
+    with pytest.raises(UserError, match="bad recipe"), shown_at_import("pipeline.experiments.pairs"):
         raise UserError("bad recipe")
     with pytest.raises(KeyError), shown_at_import("__main__"):
         raise KeyError("a bug, not a user's mistake: its traceback stays")

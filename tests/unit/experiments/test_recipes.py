@@ -1,4 +1,5 @@
-"""pipeline/recipes.py: the experiments' data read from experiments/, and files of the wrong shape refused."""
+"""pipeline/experiments/recipes.py: the experiments' data read from experiments/, and files of the
+wrong shape refused."""
 
 from __future__ import annotations
 

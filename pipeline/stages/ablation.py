@@ -1,0 +1,79 @@
+"""Command `ablation`: the architecture ablation at the full default budget, as DVC experiments.
+
+    python -m pipeline ablation queue   # one `dvc exp run --queue -n abl-<variant> -S ...` per variant
+    dvc queue start -j 1                # run them one at a time (dvc queue status to follow)
+    python -m pipeline ablation table   # reports/ablation.{md,json} from the runs in MLflow
+
+A variant is the default params.yaml plus its settings (experiments/ablation.yaml); the baseline
+is the default pipeline's own run (`dvc repro`). The table: pipeline/experiments/ablation.py.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import click
+
+from pipeline import files
+from pipeline.experiments import ablation
+from pipeline.experiments.ablation import VARIANTS
+from pipeline.experiments.pairs import read_raw
+from pipeline.stages.options import load_params
+
+
+@click.group("ablation")
+def command() -> None:
+    """Queue the ablation experiments, or tabulate their results."""
+
+
+@command.command()
+@click.argument("names", nargs=-1, type=click.Choice(sorted(VARIANTS)), metavar="[VARIANT]...")
+@click.option(
+    "--params",
+    "params_file",
+    type=click.Path(exists=True, path_type=Path),
+    default="params.yaml",
+    help="The params the experiments start from (DVC takes the workspace's): each variant is checked first.",
+)
+@click.option("--dry-run", is_flag=True, help="Print the commands instead of queueing them.")
+def queue(names: tuple[str, ...], params_file: Path, dry_run: bool) -> None:
+    """Queue one full-pipeline `dvc exp run` per variant (all, or those named); then `dvc queue start -j 1`.
+
+    The baseline is not queued: it is the default pipeline's own run (`dvc repro`).
+    """
+    for args in ablation.queue_commands(read_raw(params_file), names):
+        if dry_run:
+            click.echo(" ".join(["dvc", *args[1:]]))
+            continue
+        subprocess.run(args, check=True)
+        click.echo(f"queued {args[5]}: {' '.join(args[7::2])}")
+
+
+@command.command()
+@click.option("--baseline", "baseline_ref", default=None, help="MLflow run id or DVC experiment name.")
+@click.option("--params", "params_file", type=click.Path(exists=True, path_type=Path), default="params.yaml")
+@click.option(
+    "--refs",
+    "refs_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default="data/raw",
+    show_default=True,
+    help="The references: test/<name>.tgt, as the download stage writes them.",
+)
+@click.option("--out", type=click.Path(path_type=Path), default="reports/ablation.md", show_default=True)
+@click.option(
+    "--note",
+    "notes",
+    multiple=True,
+    help="A note of yours for the table's notes (repeatable), e.g. what else ran beside a run.",
+)
+def table(
+    baseline_ref: str | None, params_file: Path, refs_dir: Path, out: Path, notes: tuple[str, ...]
+) -> None:
+    """Write the ablation table from the baseline's and each variant's latest scored run in MLflow."""
+    result = ablation.collect(load_params(params_file), refs_dir, baseline_ref)
+    result.notes += notes
+    files.write_text(out, ablation.render(result))
+    files.write_json(out.with_suffix(".json"), result.to_json())
+    click.echo(f"wrote {out} and {out.with_suffix('.json')}")
