@@ -7,7 +7,7 @@ import json
 
 from click.testing import CliRunner
 
-from bench import noise
+from pipeline.experiments import noise
 from pipeline import files
 from pipeline.data.pool import cores
 from pipeline.experiments import archive as run_archive
