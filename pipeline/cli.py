@@ -29,6 +29,7 @@ COMMANDS = {
     "compare": "compare",
     "recipes": "recipes",
     "ablation": "ablation",
+    "noise": "noise",
     "corpora": "corpora",
     "export-ct2": "export_ct2",
     "import-hf": "import_hf",

@@ -1,15 +1,10 @@
 """A noisy Multi30k: the real training pairs, and among them noisy pairs of the kinds web corpora
-carry, in known shares.
-
-    CORPUS_MIRROR=../shared/corpora python -m bench.noise make --out data/noise
-    python -m bench.noise removed --noise data/noise --clean data/clean   # what a clean run dropped
-    python -m bench.noise speed --forward F --reverse R --src S --tgt T   # the score rule's pairs/s
-    python -m bench.noise report --refs data/raw   # reports/noise.{md,json} from reports/noise/
+carry, in known shares; what a cleaning removed of each kind; the report of the runs trained on
+each cleaning (the command: pipeline/stages/noise.py; the method: docs/cleaning.md).
 
 Every real pair stays, so that what the noise costs is the noise's own, not lost data, and the
 noisy corpus with exactly the added lines removed is the clean one. Seeded and recorded: every
-added line's index and kind goes to planted.json beside the corpus, so that what a cleaning run
-removed can be told apart per kind, and from the clean pairs it lost. Each noisy pair takes a real
+added line's index and kind goes to planted.json beside the corpus. Each noisy pair takes a real
 line's source (a line lends once), with a target from real text in the mirror (Multi30k ships
 French and Czech sides of the same lines):
 
@@ -23,18 +18,16 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import random
 import re
 from collections import Counter
 from pathlib import Path
-
-import click
+from typing import Any
 
 from pipeline import files
 from pipeline.data.text import normalize
+from pipeline.errors import UserError
 from pipeline.experiments import archive as run_archive
-from pipeline.machine import machine_info
 from pipeline.reporting.hypotheses import RunHypotheses, label
 from pipeline.reporting.metrics import SIGNIFICANCE_LEVEL
 from pipeline.reporting.significance import Comparison, compare, comparison_markdown
@@ -91,45 +84,24 @@ def plant(
     return [s for _, s, _ in lines], [t for _, _, t in lines], planted
 
 
-@click.group()
-def main() -> None:
-    """Plant noise in Multi30k's training pairs, and count what cleaning removed of it."""
-
-
-@main.command()
-@click.option("--out", type=click.Path(path_type=Path), default=Path("data/noise"), show_default=True)
-@click.option("--seed", type=int, default=1, show_default=True)
-@click.option(
-    "--share",
-    "shares",
-    type=(click.Choice(KINDS), click.FloatRange(0, 1)),
-    multiple=True,
-    help="KIND SHARE, e.g. --share misaligned 0.2 (default: "
-    + ", ".join(f"{k} {v}" for k, v in DEFAULT_SHARES.items())
-    + ")",
-)
-def make(out: Path, seed: int, shares: tuple[tuple[str, float], ...]) -> None:
-    """Write OUT/train.{de,en} (Multi30k's training pairs with noise planted) and OUT/planted.json."""
-    mirror = os.environ.get("CORPUS_MIRROR")
-    if not mirror:
-        raise click.ClickException("set CORPUS_MIRROR to the corpus mirror (../shared/corpora)")
-    chosen = {**DEFAULT_SHARES, **dict(shares)}
+def make(mirror: Path, out: Path, shares: dict[str, float], seed: int) -> dict[str, list[int]]:
+    """Write OUT/train.{de,en} (Multi30k's training pairs with noise planted, at `shares` over the
+    defaults) and OUT/planted.json; return the indices planted per kind."""
+    chosen = {**DEFAULT_SHARES, **shares}
     if sum(chosen.values()) > 1:
-        raise click.ClickException(
+        raise UserError(
             f"the shares add up to {sum(chosen.values()):.2f}; each noisy pair borrows a real line's "
             "source, a line lends once: keep them at most 1"
         )
-    root = Path(mirror)
-    src, tgt = read_side(root, "train", "de"), read_side(root, "train", "en")
-    others = [read_side(root, "train", lang) for lang in ("fr", "cs")]
+    src, tgt = read_side(mirror, "train", "de"), read_side(mirror, "train", "en")
+    others = [read_side(mirror, "train", lang) for lang in ("fr", "cs")]
     noisy_src, noisy_tgt, planted = plant(src, tgt, others, chosen, seed)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "train.de").write_text("\n".join(noisy_src) + "\n", encoding="utf-8")
-    (out / "train.en").write_text("\n".join(noisy_tgt) + "\n", encoding="utf-8")
+    files.write_lines(out / "train.de", noisy_src)
+    files.write_lines(out / "train.en", noisy_tgt)
     record = {"seed": seed, "shares": chosen, "real_lines": len(src), "planted": planted}
-    (out / "planted.json").write_text(json.dumps(record) + "\n", encoding="utf-8")
-    added = ", ".join(f"{k} {len(v)}" for k, v in planted.items())
-    click.echo(f"{len(src)} real pairs and {added} added -> {out}")
+    files.write_text(out / "planted.json", json.dumps(record) + "\n")
+    return planted
 
 
 def removed_shares(
@@ -151,59 +123,13 @@ def removed_shares(
     return {k: {"pairs": n, "removed": r, "share": r / n if n else 0.0} for k, (n, r) in counts.items()}
 
 
-@main.command()
-@click.option("--noise", type=click.Path(file_okay=False, path_type=Path), default=Path("data/noise"))
-@click.option("--clean", "clean_dir", type=click.Path(file_okay=False, path_type=Path), required=True)
-def removed(noise: Path, clean_dir: Path) -> None:
-    """Print, as JSON, the share of each kind of planted noise (and of the clean pairs) that the
-    clean stage's output at CLEAN no longer holds."""
+def removed(noise: Path, clean_dir: Path) -> dict[str, dict[str, float]]:
+    """The share of each kind of planted noise (and of the clean pairs) that the clean stage's output
+    at `clean_dir` no longer holds."""
     record = json.loads((noise / "planted.json").read_text(encoding="utf-8"))
-    src = (noise / "train.de").read_text(encoding="utf-8").splitlines()
-    noisy = (noise / "train.en").read_text(encoding="utf-8").splitlines()
-    kept = [(clean_dir / f"train.{side}").read_text(encoding="utf-8").splitlines() for side in ("src", "tgt")]
-    click.echo(json.dumps(removed_shares(src, noisy, record["planted"], *kept), indent=2))
-
-
-@main.command()
-@click.option("--forward", type=click.Path(file_okay=False, exists=True, path_type=Path), required=True)
-@click.option("--reverse", type=click.Path(file_okay=False, exists=True, path_type=Path), default=None)
-@click.option("--src", type=click.Path(dir_okay=False, exists=True, path_type=Path), required=True)
-@click.option("--tgt", type=click.Path(dir_okay=False, exists=True, path_type=Path), required=True)
-@click.option("--pairs", "n_pairs", type=click.IntRange(min=1), default=5000, show_default=True)
-@click.option(
-    "--out", type=click.Path(dir_okay=False, path_type=Path), default=Path("reports/noise/speed.json")
-)
-def speed(forward: Path, reverse: Path | None, src: Path, tgt: Path, n_pairs: int, out: Path) -> None:
-    """Time the score rule's scorer (pipeline/decoding/pair_scores.py) on the first --pairs pairs:
-    the forward model's cross-entropy, relative, and with --reverse the dual score, each on one
-    thread and on every core, in pairs a second and a second per core. Writes OUT."""
-    import time
-
-    import torch
-
-    from pipeline.data.pool import cores
-    from pipeline.decoding.pair_scores import PairScorer
-
-    lines = [files.read_lines(path)[:n_pairs] for path in (src, tgt)]
-    kinds: dict[str, tuple[Path | None, bool]] = {"cross-entropy": (None, False), "relative": (None, True)}
-    if reverse is not None:
-        kinds["dual, relative"] = (reverse, True)
-    rows = []
-    for threads in sorted({1, cores()}):
-        torch.set_num_threads(threads)
-        for kind, (back, relative) in kinds.items():
-            scorer = PairScorer(forward, back, relative=relative)
-            scorer(lines[0][:50], lines[1][:50])  # warm: allocations and kernels
-            start = time.perf_counter()
-            scorer(*lines)
-            per_s = len(lines[0]) / (time.perf_counter() - start)
-            rows.append({"score": kind, "threads": threads, "pairs_per_s": round(per_s, 1)})
-            rows[-1]["per_core"] = round(per_s / threads, 1)
-            click.echo(f"{kind:<16} {threads} thread(s): {per_s:8.1f} pairs/s", err=True)
-    files.write_json(
-        out, {"pairs": len(lines[0]), "machine": machine_info("threads", cores(), []), "rows": rows}
-    )
-    click.echo(f"wrote {out}")
+    src, noisy = files.read_lines(noise / "train.de"), files.read_lines(noise / "train.en")
+    kept = [files.read_lines(clean_dir / f"train.{side}") for side in ("src", "tgt")]
+    return removed_shares(src, noisy, record["planted"], *kept)
 
 
 # The experiment's runs, archived under reports/noise/runs/<name>.json, in the report's order; what
@@ -217,31 +143,18 @@ RUNS = {
 FLICKR = "test/multi30k-test_2016_flickr"
 
 
-@main.command()
-@click.option(
-    "--dir", "folder", type=click.Path(file_okay=False, path_type=Path), default=Path("reports/noise")
-)
-@click.option(
-    "--refs",
-    type=click.Path(file_okay=False, exists=True, path_type=Path),
-    required=True,
-    help="The default run's data/raw: val.tgt and test/<name>.tgt, the references every run was scored on.",
-)
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=Path("reports/noise.md"))
-def report(folder: Path, refs: Path, out: Path) -> None:
-    """Write OUT (and its .json): per run of the experiment, what its cleaning removed of each kind
-    of noise, and BLEU/chrF on val and the test sets with sacreBLEU's paired bootstrap against the
-    clean corpus's run (a) and the noisy one with the base rules (b)."""
+def report(folder: Path, refs: Path) -> tuple[dict[str, Any], str]:
+    """The report's data and markdown: per run of the experiment archived in `folder`, what its
+    cleaning removed of each kind of noise, and BLEU/chrF on val and the test sets with sacreBLEU's
+    paired bootstrap against the clean corpus's run (a) and the noisy one with the base rules (b)."""
     present = [name for name in RUNS if run_archive.path_of(folder / "runs", name).is_file()]
     if present[:2] != list(RUNS)[:2]:
-        raise click.ClickException(
-            f"{folder}/runs/ needs clean.json and noisy-clean-today.json, runs (a) and (b)"
-        )
+        raise UserError(f"{folder}/runs/ needs clean.json and noisy-clean-today.json, runs (a) and (b)")
     archived = {name: run_archive.load(run_archive.path_of(folder / "runs", name)) for name in present}
     hyps = {}
     for name, run in archived.items():
         if run.hyps is None:
-            raise click.ClickException(f"{folder}/runs/{name}.json has no hypotheses; archive a scored run")
+            raise UserError(f"{folder}/runs/{name}.json has no hypotheses; archive a scored run")
         hyps[name] = RunHypotheses(RUNS[name], run.hyps.hyps, run.hyps.refs_sha256)
     names = present
     against_a = compare(hyps[names[0]], [hyps[n] for n in names[1:]], refs)
@@ -252,18 +165,15 @@ def report(folder: Path, refs: Path, out: Path) -> None:
         if (path := folder / "removed" / f"{name}.json").is_file()
     }
     speed_file = folder / "speed.json"
-    copies = {name: copied_shares(hyps[name].hyps, refs) for name in names}
     body = {
         "runs": {name: {"label": RUNS[name], "run_id": archived[name].record.id} for name in names},
         "removed": removed,
         "speed": json.loads(speed_file.read_text(encoding="utf-8")) if speed_file.is_file() else None,
         "scores": _scores(against_a, against_b),
         "recovered": _recovered(against_a),
-        "copies": copies,
+        "copies": {name: copied_shares(hyps[name].hyps, refs) for name in names},
     }
-    files.write_json(out.with_suffix(".json"), body)
-    out.write_text(_markdown(body, against_a, against_b), encoding="utf-8")
-    click.echo(f"wrote {out} and {out.with_suffix('.json')}")
+    return body, _markdown(body, against_a, against_b)
 
 
 def copied_shares(hyps: dict[str, list[str]], refs: Path) -> dict[str, float]:
@@ -342,13 +252,13 @@ def _markdown(body: dict, against_a: Comparison, against_b: Comparison) -> str:
     lines = [
         "# Cleaning a noisy corpus: what the rules and the model score remove, and what it is worth",
         "",
-        "Multi30k de→en's 29,000 training pairs, and among them noisy pairs added (`python -m bench.noise",
+        "Multi30k de→en's 29,000 training pairs, and among them noisy pairs added (`python -m pipeline noise",
         "make`, seed 1; as shares of the real pairs:",
         f"{_shares_text()}), cleaned",
         "in turn with the four base rules (b), the seven rules for web data, and those with the model",
         "score (c), each used to train the default model; (a) trains on the real pairs alone, which is",
         "also the noisy corpus with exactly the added lines removed: the most any filter can keep.",
-        "Made by `python -m bench.noise report --refs data/raw` from the runs archived in",
+        "Made by `python -m pipeline noise report --refs data/raw` from the runs archived in",
         "`reports/noise/runs/` and the removed shares in `reports/noise/removed/`; how each",
         "run was made is in docs/cleaning.md.",
         "",
@@ -369,19 +279,7 @@ def _markdown(body: dict, against_a: Comparison, against_b: Comparison) -> str:
         _subsections(comparison_markdown(against_b)),
     ]
     if body["speed"]:
-        speed = body["speed"]
-        table = [
-            [r["score"], str(r["threads"]), f"{r['pairs_per_s']:,.0f}", f"{r['per_core']:,.0f}"]
-            for r in speed["rows"]
-        ]
-        lines += [
-            "",
-            f"## What the model score costs ({speed['pairs']:,} pairs, `python -m bench.noise speed`)",
-            "",
-            markdown_table(["score", "threads", "pairs/s", "pairs/s a core"], table, "lrrr"),
-            "",
-            markdown_table(["machine", ""], list(speed["machine"].items())),
-        ]
+        lines += _speed_lines(body["speed"])
     if body["recovered"]:
         shares = ", ".join(f"{name}: {100 * share:.0f}%" for name, share in body["recovered"].items())
         lines += ["", f"Share of the {label(FLICKR)} BLEU that (b) lost against (a) recovered: {shares}."]
@@ -389,5 +287,17 @@ def _markdown(body: dict, against_a: Comparison, against_b: Comparison) -> str:
     return "\n".join(lines) + "\n"
 
 
-if __name__ == "__main__":
-    main()
+def _speed_lines(speed: dict[str, Any]) -> list[str]:
+    """The section on what the model score costs, from bench/pair_score_speed.py's JSON."""
+    table = [
+        [r["score"], str(r["threads"]), f"{r['pairs_per_s']:,.0f}", f"{r['per_core']:,.0f}"]
+        for r in speed["rows"]
+    ]
+    return [
+        "",
+        f"## What the model score costs ({speed['pairs']:,} pairs, `python -m bench.pair_score_speed`)",
+        "",
+        markdown_table(["score", "threads", "pairs/s", "pairs/s a core"], table, "lrrr"),
+        "",
+        markdown_table(["machine", ""], list(speed["machine"].items())),
+    ]

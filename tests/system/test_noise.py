@@ -1,5 +1,5 @@
-"""bench/noise.py: planted noise is seeded, of the asked shares, disjoint, and of the kind it says;
-the report compares the runs against (a) and (b)."""
+"""pipeline/experiments/noise.py and `python -m pipeline noise`: planted noise is seeded, of the asked
+shares, disjoint, and of the kind it says; the report compares the runs against (a) and (b)."""
 
 from __future__ import annotations
 
@@ -7,14 +7,13 @@ import json
 
 from click.testing import CliRunner
 
-from pipeline.experiments import noise
 from pipeline import files
-from pipeline.data.pool import cores
 from pipeline.experiments import archive as run_archive
+from pipeline.experiments import noise
 from pipeline.reporting.hypotheses import RunHypotheses
 from pipeline.reporting.runs import RunRecord
 from pipeline.reporting.significance import sha256_of
-from tests.support.hf import make_trained_model_dir, marian_pairs
+from pipeline.stages import noise as noise_command
 
 SRC = [f"Satz {i} auf Deutsch" for i in range(200)]
 TGT = [f"sentence {i} in English" for i in range(200)]
@@ -82,7 +81,8 @@ def test_the_report_compares_every_run_with_a_and_b_and_says_what_c_recovered(tm
     files.write_json(tmp_path / "noise" / "removed" / "noisy-web-score.json", shares)
     out = tmp_path / "noise.md"
     result = CliRunner().invoke(
-        noise.main, ["report", "--dir", str(tmp_path / "noise"), "--refs", str(refs_dir), "--out", str(out)]
+        noise_command.command,
+        ["report", "--dir", str(tmp_path / "noise"), "--refs", str(refs_dir), "--out", str(out)],
     )
     assert result.exit_code == 0, result.output
     body = json.loads(out.with_suffix(".json").read_text(encoding="utf-8"))
@@ -102,21 +102,9 @@ def test_the_report_compares_every_run_with_a_and_b_and_says_what_c_recovered(tm
     assert "translations that copy their source" in text and "25.0%" in text
 
 
-def test_speed_times_each_score_on_one_thread_and_every_core(tmp_path):
-    model = make_trained_model_dir(tmp_path / "model", steps=20)
-    pairs = marian_pairs(30, seed=2)
-    src, tgt = tmp_path / "s.txt", tmp_path / "t.txt"
-    files.write_lines(src, [s for s, _ in pairs])
-    files.write_lines(tgt, [t for _, t in pairs])
-    out = tmp_path / "speed.json"
-    args = ["speed", "--forward", str(model), "--reverse", str(model), "--src", str(src), "--tgt", str(tgt)]
-    result = CliRunner().invoke(noise.main, [*args, "--pairs", "20", "--out", str(out)])
-    assert result.exit_code == 0, result.output
-    body = json.loads(out.read_text(encoding="utf-8"))
-    kinds = {(r["score"], r["threads"]) for r in body["rows"]}
-    assert {score for score, _ in kinds} == {"cross-entropy", "relative", "dual, relative"}
-    assert {threads for _, threads in kinds} == {1, cores()} and body["pairs"] == 20
-    assert all(
-        r["pairs_per_s"] > 0 and abs(r["per_core"] - r["pairs_per_s"] / r["threads"]) < 0.1
-        for r in body["rows"]
-    )
+def test_shares_that_add_up_to_more_than_the_real_lines_are_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv("CORPUS_MIRROR", str(tmp_path))
+    args = ["make", "--out", str(tmp_path / "noise"), "--share", "misaligned", "0.9"]
+    result = CliRunner().invoke(noise_command.command, args)
+    assert result.exit_code == 1 and "the shares add up to 1.30" in result.output
+    assert "a line lends once" in result.output and not (tmp_path / "noise").exists()
