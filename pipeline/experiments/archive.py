@@ -12,7 +12,8 @@ MLflow and the archive together, MLflow's newer run winning for an experiment bo
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -96,3 +97,31 @@ def load_all(archive: Path) -> dict[str, ArchivedRun]:
     if not archive.is_dir():
         return {}
     return {p.stem: load(p) for p in sorted(archive.glob("*.json"))}
+
+
+def repo_relative(value: Any, root: Path | None = None) -> Any:
+    """`value` (a string, or dicts and lists of them) with the absolute paths of this checkout (the cwd),
+    and of a queued run's copy of it under .dvc/tmp/exps, made relative to it: the files `table` writes
+    are committed, and name no machine's folders."""
+    base = re.escape(str((root or Path.cwd()).resolve()))
+    exps = re.escape("/".join((".dvc", "tmp", "exps")))  # DVC's copies of the repo for queued runs
+    inside = re.compile(base + r"/(?:" + exps + r"/(?:standalone/)?[^/\s\"'\],]+/)?")
+
+    def walk(v: Any) -> Any:
+        if isinstance(v, str):
+            return inside.sub("", v)
+        if isinstance(v, dict):
+            return {k: walk(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [walk(x) for x in v]
+        return v
+
+    return walk(value)
+
+
+def keep(archive: Path, name: str, run: ArchivedRun) -> Path:
+    """Save `run` as experiment `name`'s, with the paths of this checkout in it made relative."""
+    record = replace(run.record, params=repo_relative(run.record.params))
+    return save(
+        archive, name, ArchivedRun(record, repo_relative(run.tags), repo_relative(run.summary), run.hyps)
+    )

@@ -342,31 +342,9 @@ def archive_new_runs(report: Report, archive: Path) -> None:
     """Save each finished run read from MLflow (not already archived) for the next table to read."""
     for row in (r for pair in report.pairs for r in [*pair.rows, *pair.sweep]):
         if row.status == "finished" and (not row.archived or row.amended):
-            record = replace(row.record, params=repo_relative(row.record.params))
-            run = run_archive.ArchivedRun(
-                record, repo_relative(row.tags), repo_relative(row.summary), row.hyps
+            run_archive.keep(
+                archive, row.name, run_archive.ArchivedRun(row.record, row.tags, row.summary, row.hyps)
             )
-            run_archive.save(archive, row.name, run)
-
-
-def repo_relative(value: Any, root: Path | None = None) -> Any:
-    """`value` (a string, or dicts and lists of them) with the absolute paths of this checkout (the cwd),
-    and of a queued run's copy of it under .dvc/tmp/exps, made relative to it: the files `table` writes
-    are committed, and name no machine's folders."""
-    base = re.escape(str((root or Path.cwd()).resolve()))
-    exps = re.escape("/".join((".dvc", "tmp", "exps")))  # DVC's copies of the repo for queued runs
-    inside = re.compile(base + r"/(?:" + exps + r"/(?:standalone/)?[^/\s\"'\],]+/)?")
-
-    def walk(v: Any) -> Any:
-        if isinstance(v, str):
-            return inside.sub("", v)
-        if isinstance(v, dict):
-            return {k: walk(x) for k, x in v.items()}
-        if isinstance(v, list):
-            return [walk(x) for x in v]
-        return v
-
-    return walk(value)
 
 
 # --- the runs ----------------------------------------------------------------------

@@ -63,17 +63,32 @@ def queue(names: tuple[str, ...], params_file: Path, dry_run: bool) -> None:
 )
 @click.option("--out", type=click.Path(path_type=Path), default="reports/ablation.md", show_default=True)
 @click.option(
+    "--archive",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where the runs are kept in git (read, then updated) [default: OUT without suffix/runs, "
+    "reports/ablation/runs].",
+)
+@click.option(
     "--note",
     "notes",
     multiple=True,
     help="A note of yours for the table's notes (repeatable), e.g. what else ran beside a run.",
 )
 def table(
-    baseline_ref: str | None, params_file: Path, refs_dir: Path, out: Path, notes: tuple[str, ...]
+    baseline_ref: str | None,
+    params_file: Path,
+    refs_dir: Path,
+    out: Path,
+    archive: Path | None,
+    notes: tuple[str, ...],
 ) -> None:
-    """Write the ablation table from the baseline's and each variant's latest scored run in MLflow."""
-    result = ablation.collect(load_params(params_file), refs_dir, baseline_ref)
+    """Write the ablation table from the baseline's and each variant's latest scored run in MLflow
+    and in the archive, and keep those runs in the archive."""
+    archive = archive or out.with_suffix("") / "runs"
+    result = ablation.collect(load_params(params_file), refs_dir, baseline_ref, archive)
     result.notes += notes
+    ablation.keep_runs(result, archive)
     files.write_text(out, ablation.render(result))
     files.write_json(out.with_suffix(".json"), result.to_json())
     click.echo(f"wrote {out} and {out.with_suffix('.json')}")

@@ -19,6 +19,7 @@ import click
 import yaml
 
 from pipeline import files
+from pipeline.experiments import archive as run_archive
 from pipeline.experiments import pairs
 from pipeline.experiments.pairs import PAIRS, RECIPES, TABLE
 
@@ -135,6 +136,6 @@ def table(
     report = pairs.collect(params_file, given, archive)
     report.notes += notes
     pairs.archive_new_runs(report, archive)
-    files.write_json(out.with_suffix(".json"), pairs.repo_relative(report.to_json()))
-    files.write_text(out, pairs.repo_relative(pairs.render(report)))
+    files.write_json(out.with_suffix(".json"), run_archive.repo_relative(report.to_json()))
+    files.write_text(out, run_archive.repo_relative(pairs.render(report)))
     click.echo(f"wrote {out.with_suffix('.json')} and {out}")

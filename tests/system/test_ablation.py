@@ -323,3 +323,24 @@ def test_an_experiments_row_names_its_baseline_commit_and_notes_a_tag_that_diffe
         "tag, ccccccc, is the workspace's HEAD when the run started (the tag of runs made before tracking "
         "read the stage's own checkout)"
     ]
+
+
+def test_the_table_outlives_its_mlflow_store(
+    made: Made, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A later checkout has no MLflow database, only the runs the first table kept in git."""
+    archive = made.root / "reports" / "ablation" / "runs"
+    kept = {r["variant"] for r in made.saved["rows"] if r["status"] == "finished"}
+    assert {p.stem for p in archive.glob("*.json")} == kept and len(kept) == 4  # not the failed one
+    monkeypatch.setattr(ablation, "experiment_baselines", dict)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'absent.db'}")
+    out = tmp_path / "ablation.md"
+    args = ["table", "--params", str(REPO / "params.yaml"), "--refs", str(made.root / "raw")]
+    result = CliRunner().invoke(
+        ablation_command.command, [*args, "--out", str(out), "--archive", str(archive)]
+    )
+    assert result.exit_code == 0, result.output
+    again = json.loads(out.with_suffix(".json").read_text(encoding="utf-8"))
+    finished = [r for r in made.saved["rows"] if r["status"] == "finished"]
+    assert [r for r in again["rows"] if r["status"] == "finished"] == finished  # intervals and p alike
+    assert any(n.startswith("MLflow unavailable") for n in again["notes"])
