@@ -126,17 +126,7 @@ def collect(
     """The baseline's and each variant's run, with intervals and paired tests on params' test sets:
     the runs in MLflow and those kept in `archive` (MLflow's winning for a run both hold)."""
     uri = store.tracking_uri()
-    kept = {str(a.record.id): a for a in run_archive.load_all(archive).values()} if archive else {}
-    notes: list[str] = []
-    try:
-        records = runs.mlflow_records(params.tracking.experiment, uri)
-    except runs.ExperimentsUnavailable as e:
-        if not kept:
-            raise UserError(str(e)) from None
-        records = []
-        notes.append(f"MLflow unavailable ({e}): the runs are those archived in {archive}")
-    logged = {str(r.id) for r in records}
-    records += [a.record for run_id, a in kept.items() if run_id not in logged]
+    records, kept, notes = run_archive.with_mlflow(params.tracking.experiment, uri, archive)
     base = Row(
         BASELINE, BASELINE_CHANGE, pick_baseline(records, default_params(params), baseline_ref), "finished"
     )

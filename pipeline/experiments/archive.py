@@ -125,3 +125,23 @@ def keep(archive: Path, name: str, run: ArchivedRun) -> Path:
     return save(
         archive, name, ArchivedRun(record, repo_relative(run.tags), repo_relative(run.summary), run.hyps)
     )
+
+
+def with_mlflow(
+    experiment: str, uri: str, archive: Path | None
+) -> tuple[list[RunRecord], dict[str, ArchivedRun], list[str]]:
+    """The runs of MLflow experiment `experiment` with those kept in `archive` that MLflow lacks; the
+    kept runs by run id; a note where MLflow is unavailable (refused where nothing is kept either)."""
+    from pipeline.reporting import runs  # here: reading the archive needs no MLflow
+
+    kept = {str(a.record.id): a for a in load_all(archive).values()} if archive else {}
+    notes = []
+    try:
+        records = runs.mlflow_records(experiment, uri)
+    except runs.ExperimentsUnavailable as e:
+        if not kept:
+            raise UserError(str(e)) from None
+        records = []
+        notes.append(f"MLflow unavailable ({e}): the runs are those archived in {archive}")
+    logged = {str(r.id) for r in records}
+    return records + [a.record for run_id, a in kept.items() if run_id not in logged], kept, notes

@@ -279,7 +279,7 @@ def custom_experiment(
 
 def read_raw(params_file: Path) -> dict[str, Any]:
     """params.yaml as written: the base every experiment's settings go over."""
-    raw = yaml.safe_load(params_file.read_text(encoding="utf-8"))
+    raw = files.read_yaml(params_file, "run from the repository root or pass --params")
     if not isinstance(raw, dict):
         raise UserError(f"{params_file}: not a mapping of sections; give the project's params.yaml")
     return raw
@@ -497,18 +497,7 @@ def collect(params_file: Path, given_refs: dict[str, Path], archive: Path) -> Re
     """Every pair's rows: its experiments' runs in MLflow and in `archive`, scored on its test sets."""
     params = P.load(params_file)
     uri = store.tracking_uri()
-    kept = run_archive.load_all(archive)
-    notes: list[str] = []
-    try:
-        records = runs.mlflow_records(params.tracking.experiment, uri)
-    except runs.ExperimentsUnavailable as e:
-        if not kept:
-            raise UserError(str(e)) from None
-        records = []
-        notes.append(f"MLflow unavailable ({e}): the runs are those archived in {archive}")
-    from_archive = {str(a.record.id): a for a in kept.values()}
-    logged = {str(r.id) for r in records}
-    records += [a.record for a in kept.values() if str(a.record.id) not in logged]
+    records, from_archive, notes = run_archive.with_mlflow(params.tracking.experiment, uri, archive)
     rows = experiment_rows(records, default_params(params), set(from_archive), notes)
     out = []
     scratch = Path(tempfile.mkdtemp(prefix="pairs-refs-"))  # removed once the statistics are made

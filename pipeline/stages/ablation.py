@@ -19,7 +19,7 @@ from pipeline import files
 from pipeline.experiments import ablation
 from pipeline.experiments.ablation import VARIANTS
 from pipeline.experiments.pairs import read_raw
-from pipeline.stages.options import load_params
+from pipeline.stages.options import load_params, params_option, refs_option
 
 
 @click.group("ablation")
@@ -29,13 +29,7 @@ def command() -> None:
 
 @command.command()
 @click.argument("names", nargs=-1, type=click.Choice(sorted(VARIANTS)), metavar="[VARIANT]...")
-@click.option(
-    "--params",
-    "params_file",
-    type=click.Path(exists=True, path_type=Path),
-    default="params.yaml",
-    help="The params the experiments start from (DVC takes the workspace's): each variant is checked first.",
-)
+@params_option
 @click.option("--dry-run", is_flag=True, help="Print the commands instead of queueing them.")
 def queue(names: tuple[str, ...], params_file: Path, dry_run: bool) -> None:
     """Queue one full-pipeline `dvc exp run` per variant (all, or those named); then `dvc queue start -j 1`.
@@ -52,15 +46,8 @@ def queue(names: tuple[str, ...], params_file: Path, dry_run: bool) -> None:
 
 @command.command()
 @click.option("--baseline", "baseline_ref", default=None, help="MLflow run id or DVC experiment name.")
-@click.option("--params", "params_file", type=click.Path(exists=True, path_type=Path), default="params.yaml")
-@click.option(
-    "--refs",
-    "refs_dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default="data/raw",
-    show_default=True,
-    help="The references: test/<name>.tgt, as the download stage writes them.",
-)
+@params_option
+@refs_option
 @click.option("--out", type=click.Path(path_type=Path), default="reports/ablation.md", show_default=True)
 @click.option(
     "--archive",

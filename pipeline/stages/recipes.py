@@ -22,15 +22,8 @@ from pipeline import files
 from pipeline.experiments import archive as run_archive
 from pipeline.experiments import pairs
 from pipeline.experiments.pairs import PAIRS, RECIPES, TABLE
+from pipeline.stages.options import params_option
 
-PARAMS_OPTION = click.option(
-    "--params",
-    "params_file",
-    type=click.Path(exists=True, path_type=Path),
-    default="params.yaml",
-    show_default=True,
-    help="The params the experiments start from (DVC takes the workspace's).",
-)
 PAIR_OPTION = click.option("--pair", required=True, type=click.Choice(sorted(PAIRS)))
 
 
@@ -66,7 +59,7 @@ def name_value(text: str) -> tuple[str, object]:
     metavar="EXPERIMENT",
     help="Decode with this finished experiment's model too (decode.ensemble; repeatable; needs --name).",
 )
-@PARAMS_OPTION
+@params_option
 @click.option("--dry-run", is_flag=True, help="Print the command instead of queueing it.")
 def queue(
     pair: str,
@@ -93,7 +86,7 @@ def queue(
 @click.option(
     "--only", multiple=True, metavar="AXIS[=VALUE]", help="Only this axis, or one value of it (repeatable)."
 )
-@PARAMS_OPTION
+@params_option
 @click.option("--dry-run", is_flag=True, help="Print the commands instead of queueing them.")
 def sweep(
     pair: str, recipe: str, steps: int, only: tuple[str, ...], params_file: Path, dry_run: bool
@@ -104,7 +97,7 @@ def sweep(
 
 
 @command.command()
-@PARAMS_OPTION
+@params_option
 @click.option(
     "--refs",
     "refs",
