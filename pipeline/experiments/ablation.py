@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import params as P
-from pipeline.errors import UserError, shown_at_import
+from pipeline.errors import UserError
 from pipeline.experiments import archive as run_archive
 from pipeline.experiments import recipes, scoring
-from pipeline.experiments import runs as experiments
+from pipeline.experiments import runs as logged
 from pipeline.experiments.recipes import dvc_binary, settings, variant_params
 from pipeline.experiments.runs import (
     default_params,
@@ -57,16 +57,14 @@ from pipeline.tracking import store
 BASELINE = "baseline"
 BASELINE_CHANGE = "none: the default params.yaml (encoder-decoder 3+3, pre-LN, sinusoidal, three-way tied)"
 # name -> what it changes and its settings (experiments/ablation.yaml); everything else is the default.
-with shown_at_import(__name__):  # experiments/ablation.yaml of the wrong shape: one line, no traceback
-    VARIANTS = recipes.load_variants(
-        Path(__file__).resolve().parents[2] / recipes.EXPERIMENTS / "ablation.yaml"
-    )
+# experiments/ablation.yaml of the wrong shape: a UserError naming it, at import
+VARIANTS = recipes.load_variants(Path(__file__).resolve().parents[2] / recipes.EXPERIMENTS / "ablation.yaml")
 NOT_RUN = "not run yet (queued?)"
 QUEUE_COMMAND = "python -m pipeline ablation queue"
 
 
-def queue_commands(raw: dict[str, Any], names: tuple[str, ...] = ()) -> list[list[str]]:
-    """`dvc exp run --queue` of each variant named (all where none), every one checked before any."""
+def queue_commands(raw: dict[str, Any], names: tuple[str, ...] = ()) -> list[tuple[str, list[str]]]:
+    """Each variant named (all where none) with its `dvc exp run --queue`; every one checked before any."""
     names = names or tuple(VARIANTS)
     for name in names:  # refuse a variant params.py would refuse before queueing any
         variant_params(raw, VARIANTS[name].changes)
@@ -75,7 +73,7 @@ def queue_commands(raw: dict[str, Any], names: tuple[str, ...] = ()) -> list[lis
         args = [dvc_binary(), "exp", "run", "--queue", "-n", name]
         for setting in settings(VARIANTS[name].changes):
             args += ["-S", setting]
-        commands.append(args)
+        commands.append((name, args))
     return commands
 
 
@@ -172,8 +170,9 @@ def pick_baseline(records: list[RunRecord], defaults: dict[str, str], ref: str |
             what += f"; the newest such run of other params, {near.id}, has {diff}"
     if not found:
         raise UserError(
-            f"no {what} in MLflow at {store.tracking_uri()}: run the default pipeline (`dvc repro`) and "
-            "wait for its score stage, or name the baseline with --baseline RUN_ID|EXPERIMENT"
+            f"no {what} in MLflow at {store.tracking_uri()} (nor kept in the archive): run the default "
+            "pipeline (`dvc repro`) and wait for its score stage, or name the baseline with --baseline "
+            "RUN_ID|EXPERIMENT"
         )
     return newest(found)
 
@@ -230,7 +229,7 @@ def read_run(
     if (old := kept.get(str(row.record.id))) is not None:
         row.tags, row.summary, row.hyps = old.tags, old.summary, old.hyps
         return []
-    found = experiments.read_run(row.record.id, uri, row.variant, tests)
+    found = logged.read_run(row.record.id, uri, row.variant, tests)
     row.tags, row.summary, row.hyps = found.tags, found.summary, found.hyps
     return [] if found.problem is None else [f"{row.variant}: {found.problem}"]
 
@@ -240,8 +239,8 @@ def read_run(
 
 def score_sets(rows: list[Row], refs_dir: Path, tests: list[str]) -> list[str]:
     """Each run's BLEU interval per test set, and each variant's paired test against the baseline."""
-    runs = {row.variant: row.hyps for row in rows if row.hyps is not None}
-    scored = scoring.score_sets(runs, BASELINE, refs_dir, tests)
+    hyps = {row.variant: row.hyps for row in rows if row.hyps is not None}
+    scored = scoring.score_sets(hyps, BASELINE, refs_dir, tests)
     for row in rows:
         row.ci95 = {
             test: (ci["bleu"][0], ci["bleu"][1]) for test, ci in scored.ci95.get(row.variant, {}).items()

@@ -1,7 +1,8 @@
-"""Finished runs kept in git, so that a table outlives the MLflow store its runs were logged to.
+"""Finished runs kept in git, so that a table (the pairs', the ablation's, the noise report's)
+outlives the MLflow store its runs were logged to.
 
 The MLflow store (a local SQLite file, not in git) and the DVC cache belong to one checkout; a sweep
-spans sessions and machines. `python -m pipeline recipes table` therefore saves each finished run
+spans sessions and machines. Each table therefore saves each finished run
 it tabulates as one JSON file, `<archive>/<experiment>.json`: the run as MLflow described it
 (params, metrics, commit, start time), its tags, its train summary, and, for a full-budget run, its
 hypotheses on the pair's test sets with the sha256 of the references they were scored on. That is
@@ -21,6 +22,7 @@ import pandas as pd
 
 from pipeline import files
 from pipeline.errors import UserError
+from pipeline.reporting import runs
 from pipeline.reporting.hypotheses import RunHypotheses
 from pipeline.reporting.runs import RunRecord
 
@@ -132,9 +134,7 @@ def with_mlflow(
 ) -> tuple[list[RunRecord], dict[str, ArchivedRun], list[str]]:
     """The runs of MLflow experiment `experiment` with those kept in `archive` that MLflow lacks; the
     kept runs by run id; a note where MLflow is unavailable (refused where nothing is kept either)."""
-    from pipeline.reporting import runs  # here: reading the archive needs no MLflow
-
-    kept = {str(a.record.id): a for a in load_all(archive).values()} if archive else {}
+    kept = {str(a.record.id): a for a in load_all(archive).values()} if archive is not None else {}
     notes = []
     try:
         records = runs.mlflow_records(experiment, uri)

@@ -48,7 +48,10 @@ BOILERPLATE = (
 
 
 def read_side(mirror: Path, split: str, lang: str) -> list[str]:
-    return gzip.decompress((mirror / M30K / f"{split}.{lang}.gz").read_bytes()).decode("utf-8").splitlines()
+    path = mirror / M30K / f"{split}.{lang}.gz"
+    if not path.is_file():
+        raise UserError(f"{path}: no such file; CORPUS_MIRROR must be the corpus mirror (../shared/corpora)")
+    return gzip.decompress(path.read_bytes()).decode("utf-8").splitlines()
 
 
 def plant(
@@ -84,9 +87,9 @@ def plant(
     return [s for _, s, _ in lines], [t for _, _, t in lines], planted
 
 
-def make(mirror: Path, out: Path, shares: dict[str, float], seed: int) -> dict[str, list[int]]:
+def make(mirror: Path, out: Path, shares: dict[str, float], seed: int) -> tuple[int, dict[str, list[int]]]:
     """Write OUT/train.{de,en} (Multi30k's training pairs with noise planted, at `shares` over the
-    defaults) and OUT/planted.json; return the indices planted per kind."""
+    defaults) and OUT/planted.json; return the real pairs' count and the indices planted per kind."""
     chosen = {**DEFAULT_SHARES, **shares}
     if sum(chosen.values()) > 1:
         raise UserError(
@@ -101,7 +104,7 @@ def make(mirror: Path, out: Path, shares: dict[str, float], seed: int) -> dict[s
     files.write_lines(out / "train.en", noisy_tgt)
     record = {"seed": seed, "shares": chosen, "real_lines": len(src), "planted": planted}
     files.write_text(out / "planted.json", json.dumps(record) + "\n")
-    return planted
+    return len(src), planted
 
 
 def removed_shares(
@@ -126,6 +129,13 @@ def removed_shares(
 def removed(noise: Path, clean_dir: Path) -> dict[str, dict[str, float]]:
     """The share of each kind of planted noise (and of the clean pairs) that the clean stage's output
     at `clean_dir` no longer holds."""
+    needed = [noise / name for name in ("planted.json", "train.de", "train.en")]
+    needed += [clean_dir / f"train.{side}" for side in ("src", "tgt")]
+    if missing := [str(path) for path in needed if not path.is_file()]:
+        raise UserError(
+            f"no {', '.join(missing)}: make the noisy corpus (`python -m pipeline noise make`) and clean "
+            "it with the clean stage first"
+        )
     record = json.loads((noise / "planted.json").read_text(encoding="utf-8"))
     src, noisy = files.read_lines(noise / "train.de"), files.read_lines(noise / "train.en")
     kept = [files.read_lines(clean_dir / f"train.{side}") for side in ("src", "tgt")]

@@ -33,10 +33,10 @@ from sacrebleu.metrics import BLEU, CHRF
 
 from pipeline import files
 from pipeline import params as P
-from pipeline.errors import ParamsError, UserError, shown_at_import
+from pipeline.errors import ParamsError, UserError
 from pipeline.experiments import archive as run_archive
 from pipeline.experiments import recipes, scoring
-from pipeline.experiments.recipes import dvc_binary, settings, variant_params
+from pipeline.experiments.recipes import dvc_binary, read_raw, settings, variant_params
 from pipeline.experiments.runs import (
     default_params,
     differences,
@@ -71,10 +71,9 @@ CUSTOM = "custom"  # a run queued with --set and --name: no recipe of RECIPES
 
 # The experiments' data (recipes.py): the pairs' bases, the recipes, the sweep's axes.
 EXPERIMENTS = Path(__file__).resolve().parents[2] / recipes.EXPERIMENTS
-with shown_at_import(__name__):  # a recipe file of the wrong shape: one line, no traceback
-    PAIRS = recipes.load_pairs(EXPERIMENTS)
-    RECIPES = recipes.load_recipes(PAIRS, EXPERIMENTS)
-    GRID = recipes.load_grid(EXPERIMENTS)
+PAIRS = recipes.load_pairs(EXPERIMENTS)  # a file of the wrong shape: a UserError naming it, at import
+RECIPES = recipes.load_recipes(PAIRS, EXPERIMENTS)
+GRID = recipes.load_grid(EXPERIMENTS)
 
 
 @dataclass(frozen=True)
@@ -275,14 +274,6 @@ def custom_experiment(
     parent = None if "train.init_from" in given else exp.parent  # a parent of its own: not fetched
     changes = {**exp.changes, **given}
     return Experiment(name, pair, CUSTOM, changes, exp.steps, parent=parent, ensemble=members)
-
-
-def read_raw(params_file: Path) -> dict[str, Any]:
-    """params.yaml as written: the base every experiment's settings go over."""
-    raw = files.read_yaml(params_file, "run from the repository root or pass --params")
-    if not isinstance(raw, dict):
-        raise UserError(f"{params_file}: not a mapping of sections; give the project's params.yaml")
-    return raw
 
 
 def enqueue(
@@ -688,8 +679,8 @@ def references(
 
 def score_sets(rows: list[Row], base: Row | None, refs_dir: Path, tests: list[str]) -> list[str]:
     """Each full run's 95% intervals per test set, and its paired test against the pair's baseline."""
-    runs = {row.name: row.hyps for row in rows if row.hyps is not None}
-    scored = scoring.score_sets(runs, base.name if base else None, refs_dir, tests)
+    hyps = {row.name: row.hyps for row in rows if row.hyps is not None}
+    scored = scoring.score_sets(hyps, base.name if base else None, refs_dir, tests)
     for row in rows:
         row.ci95.update(scored.ci95.get(row.name, {}))
         row.delta.update(scored.delta.get(row.name, {}))

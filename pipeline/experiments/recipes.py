@@ -161,3 +161,11 @@ def load_grid(root: Path = EXPERIMENTS) -> dict[str, dict[str, Settings]]:
             raise UserError(f"{path}: {axis}: expected value labels, each with its settings")
         grid[str(axis)] = {str(v): _settings(s, f"{path}: {axis}.{v}") for v, s in values.items()}
     return grid
+
+
+def read_raw(params_file: Path) -> dict[str, Any]:
+    """params.yaml as written: the base every experiment's settings go over."""
+    raw = files.read_yaml(params_file, "run from the repository root or pass --params")
+    if not isinstance(raw, dict):
+        raise UserError(f"{params_file}: not a mapping of sections; give the project's params.yaml")
+    return raw

@@ -2,7 +2,7 @@
 
     python -m pipeline ablation queue   # one `dvc exp run --queue -n abl-<variant> -S ...` per variant
     dvc queue start -j 1                # run them one at a time (dvc queue status to follow)
-    python -m pipeline ablation table   # reports/ablation.{md,json} from the runs in MLflow
+    python -m pipeline ablation table   # reports/ablation.{md,json}, from MLflow and reports/ablation/runs/
 
 A variant is the default params.yaml plus its settings (experiments/ablation.yaml); the baseline
 is the default pipeline's own run (`dvc repro`). The table: pipeline/experiments/ablation.py.
@@ -10,6 +10,7 @@ is the default pipeline's own run (`dvc repro`). The table: pipeline/experiments
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -18,8 +19,8 @@ import click
 from pipeline import files
 from pipeline.experiments import ablation
 from pipeline.experiments.ablation import VARIANTS
-from pipeline.experiments.pairs import read_raw
-from pipeline.stages.options import load_params, params_option, refs_option
+from pipeline.experiments.recipes import read_raw, settings
+from pipeline.stages.options import experiments_params_option, load_params, refs_option
 
 
 @click.group("ablation")
@@ -29,24 +30,24 @@ def command() -> None:
 
 @command.command()
 @click.argument("names", nargs=-1, type=click.Choice(sorted(VARIANTS)), metavar="[VARIANT]...")
-@params_option
+@experiments_params_option
 @click.option("--dry-run", is_flag=True, help="Print the commands instead of queueing them.")
 def queue(names: tuple[str, ...], params_file: Path, dry_run: bool) -> None:
     """Queue one full-pipeline `dvc exp run` per variant (all, or those named); then `dvc queue start -j 1`.
 
     The baseline is not queued: it is the default pipeline's own run (`dvc repro`).
     """
-    for args in ablation.queue_commands(read_raw(params_file), names):
+    for name, args in ablation.queue_commands(read_raw(params_file), names):
         if dry_run:
-            click.echo(" ".join(["dvc", *args[1:]]))
+            click.echo(shlex.join(["dvc", *args[1:]]))
             continue
         subprocess.run(args, check=True)
-        click.echo(f"queued {args[5]}: {' '.join(args[7::2])}")
+        click.echo(f"queued {name}: {' '.join(settings(VARIANTS[name].changes))}")
 
 
 @command.command()
 @click.option("--baseline", "baseline_ref", default=None, help="MLflow run id or DVC experiment name.")
-@params_option
+@experiments_params_option
 @refs_option
 @click.option("--out", type=click.Path(path_type=Path), default="reports/ablation.md", show_default=True)
 @click.option(

@@ -43,8 +43,7 @@ def make(out: Path, seed: int, shares: tuple[tuple[str, float], ...]) -> None:
     mirror = os.environ.get("CORPUS_MIRROR")
     if not mirror:
         raise UserError("set CORPUS_MIRROR to the corpus mirror (../shared/corpora)")
-    planted = noise.make(Path(mirror), out, dict(shares), seed)
-    real = len(files.read_lines(out / "train.de")) - sum(len(v) for v in planted.values())
+    real, planted = noise.make(Path(mirror), out, dict(shares), seed)
     added = ", ".join(f"{k} {len(v)}" for k, v in planted.items())
     click.echo(f"{real} real pairs and {added} added -> {out}")
 

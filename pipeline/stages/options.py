@@ -25,6 +25,17 @@ params_option = click.option(
     help="The params file (dvc.yaml passes the repository's).",
 )
 
+# The experiment commands' --params: the file each experiment is checked against before it is queued
+experiments_params_option = click.option(
+    "--params",
+    "params_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default="params.yaml",
+    show_default=True,
+    help="The params every experiment starts from and is checked against (DVC runs it over the "
+    "workspace's params.yaml).",
+)
+
 
 def directory(name: str, help: str, **kwargs: Any) -> Callable[[F], F]:
     """A --NAME option naming a directory, passed as NAME_dir: how the stages name their inputs."""

@@ -22,7 +22,8 @@ from pipeline import files
 from pipeline.experiments import archive as run_archive
 from pipeline.experiments import pairs
 from pipeline.experiments.pairs import PAIRS, RECIPES, TABLE
-from pipeline.stages.options import params_option
+from pipeline.experiments.recipes import read_raw
+from pipeline.stages.options import experiments_params_option
 
 PAIR_OPTION = click.option("--pair", required=True, type=click.Choice(sorted(PAIRS)))
 
@@ -59,7 +60,7 @@ def name_value(text: str) -> tuple[str, object]:
     metavar="EXPERIMENT",
     help="Decode with this finished experiment's model too (decode.ensemble; repeatable; needs --name).",
 )
-@params_option
+@experiments_params_option
 @click.option("--dry-run", is_flag=True, help="Print the command instead of queueing it.")
 def queue(
     pair: str,
@@ -76,7 +77,7 @@ def queue(
     --ensemble members)."""
     exp = pairs.recipe_experiment(pair, recipe, steps, parent)
     exp = pairs.custom_experiment(exp, name, dict(name_value(x) for x in extra), members)
-    pairs.enqueue([exp], pairs.read_raw(params_file), dry_run)
+    pairs.enqueue([exp], read_raw(params_file), dry_run)
 
 
 @command.command()
@@ -86,18 +87,18 @@ def queue(
 @click.option(
     "--only", multiple=True, metavar="AXIS[=VALUE]", help="Only this axis, or one value of it (repeatable)."
 )
-@params_option
+@experiments_params_option
 @click.option("--dry-run", is_flag=True, help="Print the commands instead of queueing them.")
 def sweep(
     pair: str, recipe: str, steps: int, only: tuple[str, ...], params_file: Path, dry_run: bool
 ) -> None:
     """Queue the recipe's ranking run and one variant per value of each grid axis, all capped at --steps."""
-    raw = pairs.read_raw(params_file)
+    raw = read_raw(params_file)
     pairs.enqueue(pairs.sweep_experiments(raw, pair, recipe, steps, only), raw, dry_run, skip_taken=True)
 
 
 @command.command()
-@params_option
+@experiments_params_option
 @click.option(
     "--refs",
     "refs",
