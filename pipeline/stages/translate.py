@@ -25,6 +25,7 @@ from typing import Any, BinaryIO
 
 import click
 
+from pipeline import lineage
 from pipeline.decoding.overrides import FIELDS, SAMPLE, SETTINGS, settings_with
 from pipeline.decoding.translator import (
     CHUNK_LINES,
@@ -38,6 +39,7 @@ from pipeline.devices import DEVICES
 from pipeline.errors import UserError
 from pipeline.files import atomic_path
 from pipeline.interop import ct2
+from pipeline.params import DecodeParams
 from pipeline.stages.options import model_option
 
 Members = tuple[str, ...]  # --ensemble: other model directories
@@ -67,6 +69,15 @@ def load_ctranslate2(
 
 
 OPTIONS = {name: "--" + name.replace("_", "-") for name in FIELDS}  # settings_with's names, as options
+
+
+def saved_settings(model_dir: Path) -> DecodeParams | None:
+    """The decode settings in the model directory's params.yaml, read without its weights; None where
+    they cannot be read (loading the model then says why)."""
+    try:
+        return lineage.read(str(model_dir), "--model")[1].decode
+    except UserError:
+        return None
 
 
 def decode_options(command: Callable[..., None]) -> Callable[..., None]:
@@ -255,13 +266,17 @@ def command(
         )
     if decode[SAMPLE] and backend != "torch":  # before a conversion; a model's own sampling is refused by ct2
         raise UserError(f"--sample: {backend} does not sample here ({ct2.NO_SAMPLING}); use --backend torch")
+    # A message names the option, or the model's decode key it defaults to; checked against the saved
+    # settings before the model is loaded (or converted), and against the loaded ones before any input.
+    given = {name: value or None if isinstance(value, bool) else value for name, value in decode.items()}
+    given["n_best"] = n_best
+    if (saved := saved_settings(model_dir)) is not None:
+        settings_with(saved, OPTIONS, given)
     translator = BACKENDS[backend](model_dir, device, quantization, exact_search, ensemble)
     if workers is not None:
         assert isinstance(translator, Translator)  # --workers was refused above for other backends
         translator.workers = workers
-    # Before reading any input; a message names the option, or the model's decode key it defaults to.
-    given = {name: value or None if isinstance(value, bool) else value for name, value in decode.items()}
-    translator.settings = settings_with(translator.settings, OPTIONS, {**given, "n_best": n_best})
+    translator.settings = settings_with(translator.settings, OPTIONS, given)
     if tgt_lang is not None:
         translator.tagged([], tgt_lang)  # a language the model lacks: refused before any input is read
     render = renderer(translator, n_best, None, None, tgt_lang)

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import io
 import re
+import shutil
 from pathlib import Path
 
+import yaml
 from click.testing import CliRunner
 
+from pipeline import files
 from pipeline.decoding import batches as decoding_batches
 from pipeline.decoding import translator as tr
 from pipeline.decoding.translator import Translator
+from pipeline.model import checkpoint
 from pipeline.stages import translate as translate_stage
 from tests.support.models import make_model_dir
 
@@ -149,6 +153,20 @@ def test_command_refuses_sampling_options_that_cannot_apply(model_dir: Path) -> 
         assert "Traceback" not in result.output and result.stdout == ""
     bad = run([*base, "--top-k", "many"], b"ein hund\n")  # a value of the wrong type: click's usage error
     assert bad.exit_code == 2 and "--top-k" in bad.output
+
+
+def test_a_bad_setting_is_refused_before_the_model_is_loaded(
+    model_dir: Path, tmp_path: Path, monkeypatch
+) -> None:
+    saved = tmp_path / "model"  # with the params.yaml train writes beside model.pt
+    shutil.copytree(model_dir, saved)
+    params = checkpoint.load(saved / checkpoint.MODEL_FILE)["params"]
+    files.write_text(saved / "params.yaml", yaml.safe_dump(params, sort_keys=False))
+    loaded = []
+    monkeypatch.setitem(translate_stage.BACKENDS, "torch", lambda *args: loaded.append(args))
+    result = run(["--model", str(saved), "--device", "cpu", "--top-k", "5"], b"ein hund\n")
+    assert result.exit_code == 1 and "--top-k: applies to sampling only" in result.output
+    assert loaded == []  # refused from params.yaml alone, before any weights are read
 
 
 def test_command_decodes_an_ensemble_as_the_translator_does(model_dir: Path, tmp_path: Path) -> None:
