@@ -16,24 +16,24 @@ from pipeline import params as P
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-params_option = click.option(
-    "--params",
-    "params_file",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default="params.yaml",
-    show_default=True,
-    help="The params file (dvc.yaml passes the repository's).",
-)
 
-# The experiment commands' --params: the file each experiment is checked against before it is queued
-experiments_params_option = click.option(
-    "--params",
-    "params_file",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default="params.yaml",
-    show_default=True,
-    help="The params every experiment starts from and is checked against (DVC runs it over the "
-    "workspace's params.yaml).",
+def params_file(help: str) -> Callable[[F], F]:
+    """A --params option naming a params file, passed as params_file."""
+    return click.option(
+        "--params",
+        "params_file",
+        type=click.Path(dir_okay=False, path_type=Path),
+        default="params.yaml",
+        show_default=True,
+        help=help,
+    )
+
+
+params_option = params_file("The params file (dvc.yaml passes the repository's).")
+# The experiment commands': the file each experiment starts from and is checked against before it is queued
+experiments_params_option = params_file(
+    "The params every experiment starts from and is checked against (DVC runs it over the workspace's "
+    "params.yaml)."
 )
 
 
