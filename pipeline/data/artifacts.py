@@ -179,11 +179,6 @@ def manifest(raw_dir: Path) -> Manifest:
     return cast(Manifest, read_record(raw_dir / MANIFEST) or {})
 
 
-def bin_meta(bin_dir: Path) -> BinMeta | None:
-    """data/bin/meta.json, or None for a bin directory without one."""
-    return cast("BinMeta | None", read_record(bin_dir / BIN_META))
-
-
 def listed_corpora(record: Path) -> list[Corpus]:
     """The train corpora that a manifest.json, stats.json or meta.json lists ([] if it is missing)."""
     found = read_record(record)

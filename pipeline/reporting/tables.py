@@ -36,12 +36,6 @@ def markdown_table(
     return "\n".join(lines)
 
 
-def frame_table(frame: pd.DataFrame, align: str = "") -> str:
-    """A DataFrame as a Markdown table (columns as header, index dropped)."""
-    rows = [[fmt(v) for v in row] for row in frame.itertuples(index=False)]
-    return markdown_table([str(c) for c in frame.columns], rows, align)
-
-
 def _row(cells: Sequence[Any], escape: bool = True) -> str:
     return "| " + " | ".join(escape_cell(c) if escape else str(c) for c in cells) + " |"
 

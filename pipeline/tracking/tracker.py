@@ -153,10 +153,6 @@ class Tracker:
     def online(self) -> bool:
         return self._state == "online"
 
-    @property
-    def offline_file(self) -> Path | None:
-        return self._offline.file
-
     def run_info(self) -> dict[str, str | None]:
         """What `mlflow_run.json` holds, for later stages to resume this run."""
         return {"run_id": self._run_id, "tracking_uri": self.tracking_uri}
