@@ -18,6 +18,7 @@ COMMANDS = {
     "binarize": "binarize",
     "reverse": "reverse",
     "backtranslate": "backtranslate",
+    "teachers": "teachers",
     "distill": "distill",
     "student": "student",
     "train": "train",

@@ -100,6 +100,11 @@ def model_dir(init_from: str, key: str = "train.init_from") -> Path:
     return where
 
 
+def seeded_teacher(root: Path, seed: int) -> Path:
+    """Where the teachers stage writes the teacher of one seed of distill.teacher_seeds."""
+    return root / f"seed{seed}"
+
+
 def read(init_from: str, key: str = "train.init_from") -> tuple[Parent, P.Params]:
     """A model directory's record and params (its params.yaml), as a parent or a teacher; refuses
     what is no model directory in one line naming the setting that gave it (`key`)."""

@@ -47,7 +47,7 @@ def validate(p: Params) -> None:
     check_decode(p.decode)
     check_sampling_takes_effect(p.decode.sampling)
     validate_backtranslation(p.backtranslation, p.data, p.train.init_from)
-    validate_distill(p.distill, p.data, p.bpe)
+    validate_distill(p.distill, p.data, p.bpe, p.train.seed)
 
 
 BT = "backtranslation"
@@ -99,12 +99,19 @@ def validate_backtranslation(b: BacktranslationParams, d: DataParams, init_from:
     )
 
 
-def validate_distill(dist: DistillParams, d: DataParams, b: BpeParams) -> None:
-    """The teachers' list and decoding, and the student's preset and own sections, checked by the
-    forward's validators and named by their own keys. The student reads the teacher's vocabulary."""
+def validate_distill(dist: DistillParams, d: DataParams, b: BpeParams, seed: int) -> None:
+    """The teachers' list, seeds and decoding, and the student's preset and own sections, checked by
+    the forward's validators and named by their own keys. The student reads the teacher's vocabulary."""
     for i, path in enumerate(dist.teachers):
         _check(bool(path.strip()), "distill.teachers", "holds an empty path; list model directories")
         _check(path not in dist.teachers[:i], "distill.teachers", f"lists {path} twice; list each model once")
+    for i, n in enumerate(dist.teacher_seeds):
+        _check(n not in dist.teacher_seeds[:i], "distill.teacher_seeds", f"lists {n} twice; list it once")
+        _check(
+            n != seed or bool(dist.teachers),
+            "distill.teacher_seeds",
+            f"lists {n}, train.seed's: that teacher is data/model; list other seeds",
+        )
     _check_decode_at("distill", dist.decode)
     _check(
         not dist.decode.ensemble,

@@ -366,6 +366,8 @@ class DistillParams:
 
     enabled: bool
     teachers: tuple[str, ...]  # model directories; empty: the run's own data/model with decode.ensemble
+    # more teachers, trained by the teachers stage: data/model's settings with these seeds
+    teacher_seeds: tuple[int, ...] = field(metadata=since(()))
     original: bool  # the student trains on the original pairs too, beside the distilled ones
     decode: DecodeParams  # how the teachers translate
     student: StudentParams

@@ -1,15 +1,16 @@
 """Stage `distill`: the teachers' translations of the training sources, for a student to learn from.
 
     python -m pipeline distill --params params.yaml --model data/model --clean data/clean \
-        --bpe data/bpe --work data/distill-work --out data/distill
+        --bpe data/bpe --teachers data/teachers --work data/distill-work --out data/distill
 
 Sequence-level knowledge distillation (Kim & Rush 2016): the teachers (distill.teachers, or data/model
-with decode.ensemble) translate the cleaned training sources with beam search (distill.decode),
-averaging their probabilities. The work is done in chunks, each written whole to --work before the
-next: a killed run goes on from the first missing chunk, with the output of an uninterrupted run
-(a sentence's translation does not depend on its batch); --work's key.json says what the chunks
-were made from. --out records each teacher's sha256 and MLflow run in teachers.json. With
-distill.enabled false it writes only off.json. docs/distillation.md.
+with decode.ensemble; then the teachers stage's, of distill.teacher_seeds, in --teachers) translate
+the cleaned training sources with beam search (distill.decode), averaging their probabilities.
+The work is done in chunks, each written whole to --work before the next: a killed run goes on
+from the first missing chunk, with the output of an uninterrupted run (a sentence's translation
+does not depend on its batch); --work's key.json says what the chunks were made from. --out
+records each teacher's sha256 and MLflow run in teachers.json. With distill.enabled false it
+writes only off.json. docs/distillation.md.
 """
 
 from __future__ import annotations
@@ -45,11 +46,28 @@ KEY = "key.json"  # in --work: what its chunks were made from
 CHUNK_LINES = 2000
 
 
-def teacher_dirs(params: P.Params, model_dir: Path) -> list[tuple[Path, str]]:
-    """The teachers' model directories, each with the setting that names it (for messages)."""
+def teacher_dirs(params: P.Params, model_dir: Path, seeded: Path | None = None) -> list[tuple[Path, str]]:
+    """The teachers' model directories, each with the setting that names it (for messages): those
+    named (distill.teachers, else model_dir with decode.ensemble), then the teachers stage's
+    (`seeded`, one per seed of distill.teacher_seeds)."""
     if params.distill.teachers:
-        return [(Path(path), "distill.teachers") for path in params.distill.teachers]
-    return [(model_dir, "--model"), *((Path(path), "decode.ensemble") for path in params.decode.ensemble)]
+        named = [(Path(path), "distill.teachers") for path in params.distill.teachers]
+    else:
+        ensemble = [(Path(path), "decode.ensemble") for path in params.decode.ensemble]
+        named = [(model_dir, "--model"), *ensemble]
+    if not params.distill.teacher_seeds:
+        return named
+    if seeded is None:
+        raise UserError("distill.teacher_seeds: pass --teachers, the teachers stage's output (data/teachers)")
+    for seed in params.distill.teacher_seeds:
+        where = lineage.seeded_teacher(seeded, seed)
+        if not (where / lineage.MODEL_FILE).is_file():
+            raise UserError(
+                f"distill.teacher_seeds: {where} holds no teacher of seed {seed}; run the teachers "
+                "stage first (dvc repro teachers)"
+            )
+        named.append((where, "distill.teacher_seeds"))
+    return named
 
 
 def check_teachers(params: P.Params, teachers: list[tuple[Path, str]], bpe_dir: Path) -> list[dict[str, Any]]:
@@ -170,8 +188,10 @@ def distill(
     out: Path,
     device: str = "auto",
     chunk_lines: int = CHUNK_LINES,
+    seeded: Path | None = None,
 ) -> dict[str, Any]:
-    """Translate (or go on translating) clean's training sources with the teachers into `out`."""
+    """Translate (or go on translating) clean's training sources with the teachers into `out`;
+    `seeded`: the teachers stage's output, with the teachers of distill.teacher_seeds."""
     if not params.distill.enabled:
         shutil.rmtree(out, ignore_errors=True)
         out.mkdir(parents=True)
@@ -183,7 +203,7 @@ def distill(
     source = clean / "train.src"
     if not source.is_file():
         raise UserError(f"{source}: missing; run the clean stage first")
-    teachers = teacher_dirs(params, model_dir)
+    teachers = teacher_dirs(params, model_dir, seeded)
     records = check_teachers(params, teachers, bpe_dir)
     dirs = [where for where, _ in teachers]
     start = time.perf_counter()
@@ -204,6 +224,7 @@ def distill(
 @model_option
 @clean_option
 @bpe_option
+@directory("teachers", help="The teachers stage's output: the teachers of distill.teacher_seeds.")
 @directory("work", required=True, help="Scratch kept across runs: the chunks translated so far.")
 @directory("out", required=True, help="Where to write the distilled corpus (replaced atomically).")
 @click.option("--device", type=click.Choice(DEVICES), default="auto", show_default=True)
@@ -219,6 +240,7 @@ def command(
     model_dir: Path,
     clean_dir: Path,
     bpe_dir: Path,
+    teachers_dir: Path | None,
     work_dir: Path,
     out_dir: Path,
     device: str,
@@ -226,7 +248,9 @@ def command(
 ) -> None:
     """Translate the training sources with the teachers: the corpus the student learns from."""
     params = load_params(params_file)
-    stats = distill(params, model_dir, clean_dir, bpe_dir, work_dir, out_dir, device, chunk_lines)
+    stats = distill(
+        params, model_dir, clean_dir, bpe_dir, work_dir, out_dir, device, chunk_lines, seeded=teachers_dir
+    )
     if not stats["enabled"]:
         click.echo(f"distill: distill.enabled is false; nothing to translate -> {out_dir}/{OFF}")
         return

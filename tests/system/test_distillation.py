@@ -1,14 +1,16 @@
 """Distillation as DVC stages: `dvc repro` on tiny data with it on, in a copy of the repo.
 
-The teacher (the run's data/model, a tiny model trained by the train stage) translates the clean
-training sources; the student trains on those translations with its own shape, and is decoded and
-scored as its own MLflow run under the teacher's. Then: a second `dvc repro` reruns nothing, a
-change to the student's settings retrains the student only, and one to the teacher's reaches the
-student through data/model and data/distill alone (running that chain again costs a minute).
+The teachers (the run's data/model, a tiny model trained by the train stage, and one more that
+the teachers stage trains from another seed) translate the clean training sources; the student
+trains on those translations with its own shape, and is decoded and scored as its own MLflow run
+under the teacher's. Then: a second `dvc repro` reruns nothing, a change to the student's settings
+retrains the student only, and one to the teacher's reaches the student through data/model,
+data/teachers and data/distill alone (running that chain again costs a minute).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -35,6 +37,7 @@ def distill_params(src: Path, tgt: Path, tests: dict) -> dict:
     raw = tiny_params(src, tgt, tests)
     d = raw["distill"]
     d["enabled"] = True
+    d["teacher_seeds"] = [2]
     d["decode"].update(beam=2, batch_tokens=400)
     student = d["student"]
     student["preset"] = "none"  # the field's shapes are too big for a test: a tiny deep-shallow one
@@ -65,7 +68,8 @@ def repo(tmp_path_factory) -> Path:
 
 def test_the_distilled_corpus_is_the_teachers_beam_translation_of_the_training_sources(repo):
     sources = files.read_lines(repo / "data/clean/train.src")
-    settings = P.load(repo / "params.yaml").distill.decode
+    seeded = repo / "data/teachers/seed2"  # the teachers stage's, beside data/model
+    settings = dataclasses.replace(P.load(repo / "params.yaml").distill.decode, ensemble=(str(seeded),))
     translated = list(
         Translator.from_dir(repo / "data/model", "cpu", settings=settings).translate_corpus(sources)
     )
@@ -75,9 +79,24 @@ def test_the_distilled_corpus_is_the_teachers_beam_translation_of_the_training_s
     stats = json.loads((repo / "data/distill/stats.json").read_text())
     assert stats["pairs"] == len(kept) > 0 and stats["empty_translations"] == len(sources) - len(kept)
     record = json.loads((repo / "data/distill/teachers.json").read_text())
-    [member] = record["teachers"]
-    assert member["model_sha256"] == lineage.sha256(repo / "data/model/model.pt")
-    assert member["mlflow_run_id"] == json.loads((repo / "data/model/mlflow_run.json").read_text())["run_id"]
+    for member, model in zip(record["teachers"], (repo / "data/model", seeded), strict=True):
+        assert member["model_sha256"] == lineage.sha256(model / "model.pt")
+        assert member["mlflow_run_id"] == json.loads((model / "mlflow_run.json").read_text())["run_id"]
+
+
+def test_the_teachers_stage_trains_data_models_settings_from_another_seed(repo):
+    model, seeded = (
+        yaml.safe_load((repo / d / "params.yaml").read_text()) for d in ("data/model", "data/teachers/seed2")
+    )
+    assert (model["train"]["seed"], seeded["train"]["seed"]) == (1, 2)
+    assert {k: v for k, v in seeded["train"].items() if k != "seed"} == {
+        k: v for k, v in model["train"].items() if k != "seed"
+    }
+    assert seeded["model"] == model["model"] and seeded["data"] == model["data"]
+    assert lineage.sha256(repo / "data/teachers/seed2/model.pt") != lineage.sha256(
+        repo / "data/model/model.pt"
+    )
+    assert (repo / "data/teachers-work/seed2/log/valid.tsv").is_file()
 
 
 def test_the_student_has_its_own_shape_trains_on_the_distilled_pairs_and_is_scored(repo):
@@ -115,7 +134,8 @@ def test_the_students_run_is_logged_under_its_teachers(repo):
     client = mlflow.MlflowClient(student["tracking_uri"])
     tags = client.get_run(student["run_id"]).data.tags
     assert tags["mlflow.parentRunId"] == teacher["run_id"] != student["run_id"]
-    assert tags["teacher_model_sha256"] == lineage.sha256(repo / "data/model/model.pt")
+    teachers = (repo / "data/model/model.pt", repo / "data/teachers/seed2/model.pt")
+    assert tags["teacher_model_sha256"] == ",".join(map(lineage.sha256, teachers))
 
 
 def test_a_second_repro_reruns_nothing_and_only_the_teachers_settings_re_distil(repo):
@@ -128,7 +148,8 @@ def test_a_second_repro_reruns_nothing_and_only_the_teachers_settings_re_distil(
     params["train"]["lr"] = 0.002  # the teacher's: the student sees it only through data/model
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     changed = set(dvc_status(repo))
-    assert "train" in changed and not changed & {"distill", "student"}
+    assert {"train", "teachers"} <= changed and not changed & {"distill", "student"}
     stages = yaml.safe_load((repo / "dvc.yaml").read_text())["stages"]
     assert "data/model" in stages["train"]["outs"] and "data/model" in stages["distill"]["deps"]
+    assert "data/teachers" in stages["teachers"]["outs"] and "data/teachers" in stages["distill"]["deps"]
     assert "data/distill" in stages["distill"]["outs"] and "data/distill" in stages["student"]["deps"]

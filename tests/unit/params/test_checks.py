@@ -495,3 +495,33 @@ def test_a_back_translation_sampling_value_that_cannot_take_effect_is_refused(bt
 def test_a_source_of_one_side_is_for_back_translation_only(bt_raw):
     bt_raw["data"]["train"] = ["news"]
     assert refused(bt_raw).startswith("data.sources.news: has only tgt: one side is monolingual text")
+
+
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        ({"preset": "huge"}, "distill.student.preset: 'huge' is no preset; use one of base, tiny, or none"),
+        (
+            {"model": {"d_model": 384}},
+            "distill.student.model.d_model: 384, but distill.student.preset tiny sets 256; set "
+            "distill.student.preset: none",
+        ),
+    ],
+)
+def test_a_student_preset_that_does_not_exist_or_a_shape_it_overrides_is_refused(raw, change, expected):
+    raw["distill"]["enabled"] = True
+    student = raw["distill"]["student"]
+    student.update({k: v for k, v in change.items() if k != "model"})
+    student["model"].update(change.get("model", {}))
+    assert refused(raw).startswith(expected)
+
+
+def test_teacher_seeds_list_each_seed_once_and_not_data_models_own(raw):
+    raw["distill"]["teacher_seeds"] = [2, 3]
+    assert P.from_dict(copy.deepcopy(raw)).distill.teacher_seeds == (2, 3)
+    raw["distill"]["teacher_seeds"] = [2, 2]
+    assert refused(copy.deepcopy(raw)) == "distill.teacher_seeds: lists 2 twice; list it once"
+    raw["distill"]["teacher_seeds"] = [raw["train"]["seed"]]
+    assert refused(copy.deepcopy(raw)).endswith("train.seed's: that teacher is data/model; list other seeds")
+    raw["distill"]["teachers"] = ["elsewhere/model"]  # data/model is not a teacher then: its seed is free
+    assert P.from_dict(raw).distill.teacher_seeds == (raw["train"]["seed"],)
