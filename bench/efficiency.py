@@ -1,10 +1,12 @@
 """Teachers and their student side by side, in the terms of the WMT efficiency task.
 
     python -m bench.efficiency --teacher data/model --teacher M2 --teacher M3 \\
-        --student data/student --student-ct2 data/student-ct2 --clean data/clean --refs data/raw
+        --student data/student --student-ct2 data/student-ct2 --original O --clean data/clean --refs data/raw
 
 Four systems: the teacher ensemble and one teacher (torch, at distill.decode's beam), the student
-in fp32 (torch) and its CTranslate2 export (int8; both at distill.student.decode's beam). Each is
+in fp32 (torch) and its CTranslate2 export (int8; both at distill.student.decode's beam); with
+--original a fifth, the student's shape trained on the original pairs alone, against which the
+students are compared too (what distillation gained, not the shape). Each is
 measured in a process of its own, in a shuffled order: BLEU and chrF of every test set with their
 intervals and sacreBLEU's paired bootstrap against the teacher ensemble; its files' size in MB;
 source words a second on one core and on all of them (every test set); the median latency of one
@@ -41,7 +43,12 @@ ONE_CORE_LINES = 300  # lines of the first test set timed on one core
 REPO = Path(__file__).resolve().parents[1]  # the child process imports bench from here
 
 
-def systems(teachers: list[Path], student: Path, student_ct2: Path | None, params: P.Params) -> list[dict]:
+ORIGINAL = "same shape, original data"
+
+
+def systems(
+    teachers: list[Path], student: Path, student_ct2: Path | None, original: Path | None, params: P.Params
+) -> list[dict]:
     """What each system is: a name, its backend, its model directories and its beam; the first is
     the baseline (the ensemble, or the one teacher where there is one)."""
     teacher_beam, student_beam = params.distill.decode.beam, params.distill.student.decode.beam
@@ -54,6 +61,8 @@ def systems(teachers: list[Path], student: Path, student_ct2: Path | None, param
         quantization = json.loads((student_ct2 / "pipeline.json").read_text())["quantization"]
         name = f"student, {quantization}"
         found.append({"name": name, "backend": "ctranslate2", "models": [student_ct2], "beam": student_beam})
+    if original is not None:
+        found.append({"name": ORIGINAL, "backend": "torch", "models": [original], "beam": student_beam})
     return found
 
 
@@ -124,6 +133,12 @@ def measure(system: dict, clean: Path, threads: int, scratch: Path) -> dict[str,
 )
 @click.option("--student", type=click.Path(file_okay=False, exists=True, path_type=Path))
 @click.option("--student-ct2", type=click.Path(file_okay=False, exists=True, path_type=Path), default=None)
+@click.option(
+    "--original",
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="The student's shape trained on the original pairs alone: the students are compared with it too.",
+)
 @click.option("--clean", type=click.Path(file_okay=False, path_type=Path), default=Path("data/clean"))
 @click.option("--refs", type=click.Path(file_okay=False, path_type=Path), default=Path("data/raw"))
 @click.option(
@@ -144,6 +159,7 @@ def run(
     teachers: tuple[Path, ...],
     student: Path | None,
     student_ct2: Path | None,
+    original: Path | None,
     clean: Path,
     refs: Path,
     params_file: Path,
@@ -163,7 +179,7 @@ def run(
             )
     params = P.load(params_file)
     threads = threads or os.cpu_count() or 1
-    chosen = systems(list(teachers), student, student_ct2, params)
+    chosen = systems(list(teachers), student, student_ct2, original, params)
     results: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory() as scratch:
         for system in random.Random(seed).sample(chosen, len(chosen)):
@@ -178,6 +194,9 @@ def write_report(
     shas = {k: sha256_of(refs / f"{k}.tgt") for k in next(iter(results.values()))["hyps"]}
     runs = [RunHypotheses(n, results[n]["hyps"], shas) for n in names]
     comparison = compare(runs[0], runs[1:], refs)
+    by_name = {r.name: r for r in runs}
+    students = [r for r in runs if r.name.startswith("student")]
+    gained = compare(by_name[ORIGINAL], students, refs) if ORIGINAL in by_name else None
     rows = []
     for system in chosen:
         r = results[system["name"]]
@@ -216,6 +235,12 @@ def write_report(
         "",
         re.sub(r"(?m)^## ", "### ", comparison_markdown(comparison)),
     ]
+    if gained is not None:
+        text += [
+            "## The students against their shape trained on the original data",
+            "",
+            re.sub(r"(?m)^## ", "### ", comparison_markdown(gained)),
+        ]
     out.write_text("\n".join(text) + "\n", encoding="utf-8")
     click.echo(f"wrote {out} and {out.with_suffix('.json')}")
 

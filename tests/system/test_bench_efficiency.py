@@ -1,5 +1,6 @@
 """bench/efficiency.py: teachers, a student and its int8 export, each measured in its own process,
-in one table with their sizes, speeds, latency, memory, and quality against the ensemble."""
+in one table with their sizes, speeds, latency, memory, and quality against the ensemble (and the
+students' against their shape trained on the original data)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ def test_the_table_measures_each_system_and_compares_it_with_the_teacher_ensembl
     # one seed: one vocabulary (its spm trains on the seed's pairs); other weights by their steps
     teachers = [make_trained_model_dir(tmp_path / f"t{steps}", steps=steps) for steps in (40, 60)]
     student = make_trained_model_dir(tmp_path / "student", steps=40, n_layers=1)
+    original = make_trained_model_dir(tmp_path / "original", steps=20, n_layers=1)
     ct2 = export(student, tmp_path / "student-ct2", "int8")
     clean, refs = tmp_path / "clean", tmp_path / "raw"
     for root in (clean, refs):
@@ -50,11 +52,14 @@ def test_the_table_measures_each_system_and_compares_it_with_the_teacher_ensembl
         str(student),
         "--student-ct2",
         str(ct2),
+        "--original",
+        str(original),
     ]
     result = CliRunner().invoke(efficiency.main, args)
     assert result.exit_code == 0, result.output
     body = json.loads(out.with_suffix(".json").read_text())["systems"]
-    assert list(body) == ["teacher ensemble (2)", "one teacher", "student, fp32", "student, int8"]
+    names = ["teacher ensemble (2)", "one teacher", "student, fp32", "student, int8", efficiency.ORIGINAL]
+    assert list(body) == names
     assert all(
         s["words_per_s"] > 0 and s["words_per_s_one_core"] > 0 and s["latency_ms"] > 0 for s in body.values()
     )
@@ -67,6 +72,8 @@ def test_the_table_measures_each_system_and_compares_it_with_the_teacher_ensembl
     assert (body["teacher ensemble (2)"]["beam"], body["student, int8"]["beam"]) == (5, 1)
     text = out.read_text()
     assert "### a (40 lines)" in text and "### b (30 lines)" in text and text.count("student, int8") >= 3
+    _, gained = text.split("## The students against their shape trained on the original data")
+    assert gained.count("### a (40 lines)") == 1 and "student, int8" in gained and "one teacher" not in gained
 
 
 def test_a_missing_folder_is_named_with_the_stage_that_makes_it(tmp_path, monkeypatch):
