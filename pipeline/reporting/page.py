@@ -1,7 +1,8 @@
 """The report page: `render_report` is a pure function of `ReportInputs`, one Markdown section each.
 
 Sections, in order: scores of val and of each test set with their sacreBLEU
-signatures, the experiments table (this run marked), training, BLEU by source
+signatures, the distilled student's beside them (with distillation on), the
+experiments table (this run marked), training, BLEU by source
 length, sample translations and cross-attention heatmaps (these three on the
 first test set), the data (sources from data/raw/manifest.json, what cleaning
 dropped per source and reason from data/clean/stats.json), and every param.
@@ -71,6 +72,8 @@ class ReportInputs:
     experiments_note: str | None = None  # why there is no table
     heatmaps: list[tuple[str, str]] = field(default_factory=list)  # (caption, link)
     heatmaps_note: str | None = None  # why there are no heatmaps
+    # the student stage's: {"summary": summary.json, "metrics": {"fp32": metrics.json, "<quantization>": ...}}
+    student: dict[str, Any] | None = None
 
 
 def render_report(inputs: ReportInputs) -> str:
@@ -79,6 +82,7 @@ def render_report(inputs: ReportInputs) -> str:
     sections = [
         _title(inputs),
         _scores(inputs.metrics, inputs.test_sets),
+        *([_student(inputs.student, inputs.metrics, inputs.test_sets)] if inputs.student else []),
         _experiments(inputs),
         _training(inputs.summary, inputs.figures.get("curves")),
         _lengths(inputs.length_rows, inputs.figures.get("length"), shown),
@@ -135,6 +139,29 @@ def _scores(metrics: dict[str, Any], test_sets: list[str]) -> str:
         out += ["", "sacreBLEU signatures:", ""]
         out += [f"- {SCORE_NAMES.get(m, m)}: `{s}`" for m, sigs in signatures.items() for s in sigs]
     return "\n".join(out)
+
+
+def _student(student: dict[str, Any], metrics: dict[str, Any], test_sets: list[str]) -> str:
+    """BLEU of the distilled student (each of its exports) beside this run's model, a set a column."""
+    systems = {"this run's model (data/model)": metrics_of(metrics)}
+    systems |= {f"student, {kind}": metrics_of(m) for kind, m in student["metrics"].items()}
+    keys = [k for k in [VAL, *(key_of(n) for n in test_sets)] if k in systems["student, fp32"]]
+    rows = [
+        [name, *(_score_cell(scores.get(k, {}), "bleu") for k in keys)] for name, scores in systems.items()
+    ]
+    summary = student["summary"]
+    return "\n".join(
+        [
+            "## The student",
+            "",
+            f"A smaller model trained on its teachers' translations ({fmt(summary.get('steps'))} updates, "
+            f"best val BLEU at step {fmt(summary.get('best_step'))}): BLEU, each system at the beam its "
+            "settings give (decode.beam; distill.student.decode.beam). Its logs and scores: "
+            "reports/student/; its teachers: data/distill/teachers.json (docs/distillation.md).",
+            "",
+            markdown_table(["system", *map(label, keys)], rows, "l" + "r" * len(keys)),
+        ]
+    )
 
 
 def _score_cell(scores: dict[str, Any], metric: str) -> str:

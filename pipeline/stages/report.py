@@ -149,6 +149,7 @@ def build_report(
     out: Path,
     figures_dir: Path,
     model_dir: Path | None = None,
+    student_dir: Path | None = None,
 ) -> str:
     """Read the stage outputs, draw the figures, write the page; returns its Markdown."""
     steps, valid = read_tsv(train_log / "steps.tsv"), read_tsv(train_log / "valid.tsv")
@@ -188,6 +189,7 @@ def build_report(
         experiments_note=runs_note,
         heatmaps=heatmaps,
         heatmaps_note=heatmaps_note,
+        student=read_student(student_dir, params) if student_dir is not None else None,
     )
     text = render_report(inputs)
     files.write_text(out, text)
@@ -304,6 +306,18 @@ def heatmap_lines(sources: Sequence[str], n: int = HEATMAP_SENTENCES) -> list[in
     return [i + 1 for i, s in enumerate(sources) if low <= len(s.split()) <= high][:n]
 
 
+def read_student(student_dir: Path, params: P.Params) -> dict[str, Any] | None:
+    """The student stage's logs and scores (reports/student); None while distillation is off."""
+    summary = read_json(student_dir / "summary.json", required=True) or {}
+    if summary.get("enabled") is False:
+        return None
+    metrics = {"fp32": read_json(student_dir / "metrics.json", required=True) or {}}
+    q = params.distill.student.quantization
+    if q != "none":
+        metrics[q] = read_json(student_dir / f"metrics-{q}.json", required=True) or {}
+    return {"summary": summary, "metrics": metrics}
+
+
 def _run_id(run_file: Path | None) -> str | None:
     """The MLflow run id in mlflow_run.json, or None; the report never fails over it."""
     return RunFile.read_or_empty(run_file).run_id if run_file is not None else None
@@ -357,6 +371,11 @@ def _run_id(run_file: Path | None) -> str | None:
     help="Model dir: its model draws the attention heatmaps; if it holds mlflow_run.json, "
     "the report is logged to that MLflow run and marked in the experiments table.",
 )
+@directory(
+    "student",
+    default=None,
+    help="The student stage's logs and scores (reports/student): the student beside this run's model.",
+)
 def command(
     params_file: Path,
     metrics_path: Path,
@@ -367,6 +386,7 @@ def command(
     out: Path,
     figures_dir: Path,
     model_dir: Path | None,
+    student_dir: Path | None,
 ) -> None:
     """Write the Markdown report: scores, experiments, training curves, samples, attention."""
     build_report(
@@ -379,5 +399,6 @@ def command(
         out,
         figures_dir,
         model_dir,
+        student_dir,
     )
     click.echo(f"wrote {out} and {figures_dir}/")

@@ -110,6 +110,8 @@ def test_the_student_has_its_own_shape_trains_on_the_distilled_pairs_and_is_scor
     assert set(metrics["test"]) == {"plain", "tabbed"} and metrics["val"]["bleu"] >= 0
     hyps = files.read_lines(repo / "data/student-decode/test/plain.hyp")
     assert len(hyps) == len(files.read_lines(repo / "data/raw/test/plain.src"))
+    shown = (repo / "reports/report.md").read_text()
+    assert "## The student" in shown and "student, int8" in shown  # the report stage shows it
 
 
 def test_its_int8_export_translates_and_is_scored_beside_it(repo):

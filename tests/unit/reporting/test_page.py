@@ -61,3 +61,22 @@ def test_training_lists_the_pairs_each_source_gives_an_epoch() -> None:
     assert ["news", "40"] in rows and ["web", "50"] in rows
     old = page.render_report(page.ReportInputs(params=params, metrics={"test": {}}, summary={"n_params": 10}))
     assert "gives an epoch" not in old  # summaries from before source weights
+
+
+def test_a_student_shows_beside_this_runs_model_with_each_of_its_exports() -> None:
+    params = P.load(REPO / "params.yaml").to_dict()
+    metrics = {"val": {**TEST_METRICS, "bleu": 41.61}, "test": {"t1": TEST_METRICS}}
+    scored = {"val": {**TEST_METRICS, "bleu": 40.0}, "test": {"t1": {**TEST_METRICS, "bleu": 36.0}}}
+    quantized = {"val": {**TEST_METRICS, "bleu": 39.9}, "test": {"t1": {**TEST_METRICS, "bleu": 35.8}}}
+    student = {"summary": {"steps": 3570, "best_step": 3332}, "metrics": {"fp32": scored, "int8": quantized}}
+    inputs = page.ReportInputs(params=params, metrics=metrics, test_sets=["t1"], student=student)
+    text = page.render_report(inputs)
+    rows = table_rows(text[text.index("## The student") :])
+    assert rows[:4] == [
+        ["system", "val", "t1"],
+        ["this run's model (data/model)", "41.6", "37.1"],
+        ["student, fp32", "40.0", "36.0"],
+        ["student, int8", "39.9", "35.8"],
+    ]
+    assert "3,570 updates" in text
+    assert "## The student" not in page.render_report(page.ReportInputs(params=params, metrics=metrics))

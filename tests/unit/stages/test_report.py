@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 from pipeline import files
 from pipeline import params as P
+from pipeline.errors import UserError
 from pipeline.stages import report
 from pipeline.tracking import metadata
 from pipeline.tracking.run_file import RUN_FILE
@@ -168,7 +169,7 @@ def write_inputs(root: Path, with_valid: bool = True) -> dict[str, Path]:
     }
 
 
-def build(paths: dict[str, Path], model_dir: Path | None = None) -> str:
+def build(paths: dict[str, Path], model_dir: Path | None = None, student_dir: Path | None = None) -> str:
     return report.build_report(
         P.load(PARAMS_FILE),
         paths["metrics"],
@@ -179,6 +180,7 @@ def build(paths: dict[str, Path], model_dir: Path | None = None) -> str:
         paths["out"],
         paths["figures"],
         model_dir,
+        student_dir,
     )
 
 
@@ -547,3 +549,16 @@ def test_heatmap_sentences_are_picked_by_length() -> None:
 def test_no_model_means_no_heatmaps_and_a_reason(built: tuple[str, dict]) -> None:
     text, _ = built
     assert "No attention heatmaps:" in section(text, "## Cross-attention (zz-first)")
+
+
+def test_the_student_stages_scores_show_when_distillation_was_on_and_not_when_off(tmp_path):
+    paths = write_inputs(tmp_path)
+    student = tmp_path / "reports/student"
+    files.write_json(student / "summary.json", {"enabled": False, "why": "distill.enabled is false"})
+    assert "## The student" not in build(paths, student_dir=student)
+    files.write_json(student / "summary.json", SUMMARY)
+    files.write_json(student / "metrics.json", METRICS)
+    with pytest.raises(UserError, match=r"metrics-int8.json: no such file; run the stage that makes it"):
+        build(paths, student_dir=student)  # its int8 scores (distill.student.quantization) are missing
+    files.write_json(student / "metrics-int8.json", METRICS)
+    assert "student, int8" in section(build(paths, student_dir=student), "## The student")
