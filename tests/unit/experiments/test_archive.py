@@ -16,14 +16,15 @@ from pipeline.reporting.runs import RunRecord
 
 def test_paths_of_the_checkout_and_of_dvcs_queued_copies_become_relative(tmp_path: Path) -> None:
     root = tmp_path / "repo"
+    queued = root.joinpath(".dvc", "tmp", "exps", "standalone", "tmpab12cd")  # DVC's copy for a queued run
+    elsewhere = str(tmp_path / "elsewhere" / "model")  # outside the checkout: kept as it is
     value = {
-        "init_from": f"{root}/data/model",
-        "ensemble": [f"{root}/.dvc/tmp/exps/standalone/tmpab12cd/data/parents/x", "/elsewhere/model"],
-        "n": 3,
+        "init_from": str(root / "data" / "model"),
+        "ensemble": [str(queued / "data" / "parents" / "x"), elsewhere],
     }
-    assert archive.repo_relative(value, root) == {
+    assert archive.repo_relative({**value, "n": 3}, root) == {
         "init_from": "data/model",
-        "ensemble": ["data/parents/x", "/elsewhere/model"],
+        "ensemble": ["data/parents/x", elsewhere],
         "n": 3,
     }
 
