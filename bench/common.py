@@ -39,7 +39,7 @@ TINY = Size(32, 2, 64, 1)  # trains and decodes in seconds: the smoke runs' mode
 
 
 def row(system: str, task: str, precision: str, metric: str, value: float, digits: int = 1) -> dict:
-    """One result of the model benchmarks (train_speed, decode_speed, gemm_choice), its value rounded."""
+    """One result of the model benchmarks (train_speed, decode_speed), its value rounded."""
     return {
         "system": system,
         "task": task,

@@ -156,7 +156,7 @@ def decode_section(
         }
 
     value, tok = by_key("sentences_per_s"), by_key("tokens_per_s")
-    own = set(ROWS.values())  # not other benchmarks' rows of the same tasks (bench/gemm_choice.py)
+    own = set(ROWS.values())  # not the float32 GEMM rows (docs/cpu-gemm.md), which share its tasks
     systems = sorted(
         {(s, p) for s, p, _ in value if (s, p) in own}, key=lambda k: -value.get((*k, "decode_greedy"), 0)
     )

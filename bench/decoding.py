@@ -1,4 +1,4 @@
-"""What the decoding benchmarks share (bench/decode_speed.py, bench/gemm_choice.py): the model
+"""What the decoding benchmark (bench/decode_speed.py) is made of: the model
 decoded and its batches, the systems that decode them (our search, HF generate, CTranslate2), each
 a Runner over the same batches for exactly --steps steps, and their interleaved timing.
 """

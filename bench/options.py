@@ -1,4 +1,4 @@
-"""What the model benchmarks' commands share (train_speed, decode_speed, gemm_choice): the options
+"""What the model benchmarks' commands share (train_speed, decode_speed): the options
 that mean the same in each, and where a run writes unless told: reports/, never for a smoke run."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What the training benchmarks share (bench/train_speed.py, bench/gemm_choice.py): the sizes of a
+"""What the training benchmark (bench/train_speed.py) is made of: the sizes of a
 run, the synthetic batch, the systems that take one whole update on it (ours, UpdateStep itself, and
 its peers HF Marian and torch.nn.Transformer doing the same math in stock torch code), and the
 rounds in which they take turns.

@@ -7,8 +7,8 @@ another summation order. Under inference mode a weight is packed once into
 oneDNN's layout and reused, bit for bit the same products.
 PIPELINE_CPU_GEMM=mkl (or `use_onednn(False)`) puts everything on MKL.
 
-Why, the measurements and how to redo them: docs/cpu-gemm.md;
-bench/gemm_choice.py measures what the choice buys end to end.
+Why, the measurements and how to redo them: docs/cpu-gemm.md, with what the
+choice bought end to end.
 """
 
 from __future__ import annotations

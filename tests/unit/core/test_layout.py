@@ -158,7 +158,7 @@ def test_no_bench_module_imports_a_benchmark():
     timing.py, ...), so a benchmark's internals are its own and each runs and changes alone."""
     modules = bench_modules()
     benchmarks = {name for name, path in modules.items() if is_benchmark(path)}
-    assert {"bench.train_speed", "bench.decode_speed", "bench.gemm_choice"} <= benchmarks
+    assert {"bench.train_speed", "bench.decode_speed", "bench.efficiency"} <= benchmarks
     for name, path in modules.items():
         imported = bench_imports(path, set(modules)) & benchmarks - {name}
         assert not imported, (
