@@ -324,7 +324,7 @@ def stages_table(rows: list[dict]) -> str:
 
 
 def targets(rows: list[dict], sizes: list[int]) -> list[tuple[str, str, bool]]:
-    """(target, measured, met) for each of the issue's targets that these rows can check."""
+    """(target, measured, met) for each target set for these stages that these rows can check."""
     out = []
 
     def workers(w: int) -> str:

@@ -39,7 +39,7 @@ SPECIAL_PIECES = ["<pad>", "<unk>", "<s>", "</s>", "<sep>"]
 
 @dataclasses.dataclass(frozen=True)
 class Setup:
-    """What one run measures: the issue's sizes, or tiny ones (--smoke)."""
+    """What one run measures: the full sizes, or tiny ones (--smoke)."""
 
     sentences: int
     batch_size: int

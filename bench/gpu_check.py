@@ -74,7 +74,7 @@ from pipeline.stages.bpe import auto_vocab_size
 REPO = Path(__file__).resolve().parents[1]
 FORMAT = "nmt-pipeline/gpu-check/1"
 GPU_START, GPU_END = "<!-- gpu:start -->", "<!-- gpu:end -->"
-LIMIT_S = 480.0  # the issue's: the whole check within 8 minutes on one GPU
+LIMIT_S = 480.0  # the whole check within 8 minutes on one GPU
 COMPILE_MIN_S = 90.0  # a compiled run starts only with this much of the train budget left
 COMPILE_RTOL = 2e-2  # compiled vs eager first loss, bf16 (tests/gpu checks fp32 to 1e-3)
 BASE, TINY_BASE = Size(512, 8, 2048, 6), Size(48, 2, 96, 2)  # the base-size model, and its dry run's

@@ -100,7 +100,7 @@ from pipeline.tokens import N_SPECIAL
 
 REPO = Path(__file__).resolve().parents[1]
 TRAIN_START, TRAIN_END = "<!-- train:start -->", "<!-- train:end -->"
-BAR = 1.25  # the issue's: ours >= 1.25x the faster peer at equal precision
+BAR = 1.25  # the aim: ours >= 1.25x the faster peer at equal precision
 REAL, SAME_TOKENS = "train_real_batches", "train_synthetic_same_tokens"
 SAMPLING_OFF, SAMPLING_ON, SAMPLER = "train_sampling_off", "train_sampling_on", "subword_sampler"
 

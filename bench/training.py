@@ -43,7 +43,7 @@ StepFn = Callable[[Batch], Any]  # one whole update on a batch
 
 @dataclass(frozen=True)
 class Setup:
-    """Sizes of one benchmark run: the issue's (full) or tiny ones (--smoke)."""
+    """Sizes of one benchmark run: the full ones or tiny ones (--smoke)."""
 
     model: P.ModelParams
     vocab: int
