@@ -69,7 +69,7 @@ def test_the_route_is_really_onednn(monkeypatch):
 
 
 def test_switched_off_the_route_is_f_linear(monkeypatch):
-    """_ONEDNN False (PIPELINE_CPU_GEMM=mkl, bench.gemm_choice's MKL side): the oneDNN op is never called."""
+    """_ONEDNN False (PIPELINE_CPU_GEMM=mkl, the MKL route): the oneDNN op is never called."""
     x, w, b = operands(0)
 
     def gone(*args):
