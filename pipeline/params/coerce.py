@@ -57,7 +57,8 @@ def coerce(tp: Any, value: Any, key: str) -> Any:
         return {str(k): coerce(kind, v, join_key(key, str(k))) for k, v in value.items()}
     if origin is tuple and typing.get_args(tp)[1:] == (Ellipsis,):
         kind = typing.get_args(tp)[0]
-        if isinstance(value, str):  # `-S data.test=name` sets one name, not a list
+        # `-S data.test=name` or `-S distill.teacher_seeds=2` sets one item, not a list
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
             value = [value]
         if value is None:
             return ()

@@ -519,6 +519,10 @@ def test_a_student_preset_that_does_not_exist_or_a_shape_it_overrides_is_refused
 def test_teacher_seeds_list_each_seed_once_and_not_data_models_own(raw):
     raw["distill"]["teacher_seeds"] = [2, 3]
     assert P.from_dict(copy.deepcopy(raw)).distill.teacher_seeds == (2, 3)
+    raw["distill"]["teacher_seeds"] = 2  # what `dvc exp run -S distill.teacher_seeds=2` sets
+    assert P.from_dict(copy.deepcopy(raw)).distill.teacher_seeds == (2,)
+    raw["distill"]["teacher_seeds"] = True
+    assert refused(copy.deepcopy(raw)) == "distill.teacher_seeds: got True; expected a list"
     raw["distill"]["teacher_seeds"] = [2, 2]
     assert refused(copy.deepcopy(raw)) == "distill.teacher_seeds: lists 2 twice; list it once"
     raw["distill"]["teacher_seeds"] = [raw["train"]["seed"]]
