@@ -52,9 +52,6 @@ class Setup:
     seconds: float  # timed per (system, precision), split over the repeats
     repeats: int
     warmup: int  # updates before timing
-    real_batches: int
-    memory_corpora: tuple[tuple[int, int], ...]  # (pairs, length multiplier) of synthetic corpora
-    memory_batches: int
     smoke: bool
     compiled: bool = False  # every system's forward under torch.compile (train.compile)
 
@@ -64,23 +61,11 @@ class Setup:
         return f"{SYNTHETIC}{COMPILED if self.compiled else ''}_{self.batch}x{self.length}"
 
 
-def make_setup(params: P.Params, smoke: bool, seconds: float, repeats: int, real_batches: int) -> Setup:
+def make_setup(params: P.Params, smoke: bool, seconds: float, repeats: int) -> Setup:
     if not smoke:
-        return Setup(
-            params.model,
-            8000,
-            128,
-            16,
-            seconds,
-            repeats,
-            3,
-            real_batches,
-            ((10_000, 1), (1_000_000, 1), (1_000_000, 4)),
-            2000,
-            False,
-        )
+        return Setup(params.model, 8000, 128, 16, seconds, repeats, 3, False)
     tiny = dataclasses.replace(TINY.of(params.model), max_positions=64)
-    return Setup(tiny, 300, 8, 8, 0.05, 1, 1, 2, ((2_000, 1), (20_000, 1), (20_000, 4)), 100, True)
+    return Setup(tiny, 300, 8, 8, 0.05, 1, 1, True)
 
 
 def with_precision(

@@ -136,7 +136,7 @@ def token_batches(
     # One int64 key sorts by source, then target length (each + its EOS / BOS): its
     # stable argsort is faster than np.lexsort with a random tie-break key
     # (docs/cpu-speed.md). This runs every epoch and its temporaries are the data path's
-    # peak, so each goes as soon as it is used (bench/train_speed.py measures the peak).
+    # peak, so each goes as soon as it is used (its size at 1M pairs: reports/bench.md).
     key = (np.asarray(src_lens, dtype=np.int64) + 1) << 32
     key |= np.asarray(tgt_lens, dtype=np.int64) + 1
     if shuffle:
