@@ -4,22 +4,13 @@
     python -m bench.data_scale --sizes 20000 --workers 1,2      # a quick look
     python -m bench.data_scale --sizes 10000000                 # one size; the report keeps the others
 
-Not a test. The corpus: Multi30k's training pairs from the mirror (CORPUS_MIRROR, else
-../shared/corpora) drawn with replacement, each pair perturbed (a word of each side replaced
-by a word of that side's vocabulary, a number appended) so that dedupe keeps most of them,
-written as two local .gz files that download reads as a data.sources entry (val and test
-held out of it). Each stage runs as `python -m pipeline <stage>` with dvc.yaml's arguments;
-clean and binarize with each of --workers, and clean once more with the seven rules for web data on
-(data-clean-web, the most workers; --no-web leaves it out). Measured per stage, size and workers: wall
-seconds, lines/s (pairs in / seconds), clean's ns a character and worker (seconds x workers
-/ characters of the raw train text), and peak RSS: the largest sum of the RSS of the stage
-process and all its children (its workers), sampled every 20 ms. The floors, on the same
-text: plain read+write of the raw train files in 1 MiB blocks (clean's and download's), and
-sentencepiece encoding of the clean train text with every thread (binarize's). Each timed
-run starts after os.sync(), so that it does not pay for writing back the previous one's
-output (on 2 cores that writeback competes with the second worker). Rows {system, task:
-data-<stage>, metric, pairs, workers, value} go to --out, and the section between DATA_START
-and DATA_END of --md, with a plot, is rewritten.
+Multi30k's training pairs from the mirror, drawn with replacement and perturbed so that dedupe keeps
+most, as two local .gz files; each stage runs as `python -m pipeline <stage>` with dvc.yaml's
+arguments (clean and binarize with each of --workers, clean once more with the web rules on): wall
+seconds, lines/s, clean's ns a character and worker, and the peak RSS of the stage and its workers,
+beside the floors (plain read+write; sentencepiece encoding with every thread). Each timed run starts
+after os.sync(). Rows go to --out; the section between DATA_START and DATA_END of --md, with a plot,
+is rewritten. bench/README.md says more.
 """
 
 from __future__ import annotations

@@ -4,45 +4,14 @@
         --split-file data/clean/test/multi30k-test_2016_flickr.src \\
         --out reports/bench.json --md reports/bench.md
 
-Not a test: it measures, in one run and on the same batches, sentences/s and
-target tokens/s of greedy search and beam 5 for
-- pytorch-kv-cache: search.translate_ids with the KV cache, as `translate` runs it: on a
-  CPU with 2+ threads, two batches at once (batches.default_workers), the threads shared out,
-- pytorch-1-worker: the same, one batch at a time on all threads (what the workers add),
-- pytorch-no-cache: the same search re-running the whole prefix each step (use_cache=False),
-- hf-marian-generate: transformers' MarianMTModel.generate() at the same dimensions, random
-  weights (built from a MarianConfig, nothing from the hub),
-- ctranslate2 float32 and int8: pipeline/interop/ct2.py's export of the same model,
-- ctranslate2-2-workers: float32, all batches in one call over 2 inter_threads
-  (CTranslate2's own way to decode batches at once; with 2+ threads).
-
-The rule, for every system: batches of --batch-size sentences (sorted by
-length, the same batches for all), and exactly --steps (20) decoding steps
-per sentence, EOS refused before: HF min_new_tokens = max_new_tokens = 20,
-CT2 min_decoding_length = max_decoding_length = 20, ours EOS refused for 19
-tokens (bench.decoding.FixedLength) and then forced, the 20th step. Each run is checked to
-have produced exactly that many tokens per sentence, so tokens/s = 20 x
-sentences/s. Every system and task runs one warm-up pass over the batches;
-then --repeats rounds each time one pass of every (system, task), in a
-shuffled order, and the median round is reported: interleaved, so a drift
-in the machine's speed moves every system alike. One thread count for all
-(torch.set_num_threads, CT2 intra_threads); pytorch-kv-cache shares it among
-its workers, and pytorch-1-worker shows the same decoder without them.
-
-With --model, the trained model (and its sentencepiece model, to encode
---split-file) is used; without it, a random-weights model at params.yaml's
-dimensions (d_model 256, 3+3 layers, FFN 1024) with an 8000-token vocabulary,
-and random source ids (lengths from --split-file's word counts if given).
-
-Output: rows {system, task, precision, metric, value} merged into --out (rows
-of other benchmarks, or with another system/task/precision/metric, are kept),
-and the section between DECODE_START and DECODE_END of --md regenerated from
-them (the rest of the file is kept). --smoke runs every installed system on a
-tiny model in seconds, marks its rows smoke, and writes only where --out/--md say.
-
-On a 2-core machine shared with other work, pass --threads 1: two OpenMP
-threads whose second core is busy elsewhere stall each other (tens of times
-slower for small matrices).
+Sentences/s and target tokens/s of greedy search and beam 5, in one run on the same batches, for
+our KV-cached search as `translate` runs it (two batches at once on 2+ threads), the same search one
+batch at a time and uncached, HF MarianMTModel.generate() at the same dimensions, and CTranslate2
+(float32, int8, two inter_threads): exactly --steps (20) steps a sentence for every system, checked;
+one warm-up pass, then --repeats shuffled rounds, the median reported. Without --model, a random-
+weight model at params.yaml's dimensions. Rows merge into --out; the section between DECODE_START and
+DECODE_END of --md is regenerated. bench/README.md gives the rules in full. On a 2-core machine
+shared with other work, pass --threads 1.
 """
 
 from __future__ import annotations

@@ -5,47 +5,13 @@ the same model decoding the same sentences offline.
         --split-file data/clean/test/multi30k-test_2016_flickr.src \\
         --clients 8 --requests 8 --lines 8 --loads 5 --out reports/bench.json --md reports/bench.md
 
-Not a test: it measures, in one run, on one machine and with one model and backend:
-
-1. offline: the model as the server loads it (pipeline.serving.pyfunc.TranslatorModel, same
-   backend, same decode settings) translating every sentence of the load in one call, as the
-   `translate` command does (its batching and workers), after a warm-up; sentences/s. Then the
-   same sentences in the load's rounds, one call each (every client's r-th request together, what
-   the batcher decodes when they arrive at once): the most a served round can do, so that the
-   ratio to offline splits into what a round's batch costs (offline_rounds_ratio_to_offline) and
-   what the server adds (throughput_ratio_to_offline_rounds). It is timed again before each load
-   (step 2), while the server idles, so that each load has its own denominator.
-2. served: the model saved as an MLflow pyfunc model (the score stage's model_spec, the
-   `--backend`'s model_config) and served by `mlflow models serve --env-manager local` on a free
-   loopback port. After a warm-up round (every client's first request at once, so that the
-   server's batches and memory reach their working size), --clients threads each send --requests requests of
-   --lines consecutive sentences (distinct sentences per client), each waiting for its answer
-   before the next; each load is bounded by --time-limit. Throughput is the sentences answered
-   over the wall time from the first request to the last answer; latency is per request. The
-   load runs --loads times on the same server, each after its offline timing: speeds and ratios
-   are the loads' medians, p50 and p99 are over all the loads' latencies together (one load of 64
-   requests has no 99th percentile but its maximum), and the JSON details give each load's own. An
-   answer that is not HTTP 200 or not one translation (a string) per line counts as an error;
-   `differs_from_offline` counts the answered sentences whose translation is not the offline
-   one (as the server shapes it: one line each). It is kept apart from the errors because the
-   server decodes a sentence in other batches than the offline call, and float32 products of
-   other shapes may round differently (1 of 256 sentences on en-ms-lowres's model; 0 on the
-   tests' tiny model, which the tests require).
-3. bad load (--bad): one more client, at the same time, sends malformed JSON, an empty body, an
-   empty list, wrong-typed input, 10,000 sentences and a 100,000-character sentence, each once; each
-   must be answered 4xx with a message that names the problem (`bad_not_refused` counts those
-   that were not), while the other clients' answers stay correct.
-4. a client that disconnects mid-request (it sends a request and closes its socket without
-   reading the answer) before the load: the load's answers show the batcher did not stall.
-
-The server's resident memory (the process and its children, psutil) is read after the warm-up
-round and after the last load, each time at rest (a second past the model's release_memory_after_ms,
-when it has handed freed heap back): the growth is what the load leaves behind (a leak), not the
-first batches' working set nor the heap a batch in flight holds. Rows {"task": "serve",
-"system": "mlflow-serve-<backend>", "precision", "metric", "value"}: throughput_ratio_to_offline,
-sentences_per_s, offline_sentences_per_s, p50_s, p99_s, errors, bad_not_refused, rss_growth_mb,
-merged into --out; the section between SERVE_START and SERVE_END of --md is regenerated. Never
-run it beside a training: both want every core.
+Offline first (the model as the server loads it, every sentence in one call, then in the load's
+rounds), then --loads loads on one server: --clients threads each sending --requests requests of
+--lines sentences, with (--bad) a client sending malformed requests that must be refused 4xx, and a
+client that hangs up mid-request before the load. Throughput against offline, p50/p99 latency,
+errors, answers that differ from offline, and the server's resident memory growth at rest. Rows
+{"task": "serve", ...} merge into --out; the section between SERVE_START and SERVE_END of --md is
+regenerated. bench/README.md says how each figure is taken. Never beside a training.
 """
 
 from __future__ import annotations
