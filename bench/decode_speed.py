@@ -59,6 +59,8 @@ from pipeline.reporting.tables import fmt, fmt_whole, markdown_table
 
 REPO = Path(__file__).resolve().parents[1]
 DECODE_START, DECODE_END = "<!-- decode:start -->", "<!-- decode:end -->"
+GPU_START, GPU_END = "<!-- decode-cuda:start -->", "<!-- decode-cuda:end -->"  # the GPU check's section
+MARKERS = {"cpu": (DECODE_START, DECODE_END), "cuda": (GPU_START, GPU_END)}
 # Reference numbers we aimed at (sentences/s, batch 64, 20 output tokens, same dimensions).
 REFERENCE = {
     ("hf-marian-generate", "fp32"): {"decode_greedy": 173, "decode_beam5": 62},
@@ -75,7 +77,13 @@ BACKEND_TASK = "translate_beam5_real"
 
 
 def backend_overhead(
-    model_dir: Path, split_file: Path, sentences: int, repeats: int, seed: int, say: Callable[[str], None]
+    model_dir: Path,
+    split_file: Path,
+    sentences: int,
+    repeats: int,
+    seed: int,
+    say: Callable[[str], None],
+    device: str = "cpu",
 ) -> list[dict]:
     """`translate --backend ctranslate2` (pipeline.interop.ct2.CT2Translator, raw text in and out) against
     ctranslate2.Translator.translate_batch called directly on the same sentences' pieces, beam 5,
@@ -83,7 +91,7 @@ def backend_overhead(
     from pipeline.interop.ct2 import CT2Translator
 
     lines = [x for x in read_lines(split_file) if x.strip()][:sentences]
-    ours = CT2Translator.from_dir(model_dir, device="cpu")
+    ours = CT2Translator.from_dir(model_dir, device=device)
     pieces = [ours.vocab.src_pieces(ids) for ids in ours.vocab.encode_src([normalize(x) for x in lines])]
     direct = ours.translator  # the same loaded model
     piece_ids = {p: i for i, p in enumerate(ours.vocab.tgt_pieces(range(ours.vocab.tgt_size)))}
@@ -113,7 +121,7 @@ def backend_overhead(
 
 
 def decode_section(
-    rows: list[dict], info: dict[str, str], command: str, note: str, smoke: bool = False
+    rows: list[dict], info: dict[str, str], command: str, note: str, smoke: bool = False, device: str = "cpu"
 ) -> str:
     """The Markdown decoding section: sentences/s table, ratios against the bars, how it was run."""
 
@@ -129,8 +137,10 @@ def decode_section(
     systems = sorted(
         {(s, p) for s, p, _ in value if (s, p) in own}, key=lambda k: -value.get((*k, "decode_greedy"), 0)
     )
-    title = "## Decoding speed (CPU)" + (" — SMOKE RUN, tiny sizes, not a measurement" if smoke else "")
-    out = [DECODE_START, title, "", note, "", speed_table(value, tok, systems), "", bar_table(value)]
+    title = f"## Decoding speed ({'GPU' if device == 'cuda' else 'CPU'})"
+    title += " — SMOKE RUN, tiny sizes, not a measurement" if smoke else ""
+    start, end = MARKERS[device]
+    out = [start, title, "", note, "", speed_table(value, tok, systems), "", bar_table(value)]
     backend = {r["system"]: r["value"] for r in rows if r["task"] == BACKEND_TASK}
     if len(backend) == 2:
         out += [
@@ -144,7 +154,7 @@ def decode_section(
         ]
     out += ["", "Run with:", "", "```", command, "```", ""]
     out += [f"- {k}: {v}" for k, v in info.items()]
-    out += ["", DECODE_END]
+    out += ["", end]
     return "\n".join(out)
 
 
@@ -203,9 +213,9 @@ def backend_table(backend: dict[str, float]) -> str:
     return markdown_table(["system", "sentences/s"], rows, "lr")
 
 
-def write_markdown(path: Path, section: str) -> None:
-    """Replace the decoding section of `path` (or append it), keeping everything else."""
-    write_section(path, DECODE_START, DECODE_END, section)
+def write_markdown(path: Path, section: str, device: str = "cpu") -> None:
+    """Replace the device's decoding section of `path` (or append it), keeping everything else."""
+    write_section(path, *MARKERS[device], section)
 
 
 # --systems name -> its rows' (system, precision)
@@ -232,6 +242,7 @@ def benchmark(
     md: Path | None = None,
     command: str = "",
     say: Callable[[str], None] = lambda _: None,
+    device: str = "cpu",
 ) -> list[dict]:
     """Measure `systems` on the same batches; rows merged into `out`, the section into `md` (if given)."""
     threads = torch.get_num_threads()
@@ -239,23 +250,25 @@ def benchmark(
     batches = make_batches(source_ids(subject, split_file, setup.sentences, seed), setup.batch_size)
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp, torch.inference_mode():
-        model, steps = subject.model, setup.steps
+        model, steps, d, where = subject.model.to(device), setup.steps, device, Path(tmp)
         factories: dict[str, Callable[[], Runner]] = {
-            "pytorch-kv-cache": lambda: torch_runner(model, steps, True),
-            "pytorch-1-worker": lambda: torch_runner(model, steps, True, 1),
-            "pytorch-no-cache": lambda: torch_runner(model, steps, False),
-            "hf-marian-generate": lambda: hf_runner(model, steps),
-            "ctranslate2-fp32": lambda: ct2_runner(subject, steps, "float32", threads, Path(tmp)),
-            "ctranslate2-2-workers": lambda: ct2_runner(subject, steps, "float32", threads, Path(tmp), 2),
-            "ctranslate2-int8": lambda: ct2_runner(subject, steps, "int8", threads, Path(tmp)),
+            "pytorch-kv-cache": lambda: torch_runner(model, steps, True, device=d),
+            "pytorch-1-worker": lambda: torch_runner(model, steps, True, 1, device=d),
+            "pytorch-no-cache": lambda: torch_runner(model, steps, False, device=d),
+            "hf-marian-generate": lambda: hf_runner(model, steps, d),
+            "ctranslate2-fp32": lambda: ct2_runner(subject, steps, "float32", threads, where, device=d),
+            "ctranslate2-2-workers": lambda: ct2_runner(subject, steps, "float32", threads, where, 2, d),
+            "ctranslate2-int8": lambda: ct2_runner(subject, steps, "int8", threads, where, device=d),
         }
         chosen = {ROWS[s]: factories[s] for s in systems}
         rows = measure(chosen, batches, setup.steps, setup.repeats, say, seed)
         if model_dir is not None and split_file is not None and "ctranslate2-fp32" in systems:
-            rows += backend_overhead(model_dir, split_file, setup.sentences, setup.repeats, seed, say)
+            rows += backend_overhead(model_dir, split_file, setup.sentences, setup.repeats, seed, say, device)
     if setup.smoke:
         rows = [r | {"smoke": True} for r in rows]
     info = machine_info("threads (torch, CT2 intra_threads)", threads, ["transformers", "ctranslate2"])
+    if device == "cuda":
+        info["GPU"] = torch.cuda.get_device_name(0)
     info["load average (1 min) before / after"] = f"{load_before:.2f} / {os.getloadavg()[0]:.2f}"
     n = sum(map(len, batches))
     note = (
@@ -265,7 +278,7 @@ def benchmark(
         f"sentences/s, tokens/s = {setup.steps} x sentences/s."
     )
     note += (
-        f" pytorch-kv-cache runs {default_workers('cpu')} batches at once (translate's default on "
+        f" pytorch-kv-cache runs {default_workers(device)} batches at once (translate's default on "
         f"this machine), the {threads} threads shared among them; pytorch-1-worker one batch at a time "
         "on all threads."
     )
@@ -278,18 +291,25 @@ def benchmark(
     if md is not None:
         # The table shows this run's rows and, for systems not run now, those already in `out`.
         shown = merge_rows(out, rows) if out is not None else rows
-        write_markdown(md, decode_section(shown, info, command, note, smoke=setup.smoke))
+        write_markdown(md, decode_section(shown, info, command, note, setup.smoke, device), device)
     return rows
 
 
-def available_systems() -> list[str]:
-    """The systems whose packages are installed (HF and CT2 are optional extras)."""
+def available_systems(device: str = "cpu") -> list[str]:
+    """The systems whose packages are installed (HF and CT2 are optional extras); on a GPU, not the
+    CPU's ways to share threads (one worker is the default there), and CT2 where it sees the GPU."""
     have = {name: importlib.util.find_spec(name) is not None for name in ("transformers", "ctranslate2")}
+    if device == "cuda" and have["ctranslate2"]:
+        import ctranslate2
+
+        have["ctranslate2"] = ctranslate2.get_cuda_device_count() > 0
+    cpu_only = {"pytorch-1-worker", "ctranslate2-2-workers"} if device == "cuda" else set()
     return [
         s
         for s in SYSTEMS
         if not (s.startswith("hf") and not have["transformers"])
         and not (s.startswith("ctranslate2") and not have["ctranslate2"])
+        and s not in cpu_only
     ]
 
 
@@ -314,6 +334,13 @@ def available_systems() -> list[str]:
     help="Threads for every system; 0: torch's default.",
 )
 @click.option("--systems", default=None, help="Comma-separated subset.  [default: all installed]")
+@click.option(
+    "--device",
+    type=click.Choice(["cpu", "cuda"]),
+    default="cpu",
+    show_default=True,
+    help="cuda: every system on the GPU (the GPU check), in a report section of its own.",
+)
 @seed_option
 @click.option(
     "--smoke", is_flag=True, help="A tiny model and sizes, one thread: checks that it runs (seconds)."
@@ -329,16 +356,21 @@ def main(
     repeats: int,
     threads: int,
     systems: str | None,
+    device: str,
     seed: int,
     smoke: bool,
     out: Path | None,
     md: Path | None,
 ) -> None:
     """Measure decoding speed of every system on the same batches; merge into --out and --md."""
+    if device == "cuda" and not torch.cuda.is_available():
+        raise click.UsageError(
+            "--device cuda: torch sees no CUDA GPU here (torch.cuda.is_available() is False)"
+        )
     out, md = report_files(smoke, out, md)
     if threads or smoke:
         torch.set_num_threads(1 if smoke else threads)
-    chosen = [s.strip() for s in systems.split(",") if s.strip()] if systems else available_systems()
+    chosen = [s.strip() for s in systems.split(",") if s.strip()] if systems else available_systems(device)
     unknown = set(chosen) - set(SYSTEMS)
     if unknown:
         raise click.BadParameter(
@@ -356,6 +388,7 @@ def main(
         md=md,
         command=command,
         say=lambda m: click.echo(m, err=True),
+        device=device,
     )
     click.echo(f"wrote {out} and {md}" if out else "smoke run: nothing written", err=True)
 

@@ -151,10 +151,12 @@ class FixedLength(torch.nn.Module):
         return logits
 
 
-def torch_runner(model: Seq2SeqBase, steps: int, use_cache: bool, workers: int | None = None) -> Runner:
+def torch_runner(
+    model: Seq2SeqBase, steps: int, use_cache: bool, workers: int | None = None, device: str = "cpu"
+) -> Runner:
     """Our beam search over all batches in one call, each batch as given, every output `steps`
-    tokens with its EOS (workers: default_workers)."""
-    workers = default_workers("cpu") if workers is None else workers
+    tokens with its EOS (workers: default_workers), the model on `device`."""
+    workers = default_workers(device) if workers is None else workers
     fixed = FixedLength(model, steps - 1)
 
     def run(batches: list[Batch], beam: int) -> list[int]:
@@ -166,7 +168,7 @@ def torch_runner(model: Seq2SeqBase, steps: int, use_cache: bool, workers: int |
             return beam_search(fixed, src, max_lens, beam=beam, alpha=1.0, use_cache=use_cache)
 
         with evaluating(model):
-            found = search_batches(fixed, fitted, indices, search, workers=workers, device="cpu")
+            found = search_batches(fixed, fitted, indices, search, workers=workers, device=device)
         return [len(hyps[0].tokens) + 1 for batch in found for hyps in batch]  # + the forced EOS
 
     return run
@@ -177,18 +179,18 @@ def per_batch(run: Callable[[Batch, int], list[int]]) -> Runner:
     return lambda batches, beam: [n for batch in batches for n in run(batch, beam)]
 
 
-def hf_runner(model: Seq2SeqBase, steps: int) -> Runner:
+def hf_runner(model: Seq2SeqBase, steps: int, device: str = "cpu") -> Runner:
     """MarianMTModel at the same dimensions, random weights, generate() with a fixed length."""
     from transformers import MarianMTModel
 
     vocab = model.out_weight.size(0)
     config = hf_config("marian", model.cfg, vocab, vocab)  # the shape export-hf writes
     config.forced_eos_token_id = None  # generate() runs exactly `steps` tokens
-    hf = MarianMTModel(config).eval()
+    hf = MarianMTModel(config).eval().to(device)
 
     @per_batch
     def run(batch: Batch, beam: int) -> list[int]:
-        src = collate_src(batch)  # (B, S), as ours is fed
+        src = collate_src(batch).to(device)  # (B, S), as ours is fed
         with torch.inference_mode():
             out = hf.generate(
                 input_ids=src,
@@ -205,7 +207,13 @@ def hf_runner(model: Seq2SeqBase, steps: int) -> Runner:
 
 
 def ct2_runner(
-    subject: Subject, steps: int, quantization: str, threads: int, tmp: Path, workers: int = 1
+    subject: Subject,
+    steps: int,
+    quantization: str,
+    threads: int,
+    tmp: Path,
+    workers: int = 1,
+    device: str = "cpu",
 ) -> Runner:
     """CTranslate2 on the same batches: one translate_batch call a batch; with `workers` > 1, one
     call for all, CTranslate2 batching them (sorted by length, `batch size` each) over that many
@@ -224,7 +232,7 @@ def ct2_runner(
         out.mkdir()
         spec.save(str(out))
     translator = ctranslate2.Translator(
-        str(out), device="cpu", intra_threads=max(threads // workers, 1), inter_threads=workers
+        str(out), device=device, intra_threads=max(threads // workers, 1), inter_threads=workers
     )
 
     def translate(batch: Batch, beam: int, batch_size: int) -> list[int]:

@@ -17,14 +17,17 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import re
 import statistics
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import click
+import numpy as np
 import torch
 
+from bench import flops
 from bench.common import merge_rows, row, write_section
 from bench.options import report_files, rows_option, section_option, seed_option
 from bench.training import (
@@ -40,10 +43,12 @@ from bench.training import (
 from pipeline import params as P
 from pipeline.files import write_json
 from pipeline.machine import machine_info
-from pipeline.reporting.tables import fmt_whole, markdown_table
+from pipeline.model.transformer import build_model
+from pipeline.reporting.tables import fmt, fmt_whole, markdown_table
 
 REPO = Path(__file__).resolve().parents[1]
 TRAIN_START, TRAIN_END = "<!-- train:start -->", "<!-- train:end -->"
+GPU_START, GPU_END = "<!-- train-cuda:start -->", "<!-- train-cuda:end -->"  # the GPU check's section
 BAR = 1.25  # the aim: ours >= 1.25x the faster peer at equal precision
 
 
@@ -62,7 +67,7 @@ def throughput(
     batch = synthetic_batch(setup.vocab, setup.batch, setup.length, seed)
     order_rng, rows = random.Random(seed), []
     for precision in precisions:
-        run = with_precision(params, setup.model, precision, setup.compiled)
+        run = with_precision(params, setup.model, precision, setup.compiled, setup.device)
         steps = {name: BUILDERS[name](run, setup.vocab, seed) for name in systems}
         label = f"{precision} compiled" if setup.compiled else precision
         rates = rates_by_round(steps, batch, setup, order_rng, say, label)
@@ -92,7 +97,29 @@ def throughput(
     return rows
 
 
-PRECISION_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+MFU = "mfu_of_datasheet_peak"
+
+
+def utilization(setups: list[Setup], rows: list[dict], precisions: list[str], vocab: int) -> list[dict]:
+    """On a GPU with a known peak (bench/flops.py): each system's tokens/s x the update's model FLOPs
+    per target token, over the dense datasheet peak at that precision; nothing on a CPU."""
+    first = setups[0]
+    if first.device != "cuda" or first.model.arch != "encoder_decoder":  # PaLM's formula is for the latter
+        return []
+    model = build_model(first.model, vocab, vocab)
+    lengths = np.full(first.batch, first.length)
+    per_token = flops.update_flops(model, lengths, lengths) / (first.batch * first.length)
+    name = torch.cuda.get_device_name(0)
+    metric = "model_mflop_per_target_token"
+    out = [row("-", first.task, p, metric, per_token / 1e6, digits=2) for p in precisions]
+    for precision in precisions:
+        peak = flops.peak_flops(name, precision)
+        out += [
+            row(r["system"], r["task"], precision, MFU, r["value"] * per_token / peak, digits=5)
+            for r in rows
+            if peak and r["precision"] == precision and r["metric"] == "tokens_per_s"
+        ]
+    return out
 
 
 # --- reporting ---------------------------------------------------------------------
@@ -104,7 +131,8 @@ def train_section(rows: list[dict], setup: Setup, info: dict[str, str], command:
     precisions = sorted({r["precision"] for r in rows if r["task"] == setup.task}, key=["fp32", "bf16"].index)
     cfg = setup.model
     smoke = " — SMOKE RUN, tiny sizes, not a measurement" if setup.smoke else ""
-    out = [TRAIN_START, f"## Training speed (CPU){smoke}", ""]
+    start, end = (GPU_START, GPU_END) if setup.device == "cuda" else (TRAIN_START, TRAIN_END)
+    out = [start, f"## Training speed ({'GPU' if setup.device == 'cuda' else 'CPU'}){smoke}", ""]
     out += [
         f"Whole updates (forward, backward, clip 1.0, AdamW, label-smoothed CE 0.1) on one synthetic "
         f"batch of {setup.batch} x {setup.length} target tokens (no padding), the same for every system; "
@@ -125,6 +153,7 @@ def train_section(rows: list[dict], setup: Setup, info: dict[str, str], command:
             "",
             *throughput_tables(v, compiled, precisions),
         ]
+    out += utilization_table(v, setup, precisions)
     out += [
         "Notes on equal work: the peers do our update's math in stock torch code (F.cross_entropy "
         "with label smoothing in fp32, torch.optim.AdamW with torch's default implementation, the same "
@@ -141,7 +170,7 @@ def train_section(rows: list[dict], setup: Setup, info: dict[str, str], command:
         "",
     ]
     out += [f"- {k}: {val}" for k, val in info.items()]
-    out += ["", TRAIN_END]
+    out += ["", end]
     return "\n".join(out)
 
 
@@ -170,9 +199,31 @@ def throughput_tables(v: dict, setup: Setup, precisions: list[str]) -> list[str]
     ]
 
 
-def write_markdown(path: Path, section: str) -> None:
-    """Replace the training section of `path` (or append it), keeping everything else."""
-    write_section(path, TRAIN_START, TRAIN_END, section)
+def utilization_table(v: dict, setup: Setup, precisions: list[str]) -> list[str]:
+    """On a GPU: each system's model FLOP utilization (eager, and compiled where measured)."""
+    per_token = v.get(("-", setup.task, precisions[0], "model_mflop_per_target_token"))
+    if per_token is None:
+        return []
+    cells = lambda system, task: [fmt(v.get((system, task, p, MFU)), 3) for p in precisions]
+    rows = [
+        [f"{s}, compiled" if mode.compiled else s, *cells(s, mode.task)]
+        for mode in (setup, dataclasses.replace(setup, compiled=True))
+        for s in SYSTEMS
+        if v.get((s, mode.task, precisions[0], MFU)) is not None
+    ]
+    return [
+        f"Model FLOP utilization: target tokens/s x {per_token:,.1f} MFLOP per target token (PaLM's "
+        "formula, bench/flops.py) over the GPU's dense datasheet peak at that precision:",
+        "",
+        markdown_table(["system", *precisions], rows, "l" + "r" * len(precisions)),
+        "",
+    ]
+
+
+def write_markdown(path: Path, section: str, device: str = "cpu") -> None:
+    """Replace the device's training section of `path` (or append it), keeping everything else."""
+    start, end = (GPU_START, GPU_END) if device == "cuda" else (TRAIN_START, TRAIN_END)
+    write_section(path, start, end, section)
 
 
 # --- the run -----------------------------------------------------------------------
@@ -188,6 +239,8 @@ def benchmark(
     repeats: int = 5,
     precisions: tuple[str, ...] = ("fp32", "bf16"),
     compiled: bool = False,
+    device: str = "cpu",
+    shape: str = "128x16",
     seed: int = 1,
     command: str = "",
     say: Callable[[str], None] = print,
@@ -199,13 +252,16 @@ def benchmark(
         torch.set_num_threads(1)  # tiny sizes; and never compete with a real run for the cores
     try:
         params = P.load(params_file)
-        setup = make_setup(params, smoke, seconds, repeats)
+        setup = make_setup(params, smoke, seconds, repeats, device, shape)
         systems = available_systems()
         say(f"train_speed: systems {', '.join(systems)}; {torch.get_num_threads()} torch threads")
         # Read now, while the thread count is the one measured with.
         info = machine_info("torch threads", torch.get_num_threads(), ["transformers"])
+        if device == "cuda":
+            info["GPU"] = torch.cuda.get_device_name(0)
         setups = [setup, dataclasses.replace(setup, compiled=True)] if compiled else [setup]
         rows = [r for s in setups for r in throughput(s, params, list(precisions), systems, seed, say)]
+        rows += utilization(setups, rows, list(precisions), setup.vocab)
     finally:
         torch.set_num_threads(threads)  # a caller (the smoke test) keeps its own setting
     if smoke:
@@ -213,7 +269,8 @@ def benchmark(
     if out_json is not None:
         write_json(out_json, merge_rows(out_json, rows))
     if out_md is not None:
-        write_markdown(out_md, train_section(rows, setup, info, command or "python -m bench.train_speed"))
+        section = train_section(rows, setup, info, command or "python -m bench.train_speed")
+        write_markdown(out_md, section, device)
     return rows
 
 
@@ -238,6 +295,19 @@ def benchmark(
 @click.option("--repeats", type=click.IntRange(min=1), default=5, show_default=True)
 @click.option("--precisions", default="fp32,bf16", show_default=True)
 @click.option(
+    "--device",
+    type=click.Choice(["cpu", "cuda"]),
+    default="cpu",
+    show_default=True,
+    help="cuda: every system on the GPU (the GPU check), its own report section, MFU against the datasheet.",
+)
+@click.option(
+    "--shape",
+    default="128x16",
+    show_default=True,
+    help="The synthetic batch, sentences x tokens (a GPU wants a larger one than a CPU).",
+)
+@click.option(
     "--compile/--no-compile",
     "compiled",
     default=None,
@@ -252,6 +322,8 @@ def main(
     seconds: float,
     repeats: int,
     precisions: str,
+    device: str,
+    shape: str,
     compiled: bool | None,
     seed: int,
 ) -> None:
@@ -259,6 +331,12 @@ def main(
     chosen = tuple(p.strip() for p in precisions.split(",") if p.strip())
     if not chosen or set(chosen) - {"fp32", "bf16"}:
         raise click.BadParameter("a comma-separated subset of fp32,bf16", param_hint="--precisions")
+    if not re.fullmatch(r"[1-9][0-9]*x([2-9]|[1-9][0-9]+)", shape):
+        raise click.BadParameter("sentences x tokens, as 128x16 (at least 2 tokens)", param_hint="--shape")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise click.UsageError(
+            "--device cuda: torch sees no CUDA GPU here (torch.cuda.is_available() is False)"
+        )
     out_json, out_md = report_files(smoke, out_json, out_md)
     benchmark(
         smoke=smoke,
@@ -269,6 +347,8 @@ def main(
         repeats=repeats,
         precisions=chosen,
         compiled=not smoke if compiled is None else compiled,
+        device=device,
+        shape=shape,
         seed=seed,
         command="python -m bench.train_speed " + " ".join(sys.argv[1:]),
         say=lambda m: click.echo(m, err=True),

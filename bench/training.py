@@ -54,35 +54,41 @@ class Setup:
     warmup: int  # updates before timing
     smoke: bool
     compiled: bool = False  # every system's forward under torch.compile (train.compile)
+    device: str = "cpu"  # train.device: cpu, or cuda (the GPU check)
 
     @property
     def task(self) -> str:
-        """train_synthetic_128x16, or train_synthetic_compiled_128x16 for the compiled systems."""
-        return f"{SYNTHETIC}{COMPILED if self.compiled else ''}_{self.batch}x{self.length}"
+        """train_synthetic_128x16; _compiled for the compiled systems, _cuda on the GPU."""
+        compiled = COMPILED if self.compiled else ""
+        on_gpu = "_cuda" if self.device == "cuda" else ""
+        return f"{SYNTHETIC}{compiled}{on_gpu}_{self.batch}x{self.length}"
 
 
-def make_setup(params: P.Params, smoke: bool, seconds: float, repeats: int) -> Setup:
-    if not smoke:
-        return Setup(params.model, 8000, 128, 16, seconds, repeats, 3, False)
-    tiny = dataclasses.replace(TINY.of(params.model), max_positions=64)
-    return Setup(tiny, 300, 8, 8, 0.05, 1, 1, True)
+def make_setup(
+    params: P.Params, smoke: bool, seconds: float, repeats: int, device: str = "cpu", shape: str = "128x16"
+) -> Setup:
+    """The full sizes at `shape` (sentences x tokens), or tiny ones for --smoke."""
+    if smoke:
+        tiny = dataclasses.replace(TINY.of(params.model), max_positions=64)
+        return Setup(tiny, 300, 8, 8, 0.05, 1, 1, True, device=device)
+    batch, length = (int(x) for x in shape.split("x"))
+    return Setup(params.model, 8000, batch, length, seconds, repeats, 3, False, device=device)
 
 
 def with_precision(
-    params: P.Params, model: P.ModelParams, precision: str, compiled: bool = False
+    params: P.Params, model: P.ModelParams, precision: str, compiled: bool = False, device: str = "cpu"
 ) -> P.Params:
-    """params with this model section, train.precision and train.compile, validated like params.yaml."""
+    """params with this model section, train.precision, .compile and .device, validated like params.yaml."""
     raw = dataclasses.replace(params, model=model).to_dict()
-    raw["train"]["precision"] = precision
-    raw["train"]["compile"] = compiled
+    raw["train"].update(precision=precision, compile=compiled, device=device)
     return P.from_dict(raw)
 
 
-def autocast(precision: str) -> contextlib.AbstractContextManager:
-    """What the update step does on CPU: bf16 autocast, or nothing for fp32."""
+def autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
+    """What the update step does: bf16 autocast, or nothing for fp32."""
     if precision == "fp32":
         return contextlib.nullcontext()
-    return torch.autocast("cpu", dtype=torch.bfloat16)
+    return torch.autocast(device.type, dtype=torch.bfloat16)
 
 
 # --- batches ------------------------------------------------------------------------
@@ -108,12 +114,12 @@ def synthetic_batch(vocab: int, batch: int, length: int, seed: int) -> Batch:
 
 
 def ours(params: P.Params, vocab: int, seed: int) -> StepFn:
-    """pipeline.training.step.UpdateStep itself: the update training runs, built with no files."""
+    """pipeline.training.step.UpdateStep itself: the update training runs, built with no files (it
+    copies each batch to train.device, as training does)."""
     torch.manual_seed(seed)
-    cpu = torch.device("cpu")
-    step = UpdateStep(
-        resolve_train(params, cpu), build_model(params.model, vocab, vocab).train(), cpu, Dist()
-    )
+    device = torch.device(params.train.device)
+    model = build_model(params.model, vocab, vocab).to(device).train()
+    step = UpdateStep(resolve_train(params, device), model, device, Dist())
     return lambda batch: step.update([batch])
 
 
@@ -125,14 +131,15 @@ def peer_step(model: nn.Module, forward: Callable, params: P.Params) -> StepFn:
     pipeline.training.optim's: a speed-up there counts for ours only. With
     train.compile the forward and the loss run under torch.compile, as ours do.
     """
-    t = params.train
+    t, device = params.train, torch.device(params.train.device)
+    model.to(device)
     optimizer = torch.optim.AdamW(
         parameter_groups(model.train(), t.weight_decay), lr=t.lr, betas=t.betas, eps=t.eps
     )
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda k: inverse_sqrt(k + 1, t.warmup_steps))
 
     def loss_of(src: torch.Tensor, tgt_in: torch.Tensor, tgt_out: torch.Tensor) -> torch.Tensor:
-        with autocast(t.precision):
+        with autocast(t.precision, device):
             logits = forward(src, tgt_in)  # (B, T, V)
         return F.cross_entropy(
             logits.flatten(0, 1).float(),
@@ -145,6 +152,7 @@ def peer_step(model: nn.Module, forward: Callable, params: P.Params) -> StepFn:
     summed = torch.compile(loss_of) if t.compile else loss_of
 
     def step(batch: Batch) -> tuple[float, int]:
+        batch = batch.to(device, non_blocking=True)  # as ours copies it
         loss = summed(batch.src, batch.tgt_in, batch.tgt_out)
         (loss / batch.n_tgt_tokens).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), t.clip_norm)

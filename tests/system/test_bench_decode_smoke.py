@@ -125,3 +125,20 @@ def test_our_runner_makes_every_output_the_fixed_length_at_every_beam(use_cache:
     batches = [[[5, 6, 7], [8, 9]], [[10, 11, 12, 13]]]
     for beam in (1, 3):
         assert torch_runner(model, 7, use_cache, workers=1)(batches, beam) == [7, 7, 7]
+
+
+def test_a_gpu_runs_section_is_its_own_and_keeps_the_cpus(smoke: Smoke, tmp_path) -> None:
+    md = tmp_path / "bench.md"
+    md.write_text(smoke.report)
+    section = D.decode_section(smoke.rows, {}, "bench.decode_speed --device cuda", "note", device="cuda")
+    assert section.startswith(D.GPU_START) and "## Decoding speed (GPU)" in section
+    D.write_markdown(md, section, device="cuda")
+    both = md.read_text()
+    assert both.count(D.DECODE_START) == 1 and both.count(D.GPU_START) == 1
+    assert "## Decoding speed (CPU)" in both
+
+
+def test_on_a_gpu_the_cpus_ways_to_share_threads_are_left_out() -> None:
+    on_gpu = D.available_systems("cuda")
+    assert "pytorch-1-worker" not in on_gpu and "ctranslate2-2-workers" not in on_gpu
+    assert "pytorch-kv-cache" in on_gpu

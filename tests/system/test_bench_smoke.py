@@ -10,9 +10,12 @@ import json
 from dataclasses import dataclass
 
 import pytest
+import torch
 
 from bench import train_speed
-from bench.training import available_systems
+from bench.common import row
+from bench.training import available_systems, make_setup
+from pipeline import params as P
 from tests.support.repo import REPO
 
 PRECISIONS = ("fp32", "bf16")
@@ -129,3 +132,27 @@ def test_report_has_the_ratio_and_its_spread_over_rounds(smoke: Smoke) -> None:
         line.startswith("| ratio | ") and line.endswith(f" | >= {train_speed.BAR}x |") for line in lines
     )
     assert any(line.startswith("| single rounds, lowest-highest | ") for line in lines)
+
+
+# --- on a GPU (the arithmetic; the GPU check runs it for real) ---------------------------------------
+
+
+def test_on_a_gpu_mfu_is_each_systems_model_flops_over_the_datasheet_peak(monkeypatch) -> None:
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *_: "NVIDIA H100 80GB HBM3")
+    setup = make_setup(P.load(REPO / "params.yaml"), False, 1.0, 1, device="cuda", shape="256x32")
+    assert setup.task == "train_synthetic_cuda_256x32"
+    speeds = [row("ours", setup.task, "bf16", "tokens_per_s", 200_000.0)]
+    speeds += [row("hf-marian", setup.task, "bf16", "tokens_per_s", 100_000.0)]
+    found = train_speed.utilization([setup], speeds, ["bf16"], setup.vocab)
+    per_token = next(r["value"] for r in found if r["metric"] == "model_mflop_per_target_token") * 1e6
+    mfu = {r["system"]: r["value"] for r in found if r["metric"] == train_speed.MFU}
+    assert mfu["ours"] == pytest.approx(200_000.0 * per_token / 989e12, abs=1e-5)  # H100 SXM, bf16 dense
+    assert mfu["ours"] == pytest.approx(2 * mfu["hf-marian"], abs=2e-5)
+    section = train_speed.train_section(speeds + found, setup, {}, "bench.train_speed --device cuda")
+    assert section.startswith(train_speed.GPU_START) and section.endswith(train_speed.GPU_END)
+    assert "## Training speed (GPU)" in section and "Model FLOP utilization" in section
+
+
+def test_on_a_cpu_there_is_no_datasheet_mfu(smoke: Smoke) -> None:
+    assert not any(r["metric"] == train_speed.MFU for r in smoke.rows)
+    assert "Model FLOP utilization" not in smoke.report
