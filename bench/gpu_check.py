@@ -14,8 +14,8 @@ each with a time budget and its elapsed time printed:
    bf16, eager and under torch.compile: real target tokens/s, model FLOP/s and MFU against the GPU's
    dense peak (bench/flops.py), after warm-up updates over every batch shape timed (so compiling
    happens there). The corpus: --bin, else data/bin if it exists, else a synthetic one with
-   Multi30k's lengths (bench/gpu/corpus.py); the JSON says which.
-4. torchrun: `torchrun --nproc_per_node 1` of bench/gpu/ddp_probe.py (NCCL; gloo on CPU) and of
+   Multi30k's lengths (tests/gpu/corpus.py); the JSON says which.
+4. torchrun: `torchrun --nproc_per_node 1` of tests/gpu/ddp_probe.py (NCCL; gloo on CPU) and of
    `python -m pipeline train` on a tiny corpus (the stage itself on the GPU).
 5. decode: greedy and beam 5, sentences/s, with --model / --test-src, else data/model on
    data/clean/test/<params.yaml's first test set>.src if both exist, else a random-weight default
@@ -60,8 +60,6 @@ from torch._dynamo.utils import counters
 
 from bench.common import TINY, Size, write_section
 from bench.flops import peak_flops, update_flops
-from bench.gpu import corpus as synthetic
-from bench.gpu.step import Update
 from pipeline import params as P
 from pipeline.data.batching import ParallelData, collate, token_batches
 from pipeline.decoding.steps import SearchStats
@@ -70,6 +68,8 @@ from pipeline.files import write_json
 from pipeline.model.transformer import build_model, count_parameters
 from pipeline.reporting.tables import fmt, fmt_whole, markdown_table
 from pipeline.stages.bpe import auto_vocab_size
+from tests.gpu import corpus as synthetic
+from tests.gpu.step import Update
 
 REPO = Path(__file__).resolve().parents[1]
 FORMAT = "nmt-pipeline/gpu-check/1"
@@ -469,7 +469,7 @@ def torchrun_section(check: Check, budget: float) -> dict[str, Any]:
     env = dict(os.environ, OMP_NUM_THREADS="1" if check.dry_run else os.environ.get("OMP_NUM_THREADS", "4"))
     cuda = check.device.type == "cuda"
     probe_json, probe_log = check.tmp / "ddp_probe.json", check.tmp / "ddp_probe.log"
-    probe = [*torchrun_command(), "-m", "bench.gpu.ddp_probe", "--backend", "nccl" if cuda else "gloo"]
+    probe = [*torchrun_command(), "-m", "tests.gpu.ddp_probe", "--backend", "nccl" if cuda else "gloo"]
     probe += ["--steps", str(check.sizes.torchrun_steps), "--out", str(probe_json)]
     probe += ["--tiny"] if check.dry_run else []
     code = run_logged(probe, probe_log, deadline - time.monotonic(), env)

@@ -9,8 +9,8 @@ import dataclasses
 import pytest
 import torch
 
-from bench.gpu.corpus import write_binarized
 from pipeline.data.batching import ParallelData, collate
+from tests.gpu.corpus import write_binarized
 
 pytestmark = pytest.mark.cuda
 

@@ -15,9 +15,9 @@ import math
 import pytest
 import torch
 
-from bench.gpu.corpus import synthetic_batch
-from bench.gpu.step import Update
 from pipeline.model.transformer import build_model
+from tests.gpu.corpus import synthetic_batch
+from tests.gpu.step import Update
 from tests.support.repo import BASE
 
 pytestmark = pytest.mark.cuda

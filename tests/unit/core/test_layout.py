@@ -122,7 +122,7 @@ def test_no_import_cycles():
 
 
 def bench_modules() -> dict[str, Path]:
-    """bench.<name> -> its file, for every module under bench/ (bench/gpu/ too)."""
+    """bench.<name> -> its file, for every module under bench/ and its folders."""
     found = {}
     for path in sorted(BENCH.rglob("*.py")):
         parts = path.relative_to(REPO).with_suffix("").parts

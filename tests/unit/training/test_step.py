@@ -1,6 +1,6 @@
 """The update step, built directly on a tiny model and hand-made batches (no files): its arithmetic
 equals a hand-written AdamW step, accumulation equals one big batch, a non-finite loss changes nothing,
-and a forward wrapped from outside (bench/gpu/) is the one it runs."""
+and a forward wrapped from outside (tests/gpu/step.py) is the one it runs."""
 
 from __future__ import annotations
 

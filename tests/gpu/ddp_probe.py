@@ -1,7 +1,7 @@
 """A few data-parallel updates under torchrun: the process group, DDP's gradient all-reduce, and one
 all_reduce whose result is known; rank 0 writes what it saw to --out as JSON.
 
-    torchrun --standalone --nproc_per_node 1 -m bench.gpu.ddp_probe --backend nccl --out probe.json
+    torchrun --standalone --nproc_per_node 1 -m tests.gpu.ddp_probe --backend nccl --out probe.json
 
 The train stage starts no process group when WORLD_SIZE is 1 (init_distributed in
 pipeline/training/distributed.py), so on a one-GPU machine this probe is what runs NCCL.
@@ -20,10 +20,10 @@ import torch
 import torch.distributed as dist
 
 from bench.common import TINY
-from bench.gpu.corpus import synthetic_batch
-from bench.gpu.step import Update
 from pipeline import params as P
 from pipeline.model.transformer import build_model
+from tests.gpu.corpus import synthetic_batch
+from tests.gpu.step import Update
 
 REPO = Path(__file__).resolve().parents[2]
 

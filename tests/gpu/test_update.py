@@ -1,5 +1,5 @@
-"""bench/gpu/step.py: the GPU check's Update is the train stage's UpdateStep, with its forward wrapped
-by a compile backend of the check's or a DDP over a process group of one (bench/gpu/ddp_probe.py)."""
+"""tests/gpu/step.py: the GPU check's Update is the train stage's UpdateStep, with its forward wrapped
+by a compile backend of the check's or a DDP over a process group of one (tests/gpu/ddp_probe.py)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from bench.gpu.step import Update
 from pipeline.model.transformer import build_model
 from pipeline.training.step import UpdateStep, resolve_train
+from tests.gpu.step import Update
 from tests.support.models import VOCAB, tiny_params
 from tests.support.steps import make_batch, random_rows, weights
 

@@ -1,1 +1,0 @@
-"""Helpers of bench/gpu_check.py: model FLOPs and GPU peaks, the timed update, synthetic corpora."""
