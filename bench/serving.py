@@ -1,7 +1,7 @@
-"""Serving under load, shared by bench/serve_load.py and bench/gpu_check.py: a local MLflow model
-served by `mlflow models serve` on loopback, concurrent clients checked against offline decoding, a
-client that hangs up mid-request and a bad-load client. What is measured, and how:
-bench/serve_load.py's docstring.
+"""Serving under load, the machinery of bench/serve_load.py (and free_port, of the tests too): a
+local MLflow model served by `mlflow models serve` on loopback, concurrent clients checked against
+offline decoding, a client that hangs up mid-request and a bad-load client. What is measured, and
+how: bench/README.md.
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from bench import flops
-from pipeline.model.transformer import build_model
+from bench.flops import non_embedding_parameters, peak_flops, update_flops
+from pipeline.model.transformer import build_model, count_parameters
 from tests.support.repo import BASE
 
 
@@ -57,3 +58,35 @@ def test_a_decoder_only_model_is_refused_rather_than_miscounted() -> None:
     model = build_model(dataclasses.replace(BASE.model, arch="decoder_only"), 100, 100)
     with pytest.raises(ValueError, match="encoder-decoder's"):
         flops.update_flops(model, np.full(2, 3), np.full(2, 3))
+
+
+def test_the_flops_formula_counts_every_non_embedding_parameter_and_attention_pair():
+    cfg = dataclasses.replace(BASE.model, d_model=8, n_heads=2, d_ff=16, n_layers=1, tie_embeddings="all")
+    model = build_model(cfg, 10, 10)
+    src, tgt = [3, 5], [2, 4]
+    p_embedding = 10 * 8  # one shared table; sinusoidal positions are no parameter
+    p_layers = count_parameters(model) - p_embedding
+    p_enc, p_dec = non_embedding_parameters(model)
+    assert p_enc + p_dec == p_layers and p_enc < p_dec  # the decoder has cross-attention too
+    matmuls = 6 * (p_enc * 8 + (p_dec + 10 * 8) * 6)
+    attention = 12 * 8 * ((9 + 25) + (4 + 16 + 2 * 3 + 4 * 5))
+    assert update_flops(model, src, tgt) == matmuls + attention
+
+
+@pytest.mark.parametrize(
+    "name,precision,tf32,tflops",
+    [
+        ("NVIDIA H200", "bf16", False, 989.0),
+        ("NVIDIA H200", "fp32", False, 67.0),
+        ("NVIDIA H200", "fp32", True, 494.5),
+        ("NVIDIA H100 80GB HBM3", "fp16", False, 989.0),
+        ("NVIDIA H100 PCIe", "bf16", False, 756.0),
+        ("NVIDIA L40S", "bf16", False, 362.0),  # not the L4's row
+        ("NVIDIA L4", "bf16", False, 121.0),
+        ("NVIDIA A100-SXM4-80GB", "fp32", False, 19.5),
+        ("Tesla T4", "bf16", False, None),
+    ],
+)
+def test_the_peak_table(name, precision, tf32, tflops):
+    peak = peak_flops(name, precision, tf32)
+    assert (peak is None) if tflops is None else peak == pytest.approx(tflops * 1e12)
