@@ -43,6 +43,8 @@ from bench.decoding import (
     torch_runner,
 )
 from bench.options import (
+    check_device,
+    device_option,
     model_option,
     report_files,
     rows_option,
@@ -334,13 +336,7 @@ def available_systems(device: str = "cpu") -> list[str]:
     help="Threads for every system; 0: torch's default.",
 )
 @click.option("--systems", default=None, help="Comma-separated subset.  [default: all installed]")
-@click.option(
-    "--device",
-    type=click.Choice(["cpu", "cuda"]),
-    default="cpu",
-    show_default=True,
-    help="cuda: every system on the GPU (the GPU check), in a report section of its own.",
-)
+@device_option
 @seed_option
 @click.option(
     "--smoke", is_flag=True, help="A tiny model and sizes, one thread: checks that it runs (seconds)."
@@ -363,10 +359,7 @@ def main(
     md: Path | None,
 ) -> None:
     """Measure decoding speed of every system on the same batches; merge into --out and --md."""
-    if device == "cuda" and not torch.cuda.is_available():
-        raise click.UsageError(
-            "--device cuda: torch sees no CUDA GPU here (torch.cuda.is_available() is False)"
-        )
+    check_device(device)
     out, md = report_files(smoke, out, md)
     if threads or smoke:
         torch.set_num_threads(1 if smoke else threads)

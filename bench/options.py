@@ -15,6 +15,24 @@ BENCH_JSON, BENCH_MD = REPO / "reports" / "bench.json", REPO / "reports" / "benc
 F = TypeVar("F", bound=Callable[..., Any])
 
 seed_option = click.option("--seed", type=int, default=1, show_default=True)
+device_option = click.option(
+    "--device",
+    type=click.Choice(["cpu", "cuda"]),
+    default="cpu",
+    show_default=True,
+    help="cuda: every system on the GPU (the GPU check), into report sections of its own.",
+)
+
+
+def check_device(device: str) -> None:
+    """Refuse --device cuda where torch sees no GPU, before anything is measured or written."""
+    import torch
+
+    if device == "cuda" and not torch.cuda.is_available():
+        raise click.UsageError(
+            "--device cuda: torch sees no CUDA GPU here (torch.cuda.is_available() is False)"
+        )
+
 
 model_option = click.option(
     "--model",

@@ -29,7 +29,7 @@ import torch
 
 from bench import flops
 from bench.common import merge_rows, row, write_section
-from bench.options import report_files, rows_option, section_option, seed_option
+from bench.options import check_device, device_option, report_files, rows_option, section_option, seed_option
 from bench.training import (
     BUILDERS,
     SYSTEMS,
@@ -294,13 +294,7 @@ def benchmark(
 )
 @click.option("--repeats", type=click.IntRange(min=1), default=5, show_default=True)
 @click.option("--precisions", default="fp32,bf16", show_default=True)
-@click.option(
-    "--device",
-    type=click.Choice(["cpu", "cuda"]),
-    default="cpu",
-    show_default=True,
-    help="cuda: every system on the GPU (the GPU check), its own report section, MFU against the datasheet.",
-)
+@device_option
 @click.option(
     "--shape",
     default="128x16",
@@ -333,10 +327,7 @@ def main(
         raise click.BadParameter("a comma-separated subset of fp32,bf16", param_hint="--precisions")
     if not re.fullmatch(r"[1-9][0-9]*x([2-9]|[1-9][0-9]+)", shape):
         raise click.BadParameter("sentences x tokens, as 128x16 (at least 2 tokens)", param_hint="--shape")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise click.UsageError(
-            "--device cuda: torch sees no CUDA GPU here (torch.cuda.is_available() is False)"
-        )
+    check_device(device)
     out_json, out_md = report_files(smoke, out_json, out_md)
     benchmark(
         smoke=smoke,

@@ -156,3 +156,12 @@ def test_on_a_gpu_mfu_is_each_systems_model_flops_over_the_datasheet_peak(monkey
 def test_on_a_cpu_there_is_no_datasheet_mfu(smoke: Smoke) -> None:
     assert not any(r["metric"] == train_speed.MFU for r in smoke.rows)
     assert "Model FLOP utilization" not in smoke.report
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def test_without_a_gpu_device_cuda_is_refused_in_one_line(tmp_path) -> None:
+    from click.testing import CliRunner
+
+    out = tmp_path / "b.json"
+    done = CliRunner().invoke(train_speed.main, ["--device", "cuda", "--smoke", "--out-json", str(out)])
+    assert done.exit_code == 2 and "torch sees no CUDA GPU here" in done.output and not out.exists()
