@@ -40,20 +40,24 @@ def peak_flops(device_name: str, precision: str, tf32: bool = False) -> float | 
     return None
 
 
-def non_embedding_parameters(model: nn.Module) -> tuple[int, int]:
-    """(P_enc, P_dec) of an encoder-decoder Transformer: its layers' and final norms' parameters."""
-    count = lambda prefixes: sum(
-        p.numel() for name, p in model.named_parameters() if name.split(".")[0] in prefixes
+def non_embedding_parameters(model: nn.Module) -> tuple[int, int, int]:
+    """(P_enc, P_dec, P_kv) of an encoder-decoder Transformer: its layers' and final norms'
+    parameters, and of the decoder's those of cross-attention's key and value projections."""
+    count = lambda keep: sum(p.numel() for name, p in model.named_parameters() if keep(name.split(".")))
+    return (
+        count(lambda n: n[0] in {"encoder", "encoder_norm"}),
+        count(lambda n: n[0] in {"decoder", "decoder_norm"}),
+        count(lambda n: n[0] == "decoder" and n[2:4] == ["cross_attn", "kv"]),
     )
-    return count({"encoder", "encoder_norm"}), count({"decoder", "decoder_norm"})
 
 
 def update_flops(model: Seq2SeqBase, src_lens: np.ndarray, tgt_lens: np.ndarray) -> float:
     """Model FLOPs of one update (forward and backward) on sentences of these real lengths (B,),
     EOS / BOS included: with s_i, t_i the lengths, D d_model, V the target vocabulary, L_e and L_d
-    the layers, P_enc and P_dec the encoder's and decoder's non-embedding parameters,
+    the layers, P_enc, P_dec and P_kv as non_embedding_parameters counts them (the key and value
+    projections of cross-attention run on the source),
 
-        matmuls     6 * (P_enc * sum s_i + (P_dec + V * D) * sum t_i)
+        matmuls     6 * ((P_enc + P_kv) * sum s_i + (P_dec - P_kv + V * D) * sum t_i)
         attention  12 * D * (L_e * sum s_i^2 + L_d * sum (t_i^2 + t_i * s_i))
 
     6 = 2 FLOPs a multiply-add x 3 (the forward, and the backward's two products); the output
@@ -63,8 +67,8 @@ def update_flops(model: Seq2SeqBase, src_lens: np.ndarray, tgt_lens: np.ndarray)
     if cfg.arch != "encoder_decoder":
         raise ValueError("the FLOPs formula here is the encoder-decoder's")
     s, t = np.asarray(src_lens, dtype=np.float64), np.asarray(tgt_lens, dtype=np.float64)
-    p_enc, p_dec = non_embedding_parameters(model)
+    p_enc, p_dec, p_kv = non_embedding_parameters(model)
     vocab = model.out_weight.size(0)
-    matmuls = 6.0 * (p_enc * s.sum() + (p_dec + vocab * cfg.d_model) * t.sum())
+    matmuls = 6.0 * ((p_enc + p_kv) * s.sum() + (p_dec - p_kv + vocab * cfg.d_model) * t.sum())
     pairs = cfg.n_encoder_layers * (s * s).sum() + cfg.n_decoder_layers * (t * t + t * s).sum()
     return matmuls + 12.0 * cfg.d_model * pairs

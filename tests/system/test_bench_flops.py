@@ -31,9 +31,7 @@ def test_update_flops_are_torchs_counted_products_plus_biases_and_norms(layers, 
         activation_dropout=0.0,
         max_positions=64,
     )
-    # Equal lengths: the formula counts cross-attention's key and value projections per target
-    # token, where the model runs them per source token.
-    batch, src_len, tgt_len = 4, 6, 6
+    batch, src_len, tgt_len = 4, 7, 5
     torch.manual_seed(0)
     model = build_model(cfg, vocab, vocab)
     src = torch.randint(4, vocab, (batch, src_len))
@@ -46,8 +44,9 @@ def test_update_flops_are_torchs_counted_products_plus_biases_and_norms(layers, 
     by_formula = flops.update_flops(model, np.full(batch, src_len), np.full(batch, tgt_len))
     # The formula counts 6 FLOPs for every non-embedding parameter, biases and norms too, which
     # are no matrix products: that, and only that, is the difference.
+    on_source = lambda name: name.startswith("encoder") or ".cross_attn.kv." in name
     biases_and_norms = sum(
-        p.numel() * (src_len if name.startswith("encoder") else tgt_len) * batch * 6
+        p.numel() * (src_len if on_source(name) else tgt_len) * batch * 6
         for name, p in model.named_parameters()
         if name.split(".")[0] in {"encoder", "encoder_norm", "decoder", "decoder_norm"} and p.dim() == 1
     )
@@ -66,9 +65,10 @@ def test_the_flops_formula_counts_every_non_embedding_parameter_and_attention_pa
     src, tgt = [3, 5], [2, 4]
     p_embedding = 10 * 8  # one shared table; sinusoidal positions are no parameter
     p_layers = count_parameters(model) - p_embedding
-    p_enc, p_dec = non_embedding_parameters(model)
+    p_enc, p_dec, p_kv = non_embedding_parameters(model)
     assert p_enc + p_dec == p_layers and p_enc < p_dec  # the decoder has cross-attention too
-    matmuls = 6 * (p_enc * 8 + (p_dec + 10 * 8) * 6)
+    assert p_kv == 2 * 8 * 8 + 2 * 8  # one layer's key and value projections, weights and biases
+    matmuls = 6 * ((p_enc + p_kv) * 8 + (p_dec - p_kv + 10 * 8) * 6)
     attention = 12 * 8 * ((9 + 25) + (4 + 16 + 2 * 3 + 4 * 5))
     assert update_flops(model, src, tgt) == matmuls + attention
 
