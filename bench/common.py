@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline import params as P
 from pipeline.files import write_text
-from pipeline.reporting.tables import fmt
 
 
 @dataclass(frozen=True)
 class Size:
-    """A model's dimensions, for the benchmarks' tiny and base models; the rest of its section stays."""
+    """A model's dimensions, for the benchmarks' tiny model; the rest of its section stays."""
 
     d_model: int
     n_heads: int
@@ -35,7 +33,7 @@ class Size:
         )
 
 
-TINY = Size(32, 2, 64, 1)  # trains and decodes in seconds: the smoke runs' model, the GPU dry run's
+TINY = Size(32, 2, 64, 1)  # trains and decodes in seconds: the smoke runs' model
 
 
 def row(system: str, task: str, precision: str, metric: str, value: float, digits: int = 1) -> dict:
@@ -47,11 +45,6 @@ def row(system: str, task: str, precision: str, metric: str, value: float, digit
         "metric": metric,
         "value": round(float(value), digits),
     }
-
-
-def fmt_times(ratio: float | None) -> str:
-    """A ratio for a table, as 1.25x; pipeline.reporting.tables' dash where there is none."""
-    return fmt(ratio) if ratio is None or math.isnan(ratio) else f"{ratio:.2f}x"
 
 
 def merge_rows(path: Path, rows: list[dict]) -> list[dict]:
