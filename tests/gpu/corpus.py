@@ -1,8 +1,8 @@
-"""Synthetic corpora for the GPU check, so that it needs no prepared data and no network.
+"""Synthetic corpora for the GPU tests, so that they need no prepared data and no network.
 
 `write_binarized`: random ids in the binarize stage's format with Multi30k-like lengths (its
 training pairs average about 12 German and 13 English words, some 15-17 subwords a side under a
-joint 8k BPE), for throughput, where only the shapes matter. `write_small_run`: a tiny text corpus,
+joint 8k BPE), where only the shapes matter. `write_small_run`: a tiny text corpus,
 its sentencepiece model and binarized ids, everything `python -m pipeline train` reads.
 """
 

@@ -1,8 +1,9 @@
-"""The train stage's own update (pipeline.training.step.UpdateStep), as the GPU check times it.
+"""The train stage's own update (pipeline.training.step.UpdateStep), as the CUDA tests and the DDP
+probe run it.
 
 `Update.build` makes the UpdateStep training runs, for a given precision; a
-compile backend other than the default (dynamo's "eager" capture, for the CPU
-rehearsal) or a DDP over a process group of one (ddp_probe.py) wraps its forward
+compile backend other than the default (dynamo's "eager" capture, on a CPU)
+or a DDP over a process group of one (ddp_probe.py) wraps its forward
 instead of train.compile's. Calling it takes one update and returns the loss per
 target token.
 """

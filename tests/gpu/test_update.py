@@ -1,5 +1,5 @@
-"""tests/gpu/step.py: the GPU check's Update is the train stage's UpdateStep, with its forward wrapped
-by a compile backend of the check's or a DDP over a process group of one (tests/gpu/ddp_probe.py)."""
+"""tests/gpu/step.py: the GPU tests' Update is the train stage's UpdateStep, with its forward wrapped
+by a compile backend of the tests' or a DDP over a process group of one (tests/gpu/ddp_probe.py)."""
 
 from __future__ import annotations
 
