@@ -1,4 +1,4 @@
-"""Decoding speed on CPU: this project's decoder against the uncached one, HF generate and CTranslate2.
+"""Decoding speed: this project's decoder against the uncached one, HF generate and CTranslate2.
 
     python -m bench.decode_speed --model data/model \\
         --split-file data/clean/test/multi30k-test_2016_flickr.src \\
@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import random
-import statistics
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
@@ -28,7 +26,7 @@ from pathlib import Path
 import click
 import torch
 
-from bench.common import merge_rows, row, write_section
+from bench.common import merge_rows, write_section
 from bench.decoding import (
     TASKS,
     Runner,
@@ -52,10 +50,8 @@ from bench.options import (
     seed_option,
     split_file_option,
 )
-from bench.timing import shuffled_rounds
-from pipeline.data.text import normalize
 from pipeline.decoding.batches import default_workers
-from pipeline.files import read_lines, write_json
+from pipeline.files import write_json
 from pipeline.machine import machine_info
 from pipeline.reporting.tables import fmt, fmt_whole, markdown_table
 
@@ -63,6 +59,7 @@ REPO = Path(__file__).resolve().parents[1]
 DECODE_START, DECODE_END = "<!-- decode:start -->", "<!-- decode:end -->"
 GPU_START, GPU_END = "<!-- decode-cuda:start -->", "<!-- decode-cuda:end -->"  # the GPU check's section
 MARKERS = {"cpu": (DECODE_START, DECODE_END), "cuda": (GPU_START, GPU_END)}
+SUFFIX = {"cpu": "", "cuda": "_cuda"}  # of a row's task
 # Reference numbers we aimed at (sentences/s, batch 64, 20 output tokens, same dimensions).
 REFERENCE = {
     ("hf-marian-generate", "fp32"): {"decode_greedy": 173, "decode_beam5": 62},
@@ -73,52 +70,6 @@ REFERENCE = {
 OURS, HF = ("pytorch-kv-cache", "fp32"), ("hf-marian-generate", "fp32")
 Key3 = dict[tuple[str, str, str], float]  # (system, precision, task) -> value
 
-# --- the CTranslate2 backend against CTranslate2 itself -------------------------------
-
-BACKEND_TASK = "translate_beam5_real"
-
-
-def backend_overhead(
-    model_dir: Path,
-    split_file: Path,
-    sentences: int,
-    repeats: int,
-    seed: int,
-    say: Callable[[str], None],
-    device: str = "cpu",
-) -> list[dict]:
-    """`translate --backend ctranslate2` (pipeline.interop.ct2.CT2Translator, raw text in and out) against
-    ctranslate2.Translator.translate_batch called directly on the same sentences' pieces, beam 5,
-    fp32, the same batches (decode.batch_tokens / beam source tokens): what the backend costs."""
-    from pipeline.interop.ct2 import CT2Translator
-
-    lines = [x for x in read_lines(split_file) if x.strip()][:sentences]
-    ours = CT2Translator.from_dir(model_dir, device=device)
-    pieces = [ours.vocab.src_pieces(ids) for ids in ours.vocab.encode_src([normalize(x) for x in lines])]
-    direct = ours.translator  # the same loaded model
-    piece_ids = {p: i for i, p in enumerate(ours.vocab.tgt_pieces(range(ours.vocab.tgt_size)))}
-
-    def run_ours() -> None:
-        ours.translate(lines, beam=5)
-
-    def run_direct() -> None:
-        for r in direct.translate_batch(
-            pieces, beam_size=5, max_batch_size=ours.settings.batch_tokens // 5, batch_type="tokens"
-        ):  # the backend's batches: tokens x beam
-            ours.vocab.decode_tgt([piece_ids[p] for p in r.hypotheses[0]])
-
-    cells = {"pipeline-ct2-backend": run_ours, "ctranslate2-direct": run_direct}
-    for run in cells.values():
-        run()  # warm-up
-    seconds = shuffled_rounds(cells, repeats, random.Random(seed))
-    rows = []
-    for name in cells:
-        rate = len(lines) / statistics.median(seconds[name])
-        say(f"{name:22s} fp32  {BACKEND_TASK} {rate:8.1f} sentences/s")
-        rows.append(row(name, BACKEND_TASK, "fp32", "sentences_per_s", rate, digits=2))
-    return rows
-
-
 # --- reporting ---------------------------------------------------------------------
 
 
@@ -127,11 +78,13 @@ def decode_section(
 ) -> str:
     """The Markdown decoding section: sentences/s table, ratios against the bars, how it was run."""
 
+    on = SUFFIX[device]  # a GPU's rows are the CPU's tasks with _cuda: neither table shows the other's
+
     def by_key(metric: str) -> Key3:
         return {
-            (r["system"], r["precision"], r["task"]): r["value"]
+            (r["system"], r["precision"], r["task"].removesuffix(on)): r["value"]
             for r in rows
-            if r["metric"] == metric and r["task"] in TASKS
+            if r["metric"] == metric and r["task"].endswith(on) and r["task"].removesuffix(on) in TASKS
         }
 
     value, tok = by_key("sentences_per_s"), by_key("tokens_per_s")
@@ -142,33 +95,25 @@ def decode_section(
     title = f"## Decoding speed ({'GPU' if device == 'cuda' else 'CPU'})"
     title += " — SMOKE RUN, tiny sizes, not a measurement" if smoke else ""
     start, end = MARKERS[device]
-    out = [start, title, "", note, "", speed_table(value, tok, systems), "", bar_table(value)]
-    backend = {r["system"]: r["value"] for r in rows if r["task"] == BACKEND_TASK}
-    if len(backend) == 2:
-        out += [
-            "",
-            "The CTranslate2 backend (`translate --backend ctranslate2`: raw text in, detokenized "
-            "text out, CTranslate2's own search) against CTranslate2's translate_batch called directly "
-            "on the same sentences' pieces, in the same batches, beam 5, fp32, the trained model, real "
-            "test sentences (median of the interleaved passes):",
-            "",
-            backend_table(backend),
-        ]
+    out = [start, title, "", note, "", speed_table(value, tok, systems, device == "cpu")]
+    out += ["", bar_table(value)] if device == "cpu" else []  # the aims and references are the CPU's
     out += ["", "Run with:", "", "```", command, "```", ""]
     out += [f"- {k}: {v}" for k, v in info.items()]
     out += ["", end]
     return "\n".join(out)
 
 
-def speed_table(value: Key3, tok: Key3, systems: list[tuple[str, str]]) -> str:
-    """Sentences/s and tokens/s per (system, precision) and task, beside the reference numbers."""
+def speed_table(value: Key3, tok: Key3, systems: list[tuple[str, str]], references: bool = True) -> str:
+    """Sentences/s and tokens/s per (system, precision) and task, beside the (CPU's) reference numbers."""
     header = ["system", "precision", "greedy sent/s", "greedy tok/s", "beam 5 sent/s", "beam 5 tok/s"]
+    header += ["reference figures, sent/s (greedy / beam 5)"]
     rows = []
     for s, p in systems:
         ref = REFERENCE.get((s, p), {})
         cells = [x for t in TASKS for x in (fmt(value.get((s, p, t)), 1), fmt_whole(tok.get((s, p, t))))]
         rows.append([s, p, *cells, " / ".join(str(ref.get(t, "-")) for t in TASKS)])
-    return markdown_table([*header, "reference figures, sent/s (greedy / beam 5)"], rows, "llrrrrl")
+    width = len(header) - (not references)
+    return markdown_table(header[:width], [r[:width] for r in rows], "llrrrrl"[:width])
 
 
 # (label, a system, the one it is compared with, the bar or None, invert: other / system, at most the bar)
@@ -203,16 +148,6 @@ def bar_cell(ratio: float | None, needed: float | None, invert: bool) -> str:
         return f"{ratio:.2f}x"
     met = ratio <= needed if invert else ratio >= needed
     return f"{ratio:.2f}x " + ("ok" if met else "MISSED")
-
-
-def backend_table(backend: dict[str, float]) -> str:
-    """CTranslate2 called directly against this project's backend over it, sentences/s."""
-    ours, direct = backend["pipeline-ct2-backend"], backend["ctranslate2-direct"]
-    rows = [
-        ["ctranslate2 direct (translate_batch)", fmt(direct, 1)],
-        ["this project's ctranslate2 backend", f"{fmt(ours, 1)} ({ours / direct:.2f}x)"],
-    ]
-    return markdown_table(["system", "sentences/s"], rows, "lr")
 
 
 def write_markdown(path: Path, section: str, device: str = "cpu") -> None:
@@ -264,10 +199,7 @@ def benchmark(
         }
         chosen = {ROWS[s]: factories[s] for s in systems}
         rows = measure(chosen, batches, setup.steps, setup.repeats, say, seed)
-        if model_dir is not None and split_file is not None and "ctranslate2-fp32" in systems:
-            rows += backend_overhead(model_dir, split_file, setup.sentences, setup.repeats, seed, say, device)
-    if setup.smoke:
-        rows = [r | {"smoke": True} for r in rows]
+    rows = [r | {"task": r["task"] + SUFFIX[device]} | ({"smoke": True} if setup.smoke else {}) for r in rows]
     info = machine_info("threads (torch, CT2 intra_threads)", threads, ["transformers", "ctranslate2"])
     if device == "cuda":
         info["GPU"] = torch.cuda.get_device_name(0)
@@ -283,7 +215,7 @@ def benchmark(
         f" pytorch-kv-cache runs {default_workers(device)} batches at once (translate's default on "
         f"this machine), the {threads} threads shared among them; pytorch-1-worker one batch at a time "
         "on all threads."
-    )
+    ) * (device == "cpu")
     note += (
         " Interleaving evens out drifts in the machine's speed within a run, not between runs: on "
         "the 2-core development VM, runs an hour apart moved single cells by 20-30%."

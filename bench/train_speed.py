@@ -1,4 +1,4 @@
-"""Training speed on CPU: this project's train step against HF Marian and torch.nn.Transformer.
+"""Training speed: this project's train step against HF Marian and torch.nn.Transformer, on a CPU or a GPU.
 
     python -m bench.train_speed --out-json reports/bench.json --out-md reports/bench.md
     python -m bench.train_speed --smoke --out-json /tmp/b.json --out-md /tmp/b.md   # seconds, tiny sizes
@@ -184,8 +184,9 @@ def throughput_tables(v: dict, setup: Setup, precisions: list[str]) -> list[str]
     cells = []
     for p in precisions:
         ratio = v.get(("ours", setup.task, p, "ratio_vs_faster_peer"))
-        cells.append("-" if ratio is None else f"{ratio:.2f}x " + ("ok" if ratio >= BAR else "MISSED"))
-    ratios = [["ratio", *cells, f">= {BAR}x"]]
+        verdict = ("ok" if ratio >= BAR else "MISSED") if ratio is not None and setup.device == "cpu" else ""
+        cells.append("-" if ratio is None else f"{ratio:.2f}x {verdict}".strip())
+    ratios = [["ratio", *cells, f">= {BAR}x" if setup.device == "cpu" else "(the aim is the CPU's)"]]
     spread = [
         tuple(v.get(("ours", setup.task, p, f"round_ratio_{m}")) for m in ("min", "max")) for p in precisions
     ]

@@ -120,7 +120,14 @@ def ours(params: P.Params, vocab: int, seed: int) -> StepFn:
     device = torch.device(params.train.device)
     model = build_model(params.model, vocab, vocab).to(device).train()
     step = UpdateStep(resolve_train(params, device), model, device, Dist())
-    return lambda batch: step.update([batch])
+
+    def update(batch: Batch) -> tuple[float, int]:
+        done = step.update([batch])
+        if done is None:  # a non-finite loss: the update was skipped, and a skipped one is no timing
+            raise RuntimeError("ours: a non-finite loss; the update was skipped")
+        return done
+
+    return update
 
 
 def peer_step(model: nn.Module, forward: Callable, params: P.Params) -> StepFn:
@@ -159,7 +166,10 @@ def peer_step(model: nn.Module, forward: Callable, params: P.Params) -> StepFn:
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         scheduler.step()
-        return float(loss.detach()), batch.n_tgt_tokens  # one sync per update, as ours
+        value = float(loss.detach())  # a sync at the end of each update, as ours has
+        if not math.isfinite(value):
+            raise RuntimeError("a peer: a non-finite loss")
+        return value, batch.n_tgt_tokens
 
     return step
 

@@ -59,13 +59,15 @@ def test_mixed_precision_updates_are_finite_and_close_to_fp32(precision, cuda, r
         assert update.scaler.get_scale() >= 2.0**13
 
 
-def test_compiled_model_gives_the_eager_losses(cuda, record_property):
-    # fp32, where the tolerance can be tight; one small model, since inductor compiles for a while.
-    # (bf16 under compile: bench/gpu_check.py's base-model runs compare their first losses.)
+@pytest.mark.parametrize(("precision", "rtol"), [("fp32", 1e-3), ("bf16", 2e-2)])
+def test_compiled_model_gives_the_eager_losses(precision, rtol, cuda, record_property):
+    # One small model, since inductor compiles for a while. fp32 to a tight tolerance over six
+    # updates; bf16 (what train.compile compiles by default) on the first loss, before bf16's
+    # rounding differences compound through the updates.
     cfg = dataclasses.replace(BASE.model, d_model=128, n_heads=4, d_ff=256, n_layers=1, **NO_DROPOUT)
-    eager, _ = losses(cfg, "fp32", 6, cuda)
+    eager, _ = losses(cfg, precision, 6, cuda)
     torch._dynamo.reset()
-    compiled, _ = losses(cfg, "fp32", 6, cuda, compile_backend="inductor")
+    compiled, _ = losses(cfg, precision, 6, cuda, compile_backend="inductor")
     relative = [abs(a - b) / b for a, b in zip(compiled, eager)]
     record_property("max_relative_loss_diff", max(relative))
-    assert max(relative) < 1e-3, list(zip(compiled, eager))
+    assert max(relative if precision == "fp32" else relative[:1]) < rtol, list(zip(compiled, eager))

@@ -22,7 +22,7 @@ from tests.support.repo import REPO
 
 ON_GPU = torch.cuda.is_available()
 STEPS = 20 if ON_GPU else 2
-TIMEOUT_S = 180
+TIMEOUT_S = 90
 
 
 def torchrun(*args: str, log: Path) -> int:

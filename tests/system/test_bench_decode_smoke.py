@@ -127,15 +127,21 @@ def test_our_runner_makes_every_output_the_fixed_length_at_every_beam(use_cache:
         assert torch_runner(model, 7, use_cache, workers=1)(batches, beam) == [7, 7, 7]
 
 
-def test_a_gpu_runs_section_is_its_own_and_keeps_the_cpus(smoke: Smoke, tmp_path) -> None:
-    md = tmp_path / "bench.md"
+def test_a_gpu_runs_rows_and_section_are_its_own_and_keep_the_cpus(smoke: Smoke, tmp_path) -> None:
+    out, md = tmp_path / "bench.json", tmp_path / "bench.md"
+    out.write_text(json.dumps(smoke.saved))
     md.write_text(smoke.report)
-    section = D.decode_section(smoke.rows, {}, "bench.decode_speed --device cuda", "note", device="cuda")
+    gpu = [r | {"task": r["task"] + "_cuda", "value": 1000.0} for r in smoke.rows]  # as a GPU run names them
+    merged = D.merge_rows(out, gpu)
+    assert all(r in merged for r in smoke.saved)  # no CPU row replaced
+    section = D.decode_section(merged, {}, "bench.decode_speed --device cuda", "note", device="cuda")
     assert section.startswith(D.GPU_START) and "## Decoding speed (GPU)" in section
+    assert "| 1,000.0 |" in section and "needed" not in section  # its own rows; the CPU's aims left out
     D.write_markdown(md, section, device="cuda")
     both = md.read_text()
     assert both.count(D.DECODE_START) == 1 and both.count(D.GPU_START) == 1
-    assert "## Decoding speed (CPU)" in both
+    cpu = D.decode_section(merged, {}, "cmd", "note")
+    assert "| 1,000.0 |" not in cpu and "needed" in cpu
 
 
 def test_on_a_gpu_the_cpus_ways_to_share_threads_are_left_out() -> None:

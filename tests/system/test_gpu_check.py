@@ -89,8 +89,14 @@ def test_without_a_gpu_the_real_run_refuses_at_once_and_writes_nothing(tmp_path)
 
 
 def test_the_dry_run_never_writes_to_reports():
-    done = run_check("--dry-run", "--out", "reports", timeout=120)
-    assert done.returncode == 2 and "never to reports/" in done.stderr
+    for out in ("reports", "reports/gpu", str(REPO / "reports")):
+        done = run_check("--dry-run", "--out", out, timeout=120)
+        assert done.returncode == 2 and "never to reports/" in done.stderr, out
+
+
+def test_out_without_a_folder_is_a_bad_call():
+    done = run_check("--dry-run", "--out", timeout=60)
+    assert done.returncode == 2 and "--out needs a folder" in done.stderr
 
 
 def test_an_unknown_argument_is_named(tmp_path):
