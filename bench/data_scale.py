@@ -173,6 +173,12 @@ def row(system: str, task: str, metric: str, pairs: int, workers: int, value: fl
     return {**out, "value": float(f"{value:.4g}"), **({"smoke": True} if smoke else {})}
 
 
+def stage_args(name: str, params: Path | None, **paths: Path) -> list[str]:
+    """`python -m pipeline <name>`'s arguments: --params (if any), then each --<key> <path>."""
+    head = [name, "--params", str(params)] if params is not None else [name]
+    return head + [x for key, path in paths.items() for x in (f"--{key}", str(path))]
+
+
 def measure(
     mirror: Path, pairs: int, workers: list[int], vocab_size: int, root: Path, smoke: bool, web: bool = True
 ) -> list[dict]:
@@ -193,41 +199,20 @@ def measure(
     data = root / "data"
     heldout = min(1000, pairs // 20)  # val and test held out of the corpus, 1,000 each as by default
     first = write_params(root / "params-1.yaml", corpus, workers[0], vocab_size, heldout)
-    add(
-        "ours",
-        "data-download",
-        1,
-        *run_stage(["download", "--params", str(first), "--out", str(data / "raw")], REPO),
-    )
+    add("ours", "data-download", 1, *run_stage(stage_args("download", first, out=data / "raw"), REPO))
     chars = count_chars(data / "raw")
     add("floor", "data-readwrite", 1, readwrite_floor(data / "raw", root), None)
     for w in workers:
         params = write_params(root / f"params-{w}.yaml", corpus, w, vocab_size, heldout)
-        args = ["clean", "--params", str(params), "--raw", str(data / "raw"), "--out", str(data / "clean")]
+        args = stage_args("clean", params, raw=data / "raw", out=data / "clean")
         add("ours", "data-clean", w, *run_stage(args, REPO))
     if web:  # every worker: the rules cost most of it (language ID)
         params = write_params(root / "params-web.yaml", corpus, workers[-1], vocab_size, heldout, web=True)
-        args = [
-            "clean",
-            "--params",
-            str(params),
-            "--raw",
-            str(data / "raw"),
-            "--out",
-            str(data / "clean-web"),
-        ]
+        args = stage_args("clean", params, raw=data / "raw", out=data / "clean-web")
         add("ours", "data-clean-web", workers[-1], *run_stage(args, REPO))
-    args = ["bpe", "--params", str(first), "--clean", str(data / "clean"), "--out", str(data / "bpe")]
+    args = stage_args("bpe", first, clean=data / "clean", out=data / "bpe")
     add("ours", "data-bpe", cores(), *run_stage(args, REPO))
-    binarize = [
-        "binarize",
-        "--clean",
-        str(data / "clean"),
-        "--bpe",
-        str(data / "bpe"),
-        "--out",
-        str(data / "bin"),
-    ]
+    binarize = stage_args("binarize", None, clean=data / "clean", bpe=data / "bpe", out=data / "bin")
     if takes_workers("binarize"):
         for w in workers:
             add("ours", "data-binarize", w, *run_stage([*binarize, "--workers", str(w)], REPO))

@@ -33,26 +33,28 @@ SERVE_START, SERVE_END = "<!-- serve:start -->", "<!-- serve:end -->"
 SERVER_ENV = ("MALLOC_ARENA_MAX", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
+COLUMNS = (  # the section's table, in this order
+    "throughput_ratio_to_offline",
+    "offline_rounds_ratio_to_offline",
+    "throughput_ratio_to_offline_rounds",
+    "sentences_per_s",
+    "offline_sentences_per_s",
+    "offline_rounds_sentences_per_s",
+    "p50_s",
+    "p99_s",
+    "errors",
+    "differs_from_offline",
+    "bad_not_refused",
+    "rss_growth_mb",
+)
+
+
 def section(rows: list[dict], detail: dict[str, Any], info: dict[str, str]) -> str:
     value = {(r["system"], r["metric"]): r["value"] for r in rows if r.get("task") == TASK}
     systems = sorted({s for s, _ in value})
-    metrics = [
-        "throughput_ratio_to_offline",
-        "offline_rounds_ratio_to_offline",
-        "throughput_ratio_to_offline_rounds",
-        "sentences_per_s",
-        "offline_sentences_per_s",
-        "offline_rounds_sentences_per_s",
-        "p50_s",
-        "p99_s",
-        "errors",
-        "differs_from_offline",
-        "bad_not_refused",
-        "rss_growth_mb",
-    ]
     table = markdown_table(
-        ["system", *metrics],
-        [[s, *(str(value.get((s, m), "–")) for m in metrics)] for s in systems],
+        ["system", *COLUMNS],
+        [[s, *(str(value.get((s, m), "–")) for m in COLUMNS)] for s in systems],
     )
     bad = detail.get("bad", [])
     per_load = detail.get("loads", [])
