@@ -61,7 +61,7 @@ step train 180 "$PYTHON" -m bench.train_speed --device "$device" "${sizes[@]}" \
     --out-json "$out/gpu.json" --out-md "$out/gpu.md"
 
 # The trained model on its first test set when the pipeline has made them, else random weights.
-first=$("$PYTHON" -c 'from pipeline import params as P; print(P.load("params.yaml").data.test[0])')
+first=$("$PYTHON" -c 'from pipeline import params as P; print(([*P.load("params.yaml").data.test] or [""])[0])')
 test_src=data/clean/test/$first.src
 model=()
 if ((!dry)) && [[ -f data/model/model.pt && -f $test_src ]]; then model=(--model data/model --split-file "$test_src"); fi
