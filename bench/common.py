@@ -47,6 +47,12 @@ def row(system: str, task: str, precision: str, metric: str, value: float, digit
     }
 
 
+def markers(name: str, device: str = "cpu") -> tuple[str, str]:
+    """A report section's start and end comments: `name`'s, `name-cuda`'s for a GPU run's."""
+    tag = name if device == "cpu" else f"{name}-{device}"
+    return f"<!-- {tag}:start -->", f"<!-- {tag}:end -->"
+
+
 def merge_rows(path: Path, rows: list[dict]) -> list[dict]:
     """Existing rows of `path` (a list, or {"rows": [...]}) with these replacing their keys."""
     # precision: the model benchmarks' rows; pairs and workers: the data benchmark's

@@ -26,7 +26,7 @@ from pathlib import Path
 import click
 import torch
 
-from bench.common import merge_rows, write_section
+from bench.common import markers, merge_rows, write_section
 from bench.decoding import (
     TASKS,
     Runner,
@@ -56,9 +56,8 @@ from pipeline.machine import machine_info
 from pipeline.reporting.tables import fmt, fmt_whole, markdown_table
 
 REPO = Path(__file__).resolve().parents[1]
-DECODE_START, DECODE_END = "<!-- decode:start -->", "<!-- decode:end -->"
-GPU_START, GPU_END = "<!-- decode-cuda:start -->", "<!-- decode-cuda:end -->"  # the GPU check's section
-MARKERS = {"cpu": (DECODE_START, DECODE_END), "cuda": (GPU_START, GPU_END)}
+DECODE_START, DECODE_END = markers("decode")
+GPU_START, GPU_END = markers("decode", "cuda")  # the GPU check's section
 SUFFIX = {"cpu": "", "cuda": "_cuda"}  # of a row's task
 # Reference numbers we aimed at (sentences/s, batch 64, 20 output tokens, same dimensions).
 REFERENCE = {
@@ -94,7 +93,7 @@ def decode_section(
     )
     title = f"## Decoding speed ({'GPU' if device == 'cuda' else 'CPU'})"
     title += " — SMOKE RUN, tiny sizes, not a measurement" if smoke else ""
-    start, end = MARKERS[device]
+    start, end = markers("decode", device)
     out = [start, title, "", note, "", speed_table(value, tok, systems, device == "cpu")]
     out += ["", bar_table(value)] if device == "cpu" else []  # the aims and references are the CPU's
     out += ["", "Run with:", "", "```", command, "```", ""]
@@ -152,7 +151,7 @@ def bar_cell(ratio: float | None, needed: float | None, invert: bool) -> str:
 
 def write_markdown(path: Path, section: str, device: str = "cpu") -> None:
     """Replace the device's decoding section of `path` (or append it), keeping everything else."""
-    write_section(path, *MARKERS[device], section)
+    write_section(path, *markers("decode", device), section)
 
 
 # --systems name -> its rows' (system, precision)

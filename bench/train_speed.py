@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from bench import flops
-from bench.common import merge_rows, row, write_section
+from bench.common import markers, merge_rows, row, write_section
 from bench.options import check_device, device_option, report_files, rows_option, section_option, seed_option
 from bench.training import (
     BUILDERS,
@@ -47,8 +47,8 @@ from pipeline.model.transformer import build_model
 from pipeline.reporting.tables import fmt, fmt_whole, markdown_table
 
 REPO = Path(__file__).resolve().parents[1]
-TRAIN_START, TRAIN_END = "<!-- train:start -->", "<!-- train:end -->"
-GPU_START, GPU_END = "<!-- train-cuda:start -->", "<!-- train-cuda:end -->"  # the GPU check's section
+TRAIN_START, TRAIN_END = markers("train")
+GPU_START, GPU_END = markers("train", "cuda")  # the GPU check's section
 BAR = 1.25  # the aim: ours >= 1.25x the faster peer at equal precision
 
 
@@ -131,7 +131,7 @@ def train_section(rows: list[dict], setup: Setup, info: dict[str, str], command:
     precisions = sorted({r["precision"] for r in rows if r["task"] == setup.task}, key=["fp32", "bf16"].index)
     cfg = setup.model
     smoke = " — SMOKE RUN, tiny sizes, not a measurement" if setup.smoke else ""
-    start, end = (GPU_START, GPU_END) if setup.device == "cuda" else (TRAIN_START, TRAIN_END)
+    start, end = markers("train", setup.device)
     out = [start, f"## Training speed ({'GPU' if setup.device == 'cuda' else 'CPU'}){smoke}", ""]
     out += [
         f"Whole updates (forward, backward, clip 1.0, AdamW, label-smoothed CE 0.1) on one synthetic "
@@ -223,8 +223,7 @@ def utilization_table(v: dict, setup: Setup, precisions: list[str]) -> list[str]
 
 def write_markdown(path: Path, section: str, device: str = "cpu") -> None:
     """Replace the device's training section of `path` (or append it), keeping everything else."""
-    start, end = (GPU_START, GPU_END) if device == "cuda" else (TRAIN_START, TRAIN_END)
-    write_section(path, start, end, section)
+    write_section(path, *markers("train", device), section)
 
 
 # --- the run -----------------------------------------------------------------------
@@ -241,7 +240,7 @@ def benchmark(
     precisions: tuple[str, ...] = ("fp32", "bf16"),
     compiled: bool = False,
     device: str = "cpu",
-    shape: str = "128x16",
+    shape: tuple[int, int] = (128, 16),
     seed: int = 1,
     command: str = "",
     say: Callable[[str], None] = print,
@@ -275,6 +274,14 @@ def benchmark(
     return rows
 
 
+def parse_shape(value: str) -> tuple[int, int]:
+    """--shape 128x16 -> (128, 16): sentences, and tokens a row (at least 2: EOS / BOS and one more)."""
+    if not re.fullmatch(r"[1-9][0-9]*x([2-9]|[1-9][0-9]+)", value):
+        raise click.BadParameter(f"{value!r}: sentences x tokens, as 128x16 (at least 2 tokens)")
+    batch, length = value.split("x")
+    return int(batch), int(length)
+
+
 @click.command()
 @click.option("--smoke", is_flag=True, help="Tiny sizes, one thread, a few seconds: checks that it runs.")
 @click.option(
@@ -300,6 +307,7 @@ def benchmark(
     "--shape",
     default="128x16",
     show_default=True,
+    callback=lambda _ctx, _param, value: parse_shape(value),
     help="The synthetic batch, sentences x tokens (a GPU wants a larger one than a CPU).",
 )
 @click.option(
@@ -318,7 +326,7 @@ def main(
     repeats: int,
     precisions: str,
     device: str,
-    shape: str,
+    shape: tuple[int, int],
     compiled: bool | None,
     seed: int,
 ) -> None:
@@ -326,8 +334,6 @@ def main(
     chosen = tuple(p.strip() for p in precisions.split(",") if p.strip())
     if not chosen or set(chosen) - {"fp32", "bf16"}:
         raise click.BadParameter("a comma-separated subset of fp32,bf16", param_hint="--precisions")
-    if not re.fullmatch(r"[1-9][0-9]*x([2-9]|[1-9][0-9]+)", shape):
-        raise click.BadParameter("sentences x tokens, as 128x16 (at least 2 tokens)", param_hint="--shape")
     check_device(device)
     out_json, out_md = report_files(smoke, out_json, out_md)
     benchmark(

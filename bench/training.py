@@ -65,13 +65,18 @@ class Setup:
 
 
 def make_setup(
-    params: P.Params, smoke: bool, seconds: float, repeats: int, device: str = "cpu", shape: str = "128x16"
+    params: P.Params,
+    smoke: bool,
+    seconds: float,
+    repeats: int,
+    device: str = "cpu",
+    shape: tuple[int, int] = (128, 16),
 ) -> Setup:
-    """The full sizes at `shape` (sentences x tokens), or tiny ones for --smoke."""
+    """The full sizes at `shape` (sentences, tokens a row), or tiny ones for --smoke."""
     if smoke:
         tiny = dataclasses.replace(TINY.of(params.model), max_positions=64)
         return Setup(tiny, 300, 8, 8, 0.05, 1, 1, True, device=device)
-    batch, length = (int(x) for x in shape.split("x"))
+    batch, length = shape
     return Setup(params.model, 8000, batch, length, seconds, repeats, 3, False, device=device)
 
 
@@ -124,7 +129,10 @@ def ours(params: P.Params, vocab: int, seed: int) -> StepFn:
     def update(batch: Batch) -> tuple[float, int]:
         done = step.update([batch])
         if done is None:  # a non-finite loss: the update was skipped, and a skipped one is no timing
-            raise RuntimeError("ours: a non-finite loss; the update was skipped")
+            raise RuntimeError(
+                "ours: a non-finite loss, so the update was skipped: these settings diverge "
+                "(try --precisions fp32); the benchmark stops rather than time skipped updates"
+            )
         return done
 
     return update
@@ -168,7 +176,7 @@ def peer_step(model: nn.Module, forward: Callable, params: P.Params) -> StepFn:
         scheduler.step()
         value = float(loss.detach())  # a sync at the end of each update, as ours has
         if not math.isfinite(value):
-            raise RuntimeError("a peer: a non-finite loss")
+            raise RuntimeError("a peer: a non-finite loss: these settings diverge (try --precisions fp32)")
         return value, batch.n_tgt_tokens
 
     return step

@@ -139,7 +139,7 @@ def test_report_has_the_ratio_and_its_spread_over_rounds(smoke: Smoke) -> None:
 
 def test_on_a_gpu_mfu_is_each_systems_model_flops_over_the_datasheet_peak(monkeypatch) -> None:
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *_: "NVIDIA H100 80GB HBM3")
-    setup = make_setup(P.load(REPO / "params.yaml"), False, 1.0, 1, device="cuda", shape="256x32")
+    setup = make_setup(P.load(REPO / "params.yaml"), False, 1.0, 1, device="cuda", shape=(256, 32))
     assert setup.task == "train_synthetic_cuda_256x32"
     speeds = [row("ours", setup.task, "bf16", "tokens_per_s", 200_000.0)]
     speeds += [row("hf-marian", setup.task, "bf16", "tokens_per_s", 100_000.0)]
@@ -165,3 +165,33 @@ def test_without_a_gpu_device_cuda_is_refused_in_one_line(tmp_path) -> None:
     out = tmp_path / "b.json"
     done = CliRunner().invoke(train_speed.main, ["--device", "cuda", "--smoke", "--out-json", str(out)])
     assert done.exit_code == 2 and "torch sees no CUDA GPU here" in done.output and not out.exists()
+
+
+def test_a_bad_shape_is_refused_naming_the_form_it_takes(tmp_path) -> None:
+    from click.testing import CliRunner
+
+    for bad in ("128", "128x1", "0x16", "ax16"):
+        done = CliRunner().invoke(
+            train_speed.main, ["--smoke", "--shape", bad, "--out-json", str(tmp_path / "b")]
+        )
+        assert done.exit_code == 2 and "sentences x tokens, as 128x16" in done.output, bad
+    assert train_speed.parse_shape("256x32") == (256, 32)
+
+
+@pytest.mark.parametrize("system", ["ours", "torch-nn-transformer"])
+def test_a_non_finite_loss_stops_the_benchmark_instead_of_being_timed(system, monkeypatch) -> None:
+    from bench import training
+    from pipeline.training.step import UpdateStep
+
+    params = P.load(REPO / "params.yaml")
+    setup = make_setup(params, True, 1.0, 1)
+    step = training.BUILDERS[system](training.with_precision(params, setup.model, "fp32"), setup.vocab, 1)
+    batch = training.synthetic_batch(setup.vocab, setup.batch, setup.length, 1)
+    step(batch)  # a finite loss: an update
+    if system == "ours":  # UpdateStep skips an update whose loss is not finite (tests/unit/training)
+        monkeypatch.setattr(UpdateStep, "update", lambda self, batches: None)
+    else:  # the peer's own loss turned NaN, gradients and all
+        loss = training.F.cross_entropy
+        monkeypatch.setattr(training.F, "cross_entropy", lambda *a, **k: loss(*a, **k) * float("nan"))
+    with pytest.raises(RuntimeError, match="non-finite loss"):
+        step(batch)
