@@ -28,6 +28,7 @@ def pytest_report_header() -> list[str]:
             ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
             capture_output=True,
             text=True,
+            timeout=20,  # a wedged driver must not hold up the header
         ).stdout.strip()
         if shutil.which("nvidia-smi")
         else "unknown"
