@@ -102,9 +102,10 @@ def test_the_teachers_stage_trains_data_models_settings_from_another_seed(repo):
 def test_the_student_has_its_own_shape_trains_on_the_distilled_pairs_and_is_scored(repo):
     saved = yaml.safe_load((repo / "data/student/params.yaml").read_text())
     assert (saved["model"]["encoder_layers"], saved["model"]["decoder_layers"]) == (2, 1)
-    assert saved["data"]["train"] == ["distilled"]
-    work = repo / "data/student-work/clean"
-    assert files.read_lines(work / "train.tgt") == files.read_lines(repo / "data/distill/train.tgt")
+    assert saved["data"]["train"] == ["distilled", "synthetic"]  # distill.original: true, the default
+    work, distilled = repo / "data/student-work/clean", repo / "data/distill/train.tgt"
+    original = repo / "data/clean/train.tgt"
+    assert files.read_lines(work / "train.tgt") == files.read_lines(distilled) + files.read_lines(original)
     assert json.loads((repo / "reports/student/summary.json").read_text())["steps"] > 0
     metrics = json.loads((repo / "reports/student/metrics.json").read_text())
     assert set(metrics["test"]) == {"plain", "tabbed"} and metrics["val"]["bleu"] >= 0

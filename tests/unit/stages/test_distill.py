@@ -29,7 +29,10 @@ from tests.support.repo import BASE
 
 def distilling(*teachers: Path, **student: object) -> P.Params:
     decode = dataclasses.replace(BASE.distill.decode, beam=2, batch_tokens=400)
-    d = dataclasses.replace(BASE.distill, enabled=True, teachers=tuple(map(str, teachers)), decode=decode)
+    # original=False: the student learns the distilled pairs alone, so a test can tell what it learnt
+    d = dataclasses.replace(
+        BASE.distill, enabled=True, original=False, teachers=tuple(map(str, teachers)), decode=decode
+    )
     if student:
         d = dataclasses.replace(d, student=dataclasses.replace(d.student, **student))
     return dataclasses.replace(BASE, distill=d)
@@ -182,3 +185,26 @@ def test_the_student_learns_what_its_teachers_wrote_not_the_references(tmp_path,
         return sum(h == w for hs, ws in zip(hyps, wanted) for h, w in zip(hs.split(), ws.split()))
 
     assert matches(taught) > 3 * max(matches(refs), 1)
+
+
+def test_with_distill_original_the_students_corpus_is_the_distilled_pairs_then_the_original_ones(tmp_path):
+    pairs = marian_pairs(50, seed=7)
+    distilled = tmp_path / "distill"
+    distilled.mkdir()
+    with files.PairedWriter(distilled / "train") as w:
+        w.write_lines("src", [s for s, _ in pairs])
+        w.write_lines("tgt", [f"taught {i}" for i in range(len(pairs))])
+    files.write_json(distilled / D.TEACHERS, {"teachers": [{"path": "fake", "model_sha256": "0" * 64}]})
+    files.write_json(distilled / "stats.json", {"enabled": True, "pairs": len(pairs)})
+    clean = clean_dir(tmp_path, pairs)
+    files.write_json(clean / "stats.json", {"train": {"sources": {"multi30k": {"lines_out": len(pairs)}}}})
+    for original, sources, targets in (
+        (True, ["distilled", "multi30k"], [f"taught {i}" for i in range(len(pairs))] + [t for _, t in pairs]),
+        (False, ["distilled"], [f"taught {i}" for i in range(len(pairs))]),
+    ):
+        params = dataclasses.replace(BASE, distill=dataclasses.replace(BASE.distill, original=original))
+        out = tmp_path / f"student-{original}"
+        S.write_corpus(params, distilled, clean, out)
+        assert files.read_lines(out / "train.tgt") == targets
+        assert files.read_lines(out / "train.src") == [s for s, _ in pairs] * (2 if original else 1)
+        assert list(json.loads((out / "stats.json").read_text())["train"]["sources"]) == sources
