@@ -29,7 +29,7 @@ import psutil  # installed with dvc
 import sentencepiece as spm
 import yaml
 
-from bench.common import merge_rows, write_section
+from bench.common import markers, merge_rows, write_section
 from pipeline.data.filters import RULES
 from pipeline.data.pool import cores
 from pipeline.files import write_json
@@ -37,7 +37,7 @@ from pipeline.machine import machine_info
 from pipeline.reporting.tables import fmt, fmt_whole, markdown_table
 
 REPO = Path(__file__).resolve().parents[1]
-DATA_START, DATA_END = "<!-- data-scale:start -->", "<!-- data-scale:end -->"
+DATA_START, DATA_END = markers("data-scale")
 M30K = "raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw"
 STAGES = ("download", "clean", "bpe", "binarize")
 METRICS = ("seconds", "lines_per_s", "peak_rss_mb")  # every stage's

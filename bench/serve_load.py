@@ -22,14 +22,14 @@ from typing import Any
 
 import click
 
-from bench.common import merge_rows, write_section
+from bench.common import markers, merge_rows, write_section
 from bench.serving import TASK, Shape, run_load
 from pipeline.errors import UserError
 from pipeline.files import read_lines, write_json
 from pipeline.machine import machine_info
 from pipeline.reporting.tables import markdown_table
 
-SERVE_START, SERVE_END = "<!-- serve:start -->", "<!-- serve:end -->"
+SERVE_START, SERVE_END = markers("serve")
 SERVER_ENV = ("MALLOC_ARENA_MAX", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
