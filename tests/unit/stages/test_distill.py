@@ -56,6 +56,17 @@ def clean_dir(root: Path, pairs: list[tuple[str, str]]) -> Path:
     return clean
 
 
+def distilled_dir(root: Path, pairs: list[tuple[str, str]]) -> Path:
+    """What the distill stage writes, with `pairs` as the teachers' translations (and a fake teacher)."""
+    root.mkdir()
+    with files.PairedWriter(root / "train") as w:
+        w.write_lines("src", [s for s, _ in pairs])
+        w.write_lines("tgt", [t for _, t in pairs])
+    files.write_json(root / D.TEACHERS, {"teachers": [{"path": "fake", "model_sha256": "0" * 64}]})
+    files.write_json(root / "stats.json", {"enabled": True, "pairs": len(pairs), "empty_translations": 0})
+    return root
+
+
 def test_the_corpus_pairs_each_source_with_the_teachers_ensemble_translation(tmp_path, teachers):
     a, b = teachers
     sources = [s for s, _ in marian_pairs(30, seed=3)]
@@ -137,15 +148,8 @@ def test_the_student_learns_what_its_teachers_wrote_not_the_references(tmp_path,
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     pairs = marian_pairs(600, seed=6)
     other = dict(zip(SRC_WORDS, (TGT_WORDS[1:] + TGT_WORDS[:1]) * 2))
-    distilled = tmp_path / "distill"
-    distilled.mkdir()
-    with files.PairedWriter(distilled / "train") as w:
-        w.write_lines("src", [s for s, _ in pairs])
-        w.write_lines("tgt", [" ".join(other[word] for word in s.split()) for s, _ in pairs])
-    files.write_json(distilled / D.TEACHERS, {"teachers": [{"path": "fake", "model_sha256": "0" * 64}]})
-    files.write_json(
-        distilled / "stats.json", {"enabled": True, "pairs": len(pairs), "empty_translations": 0}
-    )
+    lexicon = [(s, " ".join(other[word] for word in s.split())) for s, _ in pairs]
+    distilled = distilled_dir(tmp_path / "distill", lexicon)
     clean = clean_dir(tmp_path, pairs)
     with files.PairedWriter(clean / "val") as w:  # validated on what the teachers write (as they would)
         w.write_lines("src", [s for s, _ in pairs[:20]])
@@ -189,13 +193,7 @@ def test_the_student_learns_what_its_teachers_wrote_not_the_references(tmp_path,
 
 def test_with_distill_original_the_students_corpus_is_the_distilled_pairs_then_the_original_ones(tmp_path):
     pairs = marian_pairs(50, seed=7)
-    distilled = tmp_path / "distill"
-    distilled.mkdir()
-    with files.PairedWriter(distilled / "train") as w:
-        w.write_lines("src", [s for s, _ in pairs])
-        w.write_lines("tgt", [f"taught {i}" for i in range(len(pairs))])
-    files.write_json(distilled / D.TEACHERS, {"teachers": [{"path": "fake", "model_sha256": "0" * 64}]})
-    files.write_json(distilled / "stats.json", {"enabled": True, "pairs": len(pairs)})
+    distilled = distilled_dir(tmp_path / "distill", [(s, f"taught {i}") for i, (s, _) in enumerate(pairs)])
     clean = clean_dir(tmp_path, pairs)
     files.write_json(clean / "stats.json", {"train": {"sources": {"multi30k": {"lines_out": len(pairs)}}}})
     for original, sources, targets in (
